@@ -1,0 +1,119 @@
+"""The Environment protocol shared by every environment (see DESIGN.md).
+
+An environment is a stateless object holding static configuration; all dynamic
+data lives in a ``state`` pytree. ``reset`` and ``step`` are pure functions of
+(key, state, action), so they compose with ``jit``, ``vmap`` and ``lax.scan``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+PRNGKey = jax.Array
+State = Any
+
+#: Rules an environment may follow when the acting player picks an illegal action.
+ILLEGAL_ACTION_RULES = ("penalty", "none")
+
+
+@struct.dataclass
+class TimeStep:
+    """What every agent sees after ``reset`` or ``step``.
+
+    Attributes:
+      obs: ``[num_agents, *obs_shape]`` each agent's own view.
+      reward: ``[num_agents]`` float32 reward of the last transition.
+      terminated: bool scalar, the episode ended by the rules.
+      truncated: bool scalar, the episode was cut by a time limit.
+      legal_action_mask: ``[num_agents, num_actions]`` bool.
+      current_player: int32 scalar; ``-1`` for simultaneous-move environments.
+      info: dict of extra arrays (wrappers put e.g. ``final_obs`` here).
+    """
+
+    obs: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    legal_action_mask: jax.Array
+    current_player: jax.Array
+    info: dict = struct.field(default_factory=dict)
+
+    @property
+    def done(self) -> jax.Array:
+        return jnp.logical_or(self.terminated, self.truncated)
+
+
+class Environment(abc.ABC):
+    """Base class of every environment.
+
+    Subclasses set the static attributes in ``__init__`` and implement
+    ``reset`` and ``step``. ``illegal_action_rule`` documents what happens when
+    the acting player picks an action outside ``legal_action_mask``:
+
+    - ``"penalty"``: the episode terminates, the offender gets
+      ``-illegal_action_penalty`` and every other agent gets 0;
+    - ``"none"``: every action is always legal (the mask is all True).
+    """
+
+    num_agents: int
+    num_actions: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: ClassVar[Any] = jnp.float32
+    turn_based: ClassVar[bool] = True
+    #: ``[num_agents, act_dim]`` continuous actions when set; else discrete actions.
+    action_dim: int | None = None
+    illegal_action_rule: ClassVar[str] = "penalty"
+    illegal_action_penalty: float = 1.0
+    #: Upper bound on episode length in steps (used by tests and wrappers).
+    max_episode_steps: int
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @abc.abstractmethod
+    def reset(self, key: PRNGKey) -> tuple[State, TimeStep]:
+        """Start an episode. Returns ``(state, timestep)``."""
+
+    @abc.abstractmethod
+    def step(self, key: PRNGKey, state: State, action: jax.Array) -> tuple[State, TimeStep]:
+        """Advance one step. ``action`` is an int32 scalar for turn-based games
+        (the current player's move) and ``[num_agents]`` for simultaneous ones."""
+
+    def action_shape(self) -> tuple[int, ...]:
+        """Shape of the ``action`` argument of ``step``."""
+        if self.turn_based:
+            return ()
+        if self.action_dim is not None:
+            return (self.num_agents, self.action_dim)
+        return (self.num_agents,)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.name}(num_agents={self.num_agents}, num_actions={self.num_actions}, "
+            f"obs_shape={self.obs_shape})"
+        )
+
+
+def random_legal_action(key: PRNGKey, env: Environment, ts: TimeStep) -> jax.Array:
+    """Uniformly random legal action(s) for ``ts`` (one environment, not batched).
+
+    Turn-based: int32 scalar for ``ts.current_player``. Simultaneous: ``[num_agents]``.
+    """
+    logits = jnp.where(ts.legal_action_mask, 0.0, -jnp.inf)
+    if env.turn_based:
+        player = jnp.maximum(ts.current_player, 0)
+        return jax.random.categorical(key, logits[player]).astype(jnp.int32)
+    if env.action_dim is not None:
+        return jax.random.uniform(key, env.action_shape(), minval=-1.0, maxval=1.0)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+def illegal_action_outcome(num_agents: int, offender: jax.Array, penalty: float) -> jax.Array:
+    """Reward vector ``[num_agents]`` for the ``"penalty"`` rule: ``-penalty`` to the offender."""
+    return jnp.where(jnp.arange(num_agents) == offender, -penalty, 0.0).astype(jnp.float32)

@@ -1,0 +1,114 @@
+"""Wrappers: auto-reset and episode statistics, both pure and jit/vmap friendly."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl_reason.envs.core import Environment, TimeStep
+
+
+class Wrapper(Environment):
+    """Forwards the static attributes of the wrapped environment."""
+
+    def __init__(self, env: Environment):
+        self.env = env
+
+    def __getattr__(self, name):  # static attributes: num_agents, obs_shape, ...
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    @property
+    def turn_based(self):
+        return self.env.turn_based
+
+    @property
+    def illegal_action_rule(self):
+        return self.env.illegal_action_rule
+
+    @property
+    def obs_dtype(self):
+        return self.env.obs_dtype
+
+    @property
+    def name(self) -> str:
+        return f"{type(self).__name__}({self.env.name})"
+
+
+class AutoReset(Wrapper):
+    """Resets a finished episode inside ``step``.
+
+    The returned TimeStep carries the *final* step's reward/terminated/truncated
+    and the *new* episode's obs, legal mask and current player; the final
+    observation is kept in ``ts.info["final_obs"]``. The reset runs under
+    ``lax.cond``, so a single (un-vmapped) environment only pays for it when an
+    episode ends. Under ``vmap`` XLA turns the cond into a select and both
+    branches run: keep ``reset`` cheap, as every environment here does.
+    """
+
+    def reset(self, key):
+        state, ts = self.env.reset(key)
+        return state, ts.replace(info={**ts.info, "final_obs": ts.obs})
+
+    def step(self, key, state, action):
+        step_key, reset_key = jax.random.split(key)
+        state, ts = self.env.step(step_key, state, action)
+
+        def do_reset(_):
+            return self.env.reset(reset_key)
+
+        new_state, new_ts = jax.lax.cond(ts.done, do_reset, lambda _: (state, ts), None)
+        return new_state, new_ts.replace(
+            reward=ts.reward,
+            terminated=ts.terminated,
+            truncated=ts.truncated,
+            info={**ts.info, "final_obs": ts.obs},
+        )
+
+
+@struct.dataclass
+class EpisodeStatsState:
+    env_state: object
+    episode_return: jax.Array  # [num_agents]
+    episode_length: jax.Array  # int32 scalar
+    returned_episode_return: jax.Array  # [num_agents], last finished episode
+    returned_episode_length: jax.Array  # int32 scalar
+
+
+class EpisodeStats(Wrapper):
+    """Accumulates per-agent returns and lengths.
+
+    Adds to ``ts.info``: ``returned_episode_return`` ``[num_agents]`` and
+    ``returned_episode_length`` of the last finished episode, and
+    ``returned_episode`` (bool, True on the step that finished one). Put it
+    outside ``AutoReset``: ``EpisodeStats(AutoReset(env))``.
+    """
+
+    def _info(self, s: EpisodeStatsState, done):
+        return {
+            "returned_episode_return": s.returned_episode_return,
+            "returned_episode_length": s.returned_episode_length,
+            "returned_episode": done,
+        }
+
+    def reset(self, key):
+        env_state, ts = self.env.reset(key)
+        zeros = jnp.zeros((self.env.num_agents,), jnp.float32)
+        s = EpisodeStatsState(env_state, zeros, jnp.int32(0), zeros, jnp.int32(0))
+        return s, ts.replace(info={**ts.info, **self._info(s, jnp.bool_(False))})
+
+    def step(self, key, state: EpisodeStatsState, action):
+        env_state, ts = self.env.step(key, state.env_state, action)
+        ret = state.episode_return + ts.reward
+        length = state.episode_length + 1
+        done = ts.done
+        s = EpisodeStatsState(
+            env_state=env_state,
+            episode_return=jnp.where(done, 0.0, ret),
+            episode_length=jnp.where(done, 0, length),
+            returned_episode_return=jnp.where(done, ret, state.returned_episode_return),
+            returned_episode_length=jnp.where(done, length, state.returned_episode_length),
+        )
+        return s, ts.replace(info={**ts.info, **self._info(s, done)})
