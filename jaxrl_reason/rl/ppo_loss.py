@@ -27,12 +27,15 @@ def ppo_loss(
     ent_coef: float = 0.01,
     clip_value: bool = True,
     mask: jax.Array | None = None,
+    value_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Clipped surrogate + value loss - entropy bonus; every input has one shape.
 
-    ``mask`` (same shape, bool) excludes entries, e.g. turns where an agent did
-    not act. Returns ``(loss, metrics)``.
+    ``mask`` (same shape, bool) excludes entries from the policy and entropy
+    terms, e.g. turns where an agent did not act; ``value_mask`` does the same
+    for the value term (defaults to ``mask``). Returns ``(loss, metrics)``.
     """
+    value_mask = mask if value_mask is None else value_mask
     ratio = jnp.exp(logp - old_logp)
     surrogate = jnp.minimum(
         ratio * advantages, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
@@ -42,7 +45,7 @@ def ppo_loss(
     if clip_value:
         clipped = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
         value_err = jnp.maximum(value_err, jnp.square(clipped - returns))
-    value_loss = 0.5 * masked_mean(value_err, mask)
+    value_loss = 0.5 * masked_mean(value_err, value_mask)
     ent = masked_mean(entropy, mask)
     loss = policy_loss + vf_coef * value_loss - ent_coef * ent
     metrics = {

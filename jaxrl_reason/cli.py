@@ -1,0 +1,114 @@
+"""The ``jaxrl-reason`` command: ``list``, ``run <experiment>``, ``bench <name>``.
+
+Experiments are the scripts in the repository's ``experiments/`` folder (or the
+folder named by ``$JAXRL_REASON_EXPERIMENTS``). Each defines ``PRESETS`` (name ->
+frozen config dataclass) and ``run(config, run_dir) -> dict``. Any config field
+can be overridden on the command line (tyro), e.g. ``--ppo.lr 1e-3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+import types
+
+import tyro
+
+from jaxrl_reason.utils.experiment import RunDir
+
+
+def experiments_dir() -> pathlib.Path:
+    env = os.environ.get("JAXRL_REASON_EXPERIMENTS")
+    path = pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parents[1] / "experiments"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"experiments folder not found at {path}; run from a clone of the repository "
+            "(pip install -e .) or set JAXRL_REASON_EXPERIMENTS"
+        )
+    return path
+
+
+def available_experiments() -> dict[str, pathlib.Path]:
+    return {p.stem: p for p in sorted(experiments_dir().glob("*.py")) if not p.stem.startswith("_")}
+
+
+def load_experiment(name_or_path: str) -> types.ModuleType:
+    path = pathlib.Path(name_or_path)
+    if path.suffix != ".py":
+        found = available_experiments()
+        if name_or_path not in found:
+            raise SystemExit(
+                f"unknown experiment {name_or_path!r}; available: {', '.join(found) or '(none)'}"
+            )
+        path = found[name_or_path]
+    spec = importlib.util.spec_from_file_location(f"jaxrl_reason_experiment_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclass/tyro type resolution looks the module up
+    spec.loader.exec_module(module)
+    for attr in ("PRESETS", "run"):
+        if not hasattr(module, attr):
+            raise SystemExit(f"{path} is not an experiment: it defines no {attr}")
+    return module
+
+
+def run_experiment(name_or_path: str, argv: list[str]) -> dict:
+    module = load_experiment(name_or_path)
+    name = pathlib.Path(name_or_path).stem
+    parser = argparse.ArgumentParser(prog=f"jaxrl-reason run {name}", add_help=False)
+    parser.add_argument("--preset", default="cpu", choices=sorted(module.PRESETS))
+    parser.add_argument("--resume", nargs="?", const=True, default=False,
+                        help="continue the latest run of this experiment (or the run dir given)")
+    parser.add_argument("--run-root", default="runs", help="where run directories go")
+    args, rest = parser.parse_known_args(argv)
+    if "-h" in rest or "--help" in rest:
+        parser.print_help()
+        print("\nconfig overrides (on top of the preset):")
+    preset = module.PRESETS[args.preset]
+    try:
+        config = tyro.cli(type(preset), default=preset, args=rest, prog=f"jaxrl-reason run {name}")
+    except ValueError as err:  # raised by the config's own validation
+        raise SystemExit(f"invalid config for {name}: {err}") from None
+    run_dir = RunDir.create(name, config, root=args.run_root, resume=args.resume)
+    print(f"[{name}] preset={args.preset} run dir: {run_dir.path}", flush=True)
+    try:
+        summary = module.run(config, run_dir)
+    finally:
+        run_dir.close()
+    run_dir.save_json("summary", summary or {})
+    print(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def script_main(script_file: str) -> None:
+    """``python experiments/x.py [--preset cpu] [overrides]``."""
+    run_experiment(script_file, sys.argv[1:])
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        print("usage: jaxrl-reason list | run <experiment> [--preset cpu|gpu] [--resume] [overrides]"
+              " | bench <name> [...]")
+        return
+    command, rest = argv[0], argv[1:]
+    if command == "list":
+        for name, path in available_experiments().items():
+            doc = (ast.get_docstring(ast.parse(path.read_text())) or "").strip().split("\n")[0]
+            print(f"{name:24s} {doc}")
+    elif command in ("run", "bench"):
+        if not rest:
+            raise SystemExit(f"usage: jaxrl-reason {command} <name> [options]")
+        name = rest[0] if command == "run" or rest[0].startswith("bench_") else f"bench_{rest[0]}"
+        run_experiment(name, rest[1:])
+    else:
+        raise SystemExit(f"unknown command {command!r}; use list, run or bench")
+
+
+if __name__ == "__main__":
+    main()

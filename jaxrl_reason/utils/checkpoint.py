@@ -1,0 +1,117 @@
+"""Orbax checkpointing of any training-state pytree, with clear errors.
+
+The state is saved as its flat list of leaves (typed PRNG keys as raw key data)
+and restored into the tree structure of a template, so any pytree type works
+(nnx.State, flax.struct dataclasses, NamedTuples) and a changed model or config
+is reported as a mismatch instead of silently loading garbage. Orbax writes
+each step to a temporary directory and renames it when complete, so a save that
+is interrupted never replaces a good checkpoint.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, corrupt or does not match the training state."""
+
+
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_saveable(tree) -> dict[str, np.ndarray]:
+    """Leaf index -> numpy array; empty arrays are skipped (orbax cannot store them)."""
+    leaves = [np.asarray(jax.random.key_data(x) if _is_key(x) else x) for x in jax.tree.leaves(tree)]
+    return {f"{i:05d}": x for i, x in enumerate(leaves) if x.size}
+
+
+class Checkpointer:
+    """Saves every ``interval`` steps (and on ``force``), keeps ``max_to_keep``."""
+
+    def __init__(self, directory: str | pathlib.Path, interval: int = 1, max_to_keep: int = 3):
+        if interval < 1:
+            raise ValueError(f"checkpoint interval must be >= 1, got {interval}")
+        self.directory = pathlib.Path(directory).absolute()
+        self.interval = interval
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=max_to_keep, enable_async_checkpointing=False, create=True
+            ),
+        )
+
+    def latest_step(self) -> int | None:
+        self._manager.reload()
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
+
+    def save(self, step: int, state: Any, force: bool = False) -> bool:
+        """Save ``state`` at ``step`` if due (or forced). Returns whether it saved."""
+        if not force and step % self.interval:
+            return False
+        if step in self.all_steps():
+            return False
+        self._manager.save(step, args=ocp.args.StandardSave(_to_saveable(state)), force=True)
+        self._manager.wait_until_finished()
+        return True
+
+    def restore(self, template: Any, step: int | None = None) -> tuple[int, Any]:
+        """Restore ``(step, state)`` into ``template``'s structure (latest step by default)."""
+        steps = self.all_steps()
+        if not steps:
+            raise CheckpointError(
+                f"no checkpoint found in {self.directory}; start without --resume to train from scratch"
+            )
+        step = steps[-1] if step is None else step
+        if step not in steps:
+            raise CheckpointError(f"no checkpoint for step {step} in {self.directory}; available: {steps}")
+        leaves, treedef = jax.tree.flatten(template)
+        expected = _to_saveable(template)
+        try:
+            restored = self._manager.restore(step, args=ocp.args.StandardRestore())
+        except Exception as err:  # orbax raises many types for damaged files
+            older = [s for s in steps if s < step]
+            fix = (
+                f"delete {self.directory / str(step)} to resume from step {older[-1]}"
+                if older else "start without --resume"
+            )
+            raise CheckpointError(
+                f"checkpoint step {step} in {self.directory} is corrupt or unreadable "
+                f"({type(err).__name__}: {str(err)[:200]}); {fix}"
+            ) from err
+        if sorted(restored) != sorted(expected):
+            raise CheckpointError(
+                f"checkpoint step {step} holds {len(restored)} arrays but the training state has "
+                f"{len(expected)}: the model or config changed since it was written; "
+                "resume with the original config or start a new run"
+            )
+        out = []
+        for i, leaf in enumerate(leaves):
+            name = f"{i:05d}"
+            if name not in expected:  # empty array: nothing was stored
+                out.append(leaf)
+                continue
+            value, want = np.asarray(restored[name]), expected[name]
+            if value.shape != want.shape or value.dtype != want.dtype:
+                raise CheckpointError(
+                    f"checkpoint step {step} array {name} is {value.dtype}{list(value.shape)} but the "
+                    f"training state expects {want.dtype}{list(want.shape)}: the model or config changed"
+                )
+            if _is_key(leaf):
+                out.append(jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf)))
+            else:
+                out.append(jax.numpy.asarray(value))
+        return step, jax.tree.unflatten(treedef, out)
+
+    def close(self):
+        self._manager.close()

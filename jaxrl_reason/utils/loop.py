@@ -1,0 +1,45 @@
+"""The chunked training driver every experiment uses: jitted chunks, progress bar,
+metrics, periodic checkpoints and exact resume."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+from tqdm.auto import tqdm
+
+from jaxrl_reason.utils.experiment import RunDir
+
+
+def run_chunks(
+    run_dir: RunDir,
+    init_state: Any,
+    chunk_fn: Callable[[Any], tuple[Any, dict]],
+    num_chunks: int,
+    *,
+    steps_per_chunk: int = 1,
+    checkpoint_every: int = 1,
+    desc: str = "train",
+) -> Any:
+    """Run ``state, metrics = chunk_fn(state)`` ``num_chunks`` times.
+
+    ``metrics`` values are ``[steps_per_chunk]`` arrays, logged as rows
+    ``chunk * steps_per_chunk + 1 ...``. The state is checkpointed every
+    ``checkpoint_every`` chunks and after the last one. On a resumed run the
+    latest checkpoint is restored (``init_state`` is the template) and metrics
+    rows written after it are dropped, so the resumed run continues exactly where
+    the checkpoint was taken and ends with the same state as an uninterrupted run.
+    """
+    ckpt = run_dir.checkpointer(checkpoint_every)
+    start, state = 0, init_state
+    if run_dir.resumed:
+        if ckpt.latest_step() is not None:
+            start, state = ckpt.restore(init_state)
+        run_dir.truncate_metrics(start * steps_per_chunk)
+        if start:
+            tqdm.write(f"resumed {run_dir.path} at chunk {start}/{num_chunks}")
+    for chunk in tqdm(range(start, num_chunks), initial=start, total=num_chunks, desc=desc):
+        state, metrics = chunk_fn(state)
+        run_dir.log_many(chunk * steps_per_chunk + 1, jax.device_get(metrics))
+        ckpt.save(chunk + 1, state, force=chunk + 1 == num_chunks)
+    return state
