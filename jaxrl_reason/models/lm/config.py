@@ -1,0 +1,165 @@
+"""`LMConfig`: one frozen, validated configuration for the whole decoder family.
+
+Dense Llama/Qwen2 (GQA, optional QKV bias, tied embeddings), DeepSeek MLA attention, DeepSeekMoE
+feed-forward, multi-token prediction and FP8 matmuls are all switches of this one dataclass.
+Every combination that cannot work raises one ``ValueError`` at construction, i.e. before any
+compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class LMConfig:
+    """Decoder-only LM configuration (all fields static / hashable).
+
+    attention: "gqa" (n_kv_heads groups; n_kv_heads == n_heads is MHA) or "mla".
+    mla_absorbed: MLA computes attention in the latent space (W_uk folded into the query, W_uv
+      applied after attention); the cache is the compressed (c_kv, k_rope) one in both modes.
+    n_routed_experts: 0 means a dense SwiGLU MLP in every layer; > 0 makes every layer DeepSeekMoE.
+    moe_capacity_factor: None = dropless (capacity = tokens per sequence); else tokens routed past
+      ceil(factor * T * top_k / E) slots of an expert in one sequence are dropped (their expert
+      contribution is zero; the shared experts and the residual still carry them).
+    """
+
+    vocab_size: int = 256
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int | None = None  # default d_model // n_heads
+    d_ff: int = 128
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    max_seq_len: int = 512
+    init_std: float = 0.02
+    # attention type
+    attention: str = "gqa"
+    # MLA (DeepSeek-V2/V3)
+    kv_lora_rank: int = 32  # d_c
+    q_lora_rank: int = 0  # 0: full-rank query projection
+    qk_nope_dim: int = 16
+    qk_rope_dim: int = 8
+    v_head_dim: int = 16
+    mla_absorbed: bool = True
+    # DeepSeekMoE
+    n_routed_experts: int = 0
+    n_shared_experts: int = 1
+    moe_top_k: int = 2
+    moe_d_ff: int = 32
+    moe_score: str = "sigmoid"  # or "softmax"
+    moe_n_groups: int = 1
+    moe_topk_groups: int = 1
+    moe_norm_topk: bool = True
+    moe_route_scale: float = 1.0
+    moe_bias_update_rate: float = 1e-3  # gamma of the aux-loss-free update; 0 disables it
+    moe_seq_aux_alpha: float = 0.0  # sequence-wise balance loss weight (DeepSeek-V3: ~1e-4)
+    moe_capacity_factor: float | None = None
+    # multi-token prediction
+    mtp_depth: int = 0  # 0 or 1 extra depth module
+    mtp_loss_weight: float = 0.3
+    # numerics
+    dtype: str = "float32"  # activation / matmul dtype
+    param_dtype: str = "float32"
+    fp8: bool = False  # E4M3 matmuls with 1 x block activation tiles, block x block weight blocks
+    fp8_block: int = 128
+    # compilation
+    remat: bool = False
+    scan_layers: bool = True  # kept for API clarity: layers are always scanned
+
+    def __post_init__(self):
+        def need(ok: bool, msg: str):
+            if not ok:
+                raise ValueError(f"LMConfig: {msg}")
+
+        for f in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
+            need(getattr(self, f) > 0, f"{f} must be > 0, got {getattr(self, f)}")
+        need(self.attention in ("gqa", "mla"), f"attention must be 'gqa' or 'mla', got {self.attention!r}")
+        need(self.dtype in _DTYPES and self.param_dtype in _DTYPES, f"dtype/param_dtype must be in {_DTYPES}")
+        if self.attention == "gqa":
+            need(self.n_kv_heads > 0, f"n_kv_heads must be > 0, got {self.n_kv_heads}")
+            need(
+                self.n_heads % self.n_kv_heads == 0,
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})",
+            )
+            if self.head_dim is None:
+                need(
+                    self.d_model % self.n_heads == 0,
+                    f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) "
+                    "when head_dim is not given",
+                )
+            else:
+                need(self.head_dim > 0, "head_dim must be > 0")
+            need(self.hd % 2 == 0, f"head_dim ({self.hd}) must be even for RoPE")
+        else:
+            need(self.kv_lora_rank > 0, "MLA needs kv_lora_rank > 0")
+            need(self.q_lora_rank >= 0, "q_lora_rank must be >= 0")
+            need(self.qk_nope_dim > 0 and self.v_head_dim > 0, "MLA needs qk_nope_dim, v_head_dim > 0")
+            need(self.qk_rope_dim > 0 and self.qk_rope_dim % 2 == 0, "MLA qk_rope_dim must be even and > 0")
+        if self.n_routed_experts:
+            e = self.n_routed_experts
+            need(e > 0, "n_routed_experts must be >= 0")
+            need(1 <= self.moe_top_k <= e, f"moe_top_k ({self.moe_top_k}) must be in [1, n_routed_experts={e}]")
+            need(self.moe_d_ff > 0 and self.n_shared_experts >= 0, "moe_d_ff > 0, n_shared_experts >= 0")
+            need(self.moe_score in ("sigmoid", "softmax"), f"moe_score must be sigmoid/softmax, got {self.moe_score!r}")
+            need(
+                self.moe_n_groups >= 1 and e % self.moe_n_groups == 0,
+                f"n_routed_experts ({e}) must be divisible by moe_n_groups ({self.moe_n_groups})",
+            )
+            need(
+                1 <= self.moe_topk_groups <= self.moe_n_groups,
+                f"moe_topk_groups ({self.moe_topk_groups}) must be in [1, moe_n_groups={self.moe_n_groups}]",
+            )
+            need(
+                self.moe_topk_groups * (e // self.moe_n_groups) >= self.moe_top_k,
+                f"moe_topk_groups*experts_per_group ({self.moe_topk_groups * (e // self.moe_n_groups)}) "
+                f"< moe_top_k ({self.moe_top_k}): not enough experts left to choose from",
+            )
+            need(
+                self.moe_capacity_factor is None or self.moe_capacity_factor > 0,
+                "moe_capacity_factor must be None (dropless) or > 0",
+            )
+            need(self.moe_bias_update_rate >= 0 and self.moe_seq_aux_alpha >= 0, "MoE rates must be >= 0")
+        need(self.mtp_depth in (0, 1), f"mtp_depth must be 0 or 1, got {self.mtp_depth}")
+        need(self.fp8_block > 0, "fp8_block must be > 0")
+
+    # ---- derived quantities
+    @property
+    def hd(self) -> int:
+        """GQA head dim."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+    @property
+    def jdtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def jparam_dtype(self):
+        return jnp.dtype(self.param_dtype)
+
+    def cache_values_per_token(self) -> int:
+        """Number of cached values per token summed over layers (K+V for GQA, c_kv + k_rope for MLA)."""
+        per_layer = 2 * self.n_kv_heads * self.hd if self.attention == "gqa" else self.kv_lora_rank + self.qk_rope_dim
+        return self.n_layers * per_layer
+
+    def check_cache(self, prompt_len: int, max_new_tokens: int, cache_len: int) -> None:
+        """Raise before compilation if a cache cannot hold prompt + generation."""
+        if prompt_len + max_new_tokens > cache_len:
+            raise ValueError(
+                f"KV cache too short: prompt length {prompt_len} + max_new_tokens {max_new_tokens} "
+                f"= {prompt_len + max_new_tokens} > cache length {cache_len}"
+            )
+        if cache_len > self.max_seq_len:
+            raise ValueError(f"cache length {cache_len} exceeds max_seq_len {self.max_seq_len}")

@@ -1,0 +1,135 @@
+"""Decoder-only transformer (flax NNX) with layers stacked on a leading axis and run by `lax.scan`.
+
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    logits, cache, aux = model(tokens)                     # tokens [B, T] -> logits [B, T, V] f32
+    h, cache, aux = model.hidden(tokens, positions, cache)  # pre-norm hidden [B, T, D]
+    logits = model.logits(h)                                # final norm + (tied) head
+
+`aux`: {"load": [L, E] expert load per layer, "balance_loss": []} for MoE models, else {}.
+Compile time does not grow with depth (one scanned block); `cfg.remat` checkpoints each block.
+The cache (see `init_cache`) is a dict of per-layer buffers stacked on the same leading axis.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxrl_reason.models.lm.attention import init_layer_cache, make_attention
+from jaxrl_reason.models.lm.config import LMConfig
+from jaxrl_reason.models.lm.layers import Linear, RMSNorm, SwiGLU
+from jaxrl_reason.models.lm.moe import MoE
+
+
+class Block(nnx.Module):
+    """Pre-norm block: h + attn(norm(h)); h + mlp(norm(h)). Names match HF Llama/Qwen2."""
+
+    def __init__(self, cfg: LMConfig, *, rngs: nnx.Rngs):
+        self.input_norm = RMSNorm(cfg.d_model, cfg)
+        self.attn = make_attention(cfg, rngs)
+        self.post_attn_norm = RMSNorm(cfg.d_model, cfg)
+        self.mlp = MoE(cfg, rngs=rngs) if cfg.is_moe else SwiGLU(cfg.d_model, cfg.d_ff, cfg, rngs=rngs)
+        self.is_moe = cfg.is_moe
+
+    def __call__(self, h, positions, cache=None):
+        a, cache = self.attn(self.input_norm(h), positions, cache)
+        h = h + a
+        if self.is_moe:
+            m, aux = self.mlp(self.post_attn_norm(h))
+        else:
+            m, aux = self.mlp(self.post_attn_norm(h)), {}
+        return h + m, cache, aux
+
+
+class MTP(nnx.Module):
+    """DeepSeek-V3 multi-token-prediction depth module (shares embedding and head with the model).
+
+    h'_t = Block(W [norm(h_t); norm(emb(tok_{t+1}))]) predicts token t+2.
+    """
+
+    def __init__(self, cfg: LMConfig, *, rngs: nnx.Rngs):
+        self.norm_h = RMSNorm(cfg.d_model, cfg)
+        self.norm_e = RMSNorm(cfg.d_model, cfg)
+        self.proj = Linear(2 * cfg.d_model, cfg.d_model, cfg, rngs=rngs)
+        self.block = Block(cfg, rngs=rngs)
+
+    def __call__(self, h, next_emb, positions):
+        x = self.proj(jnp.concatenate([self.norm_h(h), self.norm_e(next_emb)], axis=-1))
+        out, _, aux = self.block(x, positions)
+        return out, aux
+
+
+class Transformer(nnx.Module):
+    def __init__(self, cfg: LMConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        init = jax.nn.initializers.normal(cfg.init_std)
+        self.embed = nnx.Param(init(rngs.params(), (cfg.vocab_size, cfg.d_model), cfg.jparam_dtype))
+
+        @nnx.split_rngs(splits=cfg.n_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make_blocks(r):
+            return Block(cfg, rngs=r)
+
+        self.blocks = make_blocks(rngs)
+        self.final_norm = RMSNorm(cfg.d_model, cfg)
+        self.lm_head = None if cfg.tie_embeddings else Linear(cfg.d_model, cfg.vocab_size, cfg, rngs=rngs)
+        self.mtp = MTP(cfg, rngs=rngs) if cfg.mtp_depth else None
+
+    def embed_tokens(self, tokens: jax.Array) -> jax.Array:
+        return jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.jdtype)
+
+    def hidden(self, tokens, positions=None, cache=None):
+        """tokens [B, T] int32, positions [B, T] (default 0..T-1), cache or None -> (h [B,T,D], cache, aux)."""
+        b, t = tokens.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        h = self.embed_tokens(tokens)
+        gdef, bstate = nnx.split(self.blocks)
+
+        def body(h, xs):
+            layer_state, layer_cache = xs
+            h, layer_cache, aux = nnx.merge(gdef, layer_state)(h, positions, layer_cache)
+            return h, (layer_cache, aux)
+
+        if self.cfg.remat:
+            body = jax.checkpoint(body, prevent_cse=False)
+        h, (cache, aux) = jax.lax.scan(body, h, (bstate, cache))
+        if aux:
+            aux = {"load": aux["load"], "balance_loss": jnp.sum(aux["balance_loss"])}
+        return h, cache, aux
+
+    def logits(self, h: jax.Array) -> jax.Array:
+        """h [..., D] (pre final norm) -> float32 logits [..., V]."""
+        x = self.final_norm(h)
+        if self.lm_head is None:
+            return jnp.dot(x, self.embed[...].astype(x.dtype).T, preferred_element_type=jnp.float32)
+        return self.lm_head(x).astype(jnp.float32)
+
+    def mtp_hidden(self, h, tokens, positions=None):
+        """MTP depth-1 hidden for predicting tokens[t+2] from h[t] and tokens[t+1]: [B, T-1, D]."""
+        b, t = tokens.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(t - 1, dtype=jnp.int32), (b, t - 1))
+        return self.mtp(h[:, :-1], self.embed_tokens(tokens[:, 1:]), positions)
+
+    def __call__(self, tokens, positions=None, cache=None):
+        h, cache, aux = self.hidden(tokens, positions, cache)
+        return self.logits(h), cache, aux
+
+
+def init_cache(cfg: LMConfig, batch: int, length: int, dtype=None) -> dict:
+    """Stacked zero KV cache: every buffer gets a leading [n_layers] axis."""
+    layer = init_layer_cache(cfg, batch, length, dtype)
+    return {k: jnp.broadcast_to(v, (cfg.n_layers,) + v.shape) for k, v in layer.items()}
+
+
+def cache_bytes_per_token(cache: dict) -> float:
+    """Bytes of cache per token slot (all layers) from the actual buffers: nbytes / (B * S)."""
+    leaves = list(cache.values())
+    b, s = leaves[0].shape[1:3]
+    return sum(x.size * x.dtype.itemsize for x in leaves) / (b * s)
+
+
+def param_count(model: nnx.Module) -> int:
+    return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
