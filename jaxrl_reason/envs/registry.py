@@ -17,6 +17,7 @@ _REGISTRY: dict[str, str] = {
     "tictactoe": "jaxrl_reason.envs.games.tictactoe:TicTacToe",
     "kuhn_poker": "jaxrl_reason.envs.games.kuhn_poker:KuhnPoker",
     "negotiation": "jaxrl_reason.envs.games.negotiation:Negotiation",
+    "swarm": "jaxrl_reason.envs.swarm:Swarm",
 }
 
 

@@ -1,0 +1,144 @@
+"""Throughput: our UAV swarm vs JaxMARL MPE simple_tag at equal agent counts, side by side.
+
+Same method as shared BENCHMARKS.md / anchors/bench_jaxmarl_mpe.py: a jitted ``lax.scan``
+of T steps over a vmapped batch of B environments taking uniformly random discrete
+actions, with auto-reset (ours: ``envs.AutoReset``; JaxMARL: its own), consuming a
+checksum of observations and rewards; one warm-up call, then timed calls (best kept).
+steps/s = B*T / seconds; agent-steps/s = N * steps/s. For N agents, simple_tag gets
+N/4 evaders and 3N/4 pursuers (the default 1:3 ratio, 2 obstacles); ours N UAVs,
+3 targets, 1 pursuer, neighbour messages from the 3 nearest UAVs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from jaxrl_reason import envs
+from jaxrl_reason.utils.experiment import RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    agent_counts: tuple[int, ...] = (4, 16, 64, 256)
+    batch: int = 4096  # environments at N=4; larger N use batch * 4 // N (at least min_batch)
+    min_batch: int = 64
+    steps: int = 100
+    repeats: int = 2
+    jaxmarl: bool = True
+    swarm_kwargs: tuple[tuple[str, object], ...] = ()  # extra SwarmConfig fields
+
+    def __post_init__(self):
+        if not self.agent_counts or min(self.agent_counts) < 4 or any(n % 4 for n in self.agent_counts):
+            raise ValueError(f"agent_counts must be multiples of 4 (>= 4), got {self.agent_counts}")
+        if self.batch < 1 or self.min_batch < 1 or self.steps < 1 or self.repeats < 1:
+            raise ValueError("batch, min_batch, steps, repeats must be >= 1")
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(agent_counts=(4, 16, 64, 256), batch=65536, min_batch=1024, repeats=3),
+}
+
+
+def batch_for(config: Config, n: int) -> int:
+    return max(config.min_batch, config.batch * 4 // n)
+
+
+def ours_rollout(env: envs.Environment, batch: int, steps: int):
+    wrapped = envs.AutoReset(env)
+
+    def body(carry, _):
+        key, state = carry
+        key, k_act, k_step = jax.random.split(key, 3)
+        act = jax.random.randint(k_act, (batch, env.num_agents), 0, env.num_actions)
+        state, ts = jax.vmap(wrapped.step)(jax.random.split(k_step, batch), state, act)
+        return (key, state), ts.obs.sum() + ts.reward.sum()
+
+    @jax.jit
+    def rollout(key):
+        state, _ = jax.vmap(wrapped.reset)(jax.random.split(key, batch))
+        _, chk = jax.lax.scan(body, (key, state), None, steps)
+        return chk.sum()
+
+    return rollout
+
+
+def jaxmarl_rollout(num_agents: int, batch: int, steps: int):
+    import jaxmarl
+
+    env = jaxmarl.make("MPE_simple_tag_v3", num_good_agents=num_agents // 4,
+                       num_adversaries=3 * num_agents // 4)
+
+    def body(carry, _):
+        key, state = carry
+        key, k_act, k_step = jax.random.split(key, 3)
+        ks = jax.random.split(k_act, env.num_agents)
+        acts = {a: jax.random.randint(k, (batch,), 0, env.action_space(a).n) for a, k in zip(env.agents, ks)}
+        obs, state, rew, done, info = jax.vmap(env.step)(jax.random.split(k_step, batch), state, acts)
+        return (key, state), sum(o.sum() for o in obs.values()) + sum(r.sum() for r in rew.values())
+
+    @jax.jit
+    def rollout(key):
+        _, state = jax.vmap(env.reset)(jax.random.split(key, batch))
+        _, chk = jax.lax.scan(body, (key, state), None, steps)
+        return chk.sum()
+
+    return rollout
+
+
+def time_rollout(rollout, batch: int, steps: int, repeats: int) -> float:
+    """Best steps/s over ``repeats`` timed calls after one warm-up."""
+    rollout(jax.random.key(0)).block_until_ready()
+    best = np.inf
+    for r in range(repeats):
+        t = time.perf_counter()
+        rollout(jax.random.key(r + 1)).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return batch * steps / best
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    rows = []
+    for n in config.agent_counts:
+        b = batch_for(config, n)
+        env = envs.make("swarm", num_agents=n, **dict(config.swarm_kwargs))
+        ours = time_rollout(ours_rollout(env, b, config.steps), b, config.steps, config.repeats)
+        row = {"agents": n, "B": b, "T": config.steps, "obs_dim": env.obs_shape[0],
+               "swarm_steps_per_s": round(ours), "swarm_agent_steps_per_s": round(ours * n)}
+        if config.jaxmarl:
+            anchor = time_rollout(jaxmarl_rollout(n, b, config.steps), b, config.steps, config.repeats)
+            row.update(jaxmarl_steps_per_s=round(anchor), jaxmarl_agent_steps_per_s=round(anchor * n),
+                       ratio=round(ours / anchor, 2))
+        print(row, flush=True)
+        rows.append(row)
+        run_dir.log(n, row)
+    print(run_dir.write_table("throughput", rows))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ns = [r["agents"] for r in rows]
+    ax.plot(ns, [r["swarm_agent_steps_per_s"] for r in rows], "o-", label="ours (swarm)")
+    if config.jaxmarl:
+        ax.plot(ns, [r["jaxmarl_agent_steps_per_s"] for r in rows], "s--", label="JaxMARL simple_tag")
+    ax.set(xscale="log", yscale="log", xlabel="agents per environment N", ylabel="agent-steps/s",
+           title=f"random play, auto-reset ({jax.devices()[0].platform})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir.path / "agent_steps_vs_n.png", dpi=120)
+    plt.close(fig)
+    summary = {"rows": rows, "platform": jax.devices()[0].platform, "run_dir": str(run_dir.path)}
+    run_dir.save_json("summary.json", summary)
+    return summary
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)

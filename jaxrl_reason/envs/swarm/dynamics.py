@@ -1,0 +1,88 @@
+"""Pure kinematics of the swarm: norm clipping, limited integration, the low-level
+controller that turns a (target, role) intention into a desired velocity, and
+obstacle / arena projection. Every function works on any leading batch shape.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+#: Role indices of the discrete high-level action ``action = target * NUM_ROLES + role``.
+COMMANDER, COORDINATOR, EXECUTOR = 0, 1, 2
+ROLE_NAMES = ("Commander", "Coordinator", "Executor")
+NUM_ROLES = 3
+_EPS = 1e-6
+
+
+def clip_norm(v: jax.Array, max_norm) -> jax.Array:
+    """Scale vectors ``[..., d]`` so that their Euclidean norm is at most ``max_norm``."""
+    n = jnp.sqrt(jnp.sum(v * v, -1, keepdims=True) + _EPS * _EPS)
+    return v * jnp.minimum(1.0, max_norm / n)
+
+
+def unit(v: jax.Array) -> jax.Array:
+    return v / jnp.sqrt(jnp.sum(v * v, -1, keepdims=True) + _EPS * _EPS)
+
+
+def integrate(pos, vel, accel, dt: float, max_speed: float, max_accel: float):
+    """Double integrator with limits: ``|a| <= max_accel``, ``|v'| <= max_speed``.
+
+    ``pos, vel, accel``: ``[..., d]``. Returns ``(pos', vel')``.
+    """
+    accel = clip_norm(accel, max_accel)
+    vel = clip_norm(vel + accel * dt, max_speed)
+    return pos + vel * dt, vel
+
+
+def velocity_command_accel(vel, v_des, dt: float, max_accel: float):
+    """Acceleration that tracks a desired velocity within the acceleration limit."""
+    return clip_norm((v_des - vel) / dt, max_accel)
+
+
+def controller_velocity(pos, goal, threats, threat_visible, *, evade: jax.Array,
+                        max_speed: float, slow_radius: float, evade_radius: float,
+                        evade_gain: float):
+    """Desired velocity ``[N, d]``: fly to ``goal`` ``[N, d]``, slowing within ``slow_radius``;
+    where ``evade`` ``[N]`` is set, add repulsion from visible ``threats`` ``[K, d]``
+    (``threat_visible`` ``[N, K]``) that grows as they come within ``evade_radius``."""
+    to_goal = goal - pos
+    dist = jnp.sqrt(jnp.sum(to_goal * to_goal, -1, keepdims=True) + _EPS * _EPS)
+    attract = to_goal / dist * jnp.minimum(1.0, dist / slow_radius)
+    away = pos[:, None, :] - threats[None, :, :]  # [N, K, d]
+    d_threat = jnp.sqrt(jnp.sum(away * away, -1) + _EPS * _EPS)  # [N, K]
+    push = jnp.clip(1.0 - d_threat / evade_radius, 0.0, 1.0) * threat_visible
+    repulse = jnp.sum(away / d_threat[..., None] * push[..., None], 1)
+    direction = attract + evade_gain * evade[:, None] * repulse
+    return clip_norm(direction, 1.0) * max_speed
+
+
+def role_goals(pos_targets, target_idx, role, slot_dir, ring_radius: float):
+    """Goal point per UAV ``[N, d]`` for the chosen target and role.
+
+    Executor and Commander fly to the target centre (the Commander evades on the way,
+    see ``controller_velocity``); the Coordinator takes its formation slot on a ring of
+    ``ring_radius`` around the target (``slot_dir`` ``[N, d]`` unit vectors), which
+    covers the target without crowding its centre.
+    """
+    centre = pos_targets[target_idx]
+    return centre + jnp.where((role == COORDINATOR)[:, None], ring_radius * slot_dir, 0.0)
+
+
+def project_out_of_spheres(pos, centres, radius: float):
+    """Push points ``[N, d]`` out of spheres ``[O, d]`` of ``radius``.
+
+    Returns ``(pos', inside [N] bool)``: ``inside`` marks points that were inside
+    one (a collision with an obstacle).
+    """
+    rel = pos[:, None, :] - centres[None, :, :]
+    d = jnp.sqrt(jnp.sum(rel * rel, -1) + _EPS * _EPS)  # [N, O]
+    pen = jnp.maximum(radius - d, 0.0)
+    pos = pos + jnp.sum(rel / d[..., None] * pen[..., None], 1)
+    return pos, jnp.any(pen > 0.0, -1)
+
+
+def clip_to_arena(pos, vel, half_size: float):
+    """Keep points in ``[-half_size, half_size]^d``; the velocity into a wall is zeroed."""
+    out = jnp.abs(pos) > half_size
+    return jnp.clip(pos, -half_size, half_size), jnp.where(out, 0.0, vel)
