@@ -1,0 +1,298 @@
+"""GRPO trainer: prompts -> G samples each (jitted LM sampler) -> rewards -> group advantages ->
+several epochs of minibatch updates of the clipped, KL-regularised policy loss.
+
+    trainer = GRPOTrainer(GRPOConfig(...), model, tasks=[RandomCalculation()], prompt_len=24, answer_len=12)
+    state = trainer.init(jax.random.key(0))                 # starts from the model's weights
+    state, metrics = trainer.step(state)                    # one RL step (host entry point)
+    run_chunks(run_dir, state, trainer.chunk_fn(10), n)     # checkpoints + exact resume
+
+One step: (1) draw ``prompts_per_step * oversample`` fresh problems from the task mix, seeded by
+(config.seed, step), so a resumed run sees the same data; (2) sample ``group_size`` responses per
+prompt at ``temperature``; (3) score them (jnp exact match, host check for e.g. countdown) and turn
+scores into rewards (``RewardConfig`` variant, format reward, DAPO overlong penalty); (4) in one
+jitted update: dynamic sampling (keep groups with non-zero reward variance first, then fill with
+the rest: static shapes, oversample-and-select), advantages, old/reference log-probs, ``epochs`` x
+``minibatches`` optimiser steps, and the ProRL reference hard reset (reference <- policy and the
+optimiser state re-initialised every ``ref_reset_every`` steps).
+
+The policy distribution trained is the tempered one (logits / temperature), as in verl; old
+log-probs are recomputed with a forward pass of the sampling parameters. Sampling and the update
+are two jitted programs; the host scores in between (some verifiers are host-side by nature).
+Multi-device: ``mesh="data=8"`` (any spec of ``parallel.mesh.make_mesh``) shards the parameters
+with the LM partition rules and the batch over the data axes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
+from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss, overlong_penalty
+from jaxrl_reason.tasks.base import make_batch
+from jaxrl_reason.tasks.rewards import RewardConfig, combine_rewards, score
+from jaxrl_reason.tasks.vocab import VOCAB
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    seed: int = 0  # problem stream
+    group_size: int = 8
+    prompts_per_step: int = 16
+    dynamic_sampling: bool = False  # drop zero-variance groups, refill from oversampled ones
+    oversample: int = 2  # groups drawn = prompts_per_step * oversample (only with dynamic_sampling)
+    epochs: int = 1
+    minibatches: int = 1
+    lr: float = 1e-4
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    max_new_tokens: int = 32
+    advantage: str = "grpo"  # grpo | dr_grpo | rloo
+    loss: LossConfig = LossConfig()
+    reward: RewardConfig = RewardConfig()
+    overlong_cache: int = 0  # DAPO soft overlong window in tokens (0 = off)
+    ref_reset_every: int | None = None  # ProRL hard reset interval in steps (None = never)
+    mesh: str | None = None  # e.g. "data=8"
+    logprob_chunk: int = 64
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(f"GRPOConfig: {msg}")
+
+        need(self.group_size >= 2, f"group_size must be >= 2 (group-relative advantages need a group), got {self.group_size}")
+        need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
+        need(self.oversample >= 1, f"oversample must be >= 1, got {self.oversample}")
+        need(self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1")
+        need((self.prompts_per_step * self.group_size) % self.minibatches == 0,
+             f"prompts_per_step*group_size ({self.prompts_per_step * self.group_size}) must be divisible by "
+             f"minibatches ({self.minibatches})")
+        need(self.temperature > 0, f"temperature must be > 0 for RL sampling, got {self.temperature}")
+        need(self.max_new_tokens >= 1 and self.lr > 0, "max_new_tokens >= 1 and lr > 0")
+        need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
+        need(self.ref_reset_every is None or self.ref_reset_every >= 1,
+             f"ref_reset_every must be None (never) or >= 1, got {self.ref_reset_every}")
+        need(0 <= self.overlong_cache <= self.max_new_tokens,
+             f"overlong_cache must be in [0, max_new_tokens={self.max_new_tokens}], got {self.overlong_cache}")
+
+    @property
+    def groups_sampled(self) -> int:
+        return self.prompts_per_step * (self.oversample if self.dynamic_sampling else 1)
+
+
+@flax.struct.dataclass
+class GRPOState:
+    params: nnx.State
+    rest: nnx.State  # non-parameter model state (e.g. MoE expert biases), not trained here
+    ref_params: nnx.State
+    opt_state: optax.OptState
+    step: jax.Array  # int32 []
+    key: jax.Array
+
+
+def _optimizer(cfg: GRPOConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99))
+
+
+def response_positions(prompt_lens: jax.Array, n: int) -> jax.Array:
+    """[B] -> [B, n] index into the model's [B, T-1] next-token outputs for response token i."""
+    return prompt_lens[:, None] - 1 + jnp.arange(n)[None]
+
+
+def join(prompts: jax.Array, prompt_lens: jax.Array, response: jax.Array) -> jax.Array:
+    """prompts [B, P] (right-padded), response [B, N] -> [B, P+N]: response right after each prompt."""
+    b, p = prompts.shape
+    base = jnp.where(jnp.arange(p)[None] < prompt_lens[:, None], prompts, VOCAB.pad)
+    base = jnp.pad(base, ((0, 0), (0, response.shape[1])))
+    return jax.vmap(lambda x, r, s: jax.lax.dynamic_update_slice(x, r, (s,)))(base, response, prompt_lens)
+
+
+def response_logprobs(model, tokens, prompt_lens, n: int, temperature: float, chunk: int = 64):
+    """log pi(response token) and entropy of pi at each response position, pi = softmax(logits / T).
+
+    tokens [B, P+N] (``join``), prompt_lens [B] -> (logp [B, n], entropy [B, n]). The head runs on
+    ``chunk`` positions at a time under remat, so [B, n, V] logits are never all held at once.
+    """
+    h, _, _ = model.hidden(tokens[:, :-1])
+    idx = response_positions(prompt_lens, n)
+    h = jnp.take_along_axis(h, idx[..., None], axis=1)  # [B, n, D]
+    targets = jnp.take_along_axis(tokens, idx + 1, axis=1)
+    c = min(chunk, n)
+    pad = (-n) % c
+    hs = jnp.pad(h, ((0, 0), (0, pad), (0, 0))).reshape(h.shape[0], -1, c, h.shape[-1]).swapaxes(0, 1)
+    ts = jnp.pad(targets, ((0, 0), (0, pad))).reshape(h.shape[0], -1, c).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def one(hc, tc):
+        lp = jax.nn.log_softmax(model.logits(hc) / temperature, axis=-1)
+        ent = -jnp.sum(jnp.exp(lp) * lp, axis=-1)
+        return jnp.take_along_axis(lp, tc[..., None], axis=-1)[..., 0], ent
+
+    _, (lp, ent) = jax.lax.scan(lambda _, x: (None, one(*x)), None, (hs, ts))
+    fix = lambda x: x.swapaxes(0, 1).reshape(h.shape[0], -1)[:, :n]
+    return fix(lp), fix(ent)
+
+
+def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Array, jax.Array]:
+    """rewards [Q, G] -> (indices of ``keep`` groups [keep], fraction of groups with zero variance).
+
+    Dynamic sampling with static shapes: groups with non-zero reward variance come first (stable
+    order), zero-variance groups only fill the remaining slots (their advantages are 0 anyway).
+    """
+    informative = jnp.std(rewards, axis=1) > 0
+    frac_filtered = 1.0 - jnp.mean(informative.astype(jnp.float32))
+    order = jnp.argsort(~informative, stable=True) if dynamic else jnp.arange(rewards.shape[0])
+    return order[:keep], frac_filtered
+
+
+class GRPOTrainer:
+    def __init__(self, config: GRPOConfig, model, tasks: Sequence, prompt_len: int, answer_len: int,
+                 task_weights=None):
+        self.config = config
+        self.tasks = list(tasks)
+        if not self.tasks:
+            raise ValueError("GRPOTrainer: need at least one task")
+        self.weights = np.ones(len(self.tasks)) if task_weights is None else np.asarray(task_weights, np.float64)
+        self.prompt_len, self.answer_len = prompt_len, answer_len
+        model.cfg.check_cache(prompt_len, config.max_new_tokens, prompt_len + config.max_new_tokens)
+        self.graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        self._init_params, self._rest = params, rest
+        self.optimizer = _optimizer(config)
+        self.sampler_config = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                            pad_id=VOCAB.pad)
+        self.mesh = None
+        if config.mesh:
+            from jaxrl_reason.models.lm.sharding import BATCH_AXES
+            from jaxrl_reason.parallel.mesh import make_mesh
+
+            self.mesh = make_mesh(config.mesh)
+            n_batch = int(np.prod([self.mesh.shape[a] for a in BATCH_AXES if a in self.mesh.shape]))
+            rows = {"sampled rows (groups_sampled*group_size)": config.groups_sampled * config.group_size,
+                    "minibatch rows": config.prompts_per_step * config.group_size // config.minibatches}
+            for what, n in rows.items():
+                if n % n_batch:
+                    raise ValueError(f"GRPOConfig: {what} = {n} is not divisible by the {n_batch} devices of the "
+                                     f"batch axes of mesh {config.mesh!r}")
+        self._update = jax.jit(self._update_impl, donate_argnums=0)
+        self._rewards = jax.jit(functools.partial(combine_rewards, config.reward))
+
+    # ----------------------------------------------------------------- state
+    def init(self, key: jax.Array, params: nnx.State | None = None) -> GRPOState:
+        params = self._init_params if params is None else params
+        params = jax.tree.map(jnp.array, params)  # own copies (updates are donated)
+        rest = self._rest
+        if self.mesh is not None:
+            from jaxrl_reason.models.lm.sharding import shard_state
+
+            params, rest = shard_state(params, self.mesh), shard_state(rest, self.mesh)
+        ref = jax.tree.map(jnp.copy, params)
+        return GRPOState(params=params, rest=rest, ref_params=ref, opt_state=self.optimizer.init(params),
+                         step=jnp.int32(0), key=key)
+
+    def model(self, state: GRPOState):
+        return nnx.merge(self.graphdef, state.params, state.rest)
+
+    def _put(self, x):
+        x = jnp.asarray(x)
+        if self.mesh is None:
+            return x
+        from jaxrl_reason.models.lm.sharding import batch_sharding
+
+        return jax.device_put(x, batch_sharding(self.mesh, x.shape))
+
+    # ----------------------------------------------------------------- step
+    def problems(self, step: int):
+        rng = np.random.default_rng([self.config.seed, step])
+        return make_batch(self.tasks, rng, self.config.groups_sampled, self.prompt_len, self.answer_len, self.weights)
+
+    def step(self, state: GRPOState) -> tuple[GRPOState, dict]:
+        cfg = self.config
+        step = int(state.step)
+        batch = self.problems(step).repeat(cfg.group_size)
+        k_sample, k_reward, k_update = jax.random.split(jax.random.fold_in(state.key, step), 3)
+        b = len(batch)
+        prompts, plens = self._put(batch.prompts), self._put(batch.prompt_lens)
+        stops = self._put(jnp.broadcast_to(jnp.array([VOCAB.answer_end, VOCAB.eos], jnp.int32), (b, 2)))
+        out = generate(self.graphdef, nnx.merge_state(state.params, state.rest), prompts, plens, k_sample, stops,
+                       self._put(jnp.full((b,), cfg.max_new_tokens, jnp.int32)), config=self.sampler_config)
+        scores = score(self.tasks, batch, out.tokens, out.lengths)
+        rewards = self._rewards(k_reward, scores)
+        if cfg.overlong_cache:
+            rewards = rewards + overlong_penalty(out.lengths, cfg.max_new_tokens, cfg.overlong_cache)
+        state, metrics = self._update(state, k_update, prompts, plens, out.tokens, out.lengths, out.logprobs,
+                                      rewards.reshape(-1, cfg.group_size))
+        metrics["accuracy"] = float(np.mean(scores["correct"]))
+        metrics["format_rate"] = float(np.mean(scores["formatted"]))
+        return state, metrics
+
+    def _update_impl(self, state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, rewards):
+        cfg, g, n = self.config, self.config.group_size, self.config.max_new_tokens
+        sel, frac_filtered = select_groups(rewards, cfg.prompts_per_step, cfg.dynamic_sampling)
+        rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
+        adv = group_advantages(rewards[sel], cfg.advantage).reshape(-1)
+        prompts, prompt_lens, tokens, lengths = prompts[rows], prompt_lens[rows], tokens[rows], lengths[rows]
+        seqs = join(prompts, prompt_lens, tokens)
+        mask = (jnp.arange(n)[None] < lengths[:, None]).astype(jnp.float32)
+
+        def logp_fn(params, seqs, plens):
+            return response_logprobs(nnx.merge(self.graphdef, params, state.rest), seqs, plens, n,
+                                     cfg.temperature, cfg.logprob_chunk)
+
+        old_logp, old_ent = logp_fn(state.params, seqs, prompt_lens)
+        ref_logp, _ = logp_fn(state.ref_params, seqs, prompt_lens)
+        data = dict(seqs=seqs, plens=prompt_lens, adv=adv, mask=mask, old=old_logp, ref=ref_logp)
+
+        def loss_fn(params, mb):
+            logp, ent = logp_fn(params, mb["seqs"], mb["plens"])
+            return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], ref_logp=mb["ref"], entropy=ent, config=cfg.loss)
+
+        def opt_step(carry, mb):
+            params, opt_state = carry
+            (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
+            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            m["grad_norm"] = optax.global_norm(grads)
+            return (optax.apply_updates(params, updates), opt_state), m
+
+        def epoch(carry, k):
+            perm = jax.random.permutation(k, adv.shape[0]).reshape(cfg.minibatches, -1)
+            return jax.lax.scan(opt_step, carry, jax.tree.map(lambda x: x[perm], data))
+
+        (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
+                                              jax.random.split(key, cfg.epochs))
+        step = state.step + 1
+        reset = jnp.bool_(False) if cfg.ref_reset_every is None else step % cfg.ref_reset_every == 0
+        pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(reset, x, y), a, b)
+        ref_params = pick(params, state.ref_params)
+        opt_state = pick(self.optimizer.init(params), opt_state)
+        valid = mask.sum()
+        metrics = {k: v.mean() for k, v in m.items()}
+        metrics.update(
+            reward=rewards.mean(), reward_selected=rewards[sel].mean(), frac_filtered=frac_filtered,
+            response_length=lengths.mean(), sample_entropy=(old_ent * mask).sum() / valid,
+            kl_ref=m["kl"][0, 0], clip_fraction=m["clip_fraction"].mean(),
+            logp_mismatch=jnp.abs((old_logp - sample_logp[rows]) * mask).sum() / valid,
+            ref_reset=reset.astype(jnp.float32),
+        )
+        return GRPOState(params=params, rest=state.rest, ref_params=ref_params, opt_state=opt_state, step=step,
+                         key=state.key), metrics
+
+    def chunk_fn(self, steps: int):
+        """``state -> (state, metrics [steps] each)`` for ``utils.loop.run_chunks``."""
+
+        def run(state):
+            rows = []
+            for _ in range(steps):
+                state, m = self.step(state)
+                rows.append(jax.device_get(m))
+            return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+
+        return run
