@@ -1,0 +1,117 @@
+"""Linear operators for the solvers: dense arrays, ``jax.experimental.sparse`` BCOO/BCSR
+matrices and plain matvec functions behind one pytree-friendly interface.
+
+``as_operator(A)`` returns a pytree (the array, the sparse matrix, or a
+``jax.tree_util.Partial`` around a function) that can cross ``jit`` boundaries;
+``matvec(op, v)`` applies it. Diagonal and diagonal-block extraction are only
+defined for explicit matrices (a matvec function has no entries to read).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import sparse as jsparse
+
+Operator = Any  # jax.Array | jsparse.BCOO | jsparse.BCSR | jax.tree_util.Partial
+
+
+def as_operator(A) -> Operator:
+    """Wrap ``A`` (dense ``[n, n]``, BCOO/BCSR, or ``v -> A v``) as a jit-friendly pytree."""
+    if isinstance(A, jsparse.BCSR):
+        return A.to_bcoo()  # one sparse code path; BCOO matvec is a gather + segment-sum
+    if isinstance(A, (jsparse.JAXSparse, jax.tree_util.Partial)):
+        return A
+    if callable(A):
+        return jax.tree_util.Partial(A)
+    A = jnp.asarray(A)
+    return A
+
+
+def is_explicit(op: Operator) -> bool:
+    """True for dense and sparse matrices (entries readable), False for matvec functions."""
+    return not isinstance(op, jax.tree_util.Partial)
+
+
+def matvec(op: Operator, v: jax.Array) -> jax.Array:
+    """``A @ v`` for ``v`` of shape ``[n]``."""
+    if isinstance(op, jax.tree_util.Partial):
+        return op(v)
+    return op @ v
+
+
+def entries_finite(op: Operator) -> jax.Array:
+    """bool scalar: every stored entry is finite (True for matvec functions: checked via A x)."""
+    if isinstance(op, jsparse.BCOO):
+        return jnp.isfinite(op.data).all()
+    if isinstance(op, jax.tree_util.Partial):
+        return jnp.bool_(True)
+    return jnp.isfinite(op).all()
+
+
+def check_system(op: Operator, b, name: str = "A") -> None:
+    """Raise ``ValueError`` (before tracing) unless ``op`` maps ``b``'s shape ``[n]`` to ``[n]``."""
+    b_shape = tuple(np.shape(b))
+    if len(b_shape) != 1:
+        raise ValueError(f"b must be a vector [n]; got shape {b_shape} (vmap over several right-hand sides)")
+    n = b_shape[0]
+    if n == 0:
+        raise ValueError("b is empty (n = 0)")
+    if is_explicit(op):
+        if tuple(op.shape) != (n, n):
+            raise ValueError(f"{name} has shape {tuple(op.shape)} but b has shape {b_shape}; need {name} [n, n] with n = {n}")
+        return
+    try:
+        out = jax.eval_shape(op, jax.ShapeDtypeStruct(b_shape, jnp.result_type(b)))
+    except Exception as e:  # noqa: BLE001 - surface the user's error with context
+        raise ValueError(f"{name}(v) failed for v of shape {b_shape}: {type(e).__name__}: {e}") from e
+    if tuple(out.shape) != b_shape:
+        raise ValueError(f"{name}(v) returns shape {tuple(out.shape)} for v of shape {b_shape}; must return [n]")
+
+
+def diagonal(op: Operator) -> jax.Array:
+    """Main diagonal ``[n]`` of an explicit matrix (duplicates in BCOO are summed)."""
+    if not is_explicit(op):
+        raise ValueError("the diagonal of a matvec function is unknown; pass a dense or sparse matrix")
+    if isinstance(op, jsparse.BCOO):
+        rows, cols = op.indices[:, 0], op.indices[:, 1]
+        vals = jnp.where(rows == cols, op.data, 0)
+        return jnp.zeros(op.shape[0], op.dtype).at[rows].add(vals)
+    return jnp.diagonal(op)
+
+
+def diagonal_blocks(op: Operator, block_size: int) -> jax.Array:
+    """Diagonal blocks ``[nb, k, k]`` (``nb = ceil(n / k)``); the padding past ``n`` is identity."""
+    if not is_explicit(op):
+        raise ValueError("diagonal blocks of a matvec function are unknown; pass a dense or sparse matrix")
+    n, k = op.shape[0], int(block_size)
+    nb = -(-n // k)
+    pad = nb * k - n
+    if isinstance(op, jsparse.BCOO):
+        rows, cols = op.indices[:, 0], op.indices[:, 1]
+        same = (rows // k) == (cols // k)
+        blocks = jnp.zeros((nb, k, k), op.dtype)
+        blocks = blocks.at[rows // k, rows % k, cols % k].add(jnp.where(same, op.data, 0))
+    else:
+        Ap = jnp.pad(op, ((0, pad), (0, pad)))
+        blocks = Ap.reshape(nb, k, nb, k)[jnp.arange(nb), :, jnp.arange(nb), :]
+    if pad:
+        idx = jnp.arange(n, nb * k)
+        blocks = blocks.at[idx // k, idx % k, idx % k].set(1)
+    return blocks
+
+
+def to_dense(op: Operator, n: int | None = None, dtype=None) -> jax.Array:
+    """Dense ``[n, n]`` matrix of any operator (matvec functions: by applying to the identity)."""
+    if isinstance(op, jsparse.BCOO):
+        return op.todense()
+    if isinstance(op, jax.tree_util.Partial):
+        eye = jnp.eye(n, dtype=dtype)
+        return jax.vmap(op, in_axes=1, out_axes=1)(eye)
+    return op
+
+
+MatvecFn = Callable[[jax.Array], jax.Array]
