@@ -118,7 +118,7 @@ def make_train_step(graphdef, optimizer: optax.GradientTransformation, chunk: in
         model = nnx.merge(graphdef, params, state.rest)
         apply_bias_update(model, metrics)
         _, _, rest = nnx.split(model, nnx.Param, ...)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         return TrainState(params=params, rest=rest, opt_state=opt_state, step=state.step + 1), metrics
 
     return jax.jit(step, donate_argnums=0)
