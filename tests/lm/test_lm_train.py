@@ -56,7 +56,7 @@ def test_sft_learns_copy_task_with_mtp_and_moe():
 
 @pytest.mark.slow
 def test_aux_loss_free_bias_balances_experts():
-    """Router skewed at init towards experts 0, 1. Expert load averaged over the last 60 of 200 steps:
+    """Router skewed at init towards experts 0, 1. Expert load averaged over the last 50 of 150 steps:
     max/mean < 1.5 with the bias update on, much higher with it off."""
     cfg = dataclasses.replace(MOE, mtp_depth=0, remat=False, moe_n_groups=1, moe_topk_groups=1)
 
@@ -65,16 +65,16 @@ def test_aux_loss_free_bias_balances_experts():
         model = Transformer(c, rngs=nnx.Rngs(0))
         skew = jnp.zeros((c.d_model, c.n_routed_experts)).at[:, :2].set(0.3)
         model.blocks.mlp.router[...] = model.blocks.mlp.router[...] + skew
-        opt = make_optimizer(1e-3, 200)
+        opt = make_optimizer(1e-3, 150)
         graphdef, state = init_train_state(model, opt)
         step = make_train_step(graphdef, opt, chunk=16)
         key, loads = jax.random.PRNGKey(1), []
-        for _ in range(200):
+        for _ in range(150):
             key, sub = jax.random.split(key)
             toks = jax.random.randint(sub, (8, 16), 1, c.vocab_size)
             state, met = step(state, {"tokens": toks, "loss_mask": jnp.ones((8, 15))})
             loads.append(met["load"])
-        return float(jnp.max(max_over_mean_load(jnp.mean(jnp.stack(loads[-60:]), 0))))
+        return float(jnp.max(max_over_mean_load(jnp.mean(jnp.stack(loads[-50:]), 0))))
 
     on, off = run(1e-2), run(0.0)
     print(f"max/mean expert load: bias update on {on:.2f}, off {off:.2f}")
@@ -110,9 +110,9 @@ def test_fp8_matmul_error_and_grad():
 @pytest.mark.slow
 def test_fp8_training_tracks_bf16():
     base = LMConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, dtype="bfloat16", fp8_block=16)
-    _, h16 = _train(base, 30, lr=2e-2, batch=4)
-    _, h8 = _train(dataclasses.replace(base, fp8=True), 30, lr=2e-2, batch=4)
+    _, h16 = _train(base, 20, lr=2e-2, batch=4)
+    _, h8 = _train(dataclasses.replace(base, fp8=True), 20, lr=2e-2, batch=4)
     l16, l8 = np.array([m["nll"] for m in h16]), np.array([m["nll"] for m in h8])
     print("nll bf16", l16[::5], "fp8", l8[::5])
     assert l16[-1] < 0.6 * l16[0]
-    assert np.max(np.abs(l8[-10:] - l16[-10:])) < 0.1 * l16[0], (l8[-10:], l16[-10:])
+    assert np.max(np.abs(l8[-5:] - l16[-5:])) < 0.1 * l16[0], (l8[-5:], l16[-5:])

@@ -1,0 +1,210 @@
+"""LM stack benchmark: sampler decode tokens/s (vs HF transformers `generate` on the same weights,
+side by side in one process), prefill tokens/s, train-step tokens/s and MFU, KV-cache bytes/token
+for MHA / GQA / MLA, and (GPU preset) decode as a fraction of the memory-bandwidth roofline.
+
+    python experiments/bench_lm.py --preset cpu        # tiny Qwen2 of shared/anchors/bench_hf_generate.py
+    python experiments/bench_lm.py --preset gpu        # ~300M dense train MFU, ~1B decode at batch 1
+
+The model is built in transformers (random init, seed 0), saved as safetensors and imported, so both
+sides run identical weights; both sample with temperature 1, no top-k, no early stop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.models.lm import LMConfig, Transformer, cache_bytes_per_token, init_cache, param_count
+from jaxrl_reason.models.lm.sampler import SamplerConfig, generate, prepare
+from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.utils.experiment import RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    # sampler model (Qwen2 layout, built in transformers when hf is on)
+    vocab_size: int = 512
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 8
+    n_kv_heads: int = 2
+    d_ff: int = 704
+    dtype: str = "float32"
+    batch: int = 16
+    prompt_len: int = 32
+    new_tokens: int = 128
+    repeats: int = 3
+    hf: bool = True  # time HF generate side by side (needs the `hf` extra)
+    # train step
+    train_batch: int = 8
+    train_len: int = 128
+    train_steps: int = 5
+    train_d_model: int = 256
+    train_layers: int = 4
+    train_vocab: int = 512
+    train_d_ff: int = 704
+    train_heads: int = 8
+    remat: bool = False
+    peak_flops: float = 0.0  # device peak FLOP/s for MFU (0: MFU not reported)
+    peak_bandwidth: float = 0.0  # device bytes/s for the decode roofline (0: not reported)
+
+    def __post_init__(self):
+        if min(self.batch, self.prompt_len, self.new_tokens, self.repeats, self.train_steps) < 1:
+            raise ValueError("batch, prompt_len, new_tokens, repeats, train_steps must be >= 1")
+        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError("n_heads must divide d_model and be a multiple of n_kv_heads")
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(vocab_size=32000, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=4, d_ff=5632, dtype="bfloat16",
+                  batch=1, prompt_len=128, new_tokens=512, hf=False, train_batch=16, train_len=2048, train_steps=10,
+                  train_d_model=1024, train_layers=24, train_vocab=32000, train_d_ff=2816, train_heads=16, remat=True,
+                  peak_flops=790e12, peak_bandwidth=4.3e12),
+}
+
+
+def _timed(fn, repeats: int) -> float:
+    """Best wall seconds of `repeats` calls after one warm-up (results blocked on)."""
+    jax.block_until_ready(fn())
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _hf_model(c: Config):
+    import torch
+    import transformers
+
+    cfg = transformers.Qwen2Config(vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff,
+                                   num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads,
+                                   num_key_value_heads=c.n_kv_heads, max_position_embeddings=1024, tie_word_embeddings=True)
+    torch.manual_seed(c.seed)
+    return transformers.Qwen2ForCausalLM(cfg).eval()
+
+
+def bench_sampler(c: Config) -> dict:
+    out: dict = {}
+    scfg = SamplerConfig(max_new_tokens=c.new_tokens, temperature=1.0)
+    prompts = np.random.default_rng(c.seed).integers(0, c.vocab_size, (c.batch, c.prompt_len))
+    if c.hf:
+        import torch
+
+        from jaxrl_reason.models.lm.hf_import import load_hf_model
+
+        hf = _hf_model(c)
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_pretrained(d, safe_serialization=True)
+            model = load_hf_model(d, max_seq_len=1024, dtype=c.dtype)
+        kw = dict(max_new_tokens=c.new_tokens, min_new_tokens=c.new_tokens, do_sample=True, temperature=1.0, top_k=0, pad_token_id=0)
+        pt = torch.tensor(prompts)
+        with torch.no_grad():
+            dt = _timed(lambda: hf.generate(pt, **kw), c.repeats)
+        out["hf_generate_tokens_per_s"] = c.batch * c.new_tokens / dt
+        out["torch_threads"] = torch.get_num_threads()
+    else:
+        cfg = LMConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_layers=c.n_layers, n_heads=c.n_heads,
+                       n_kv_heads=c.n_kv_heads, d_ff=c.d_ff, qkv_bias=True, tie_embeddings=True, dtype=c.dtype,
+                       param_dtype=c.dtype, max_seq_len=c.prompt_len + c.new_tokens)
+        model = Transformer(cfg, rngs=nnx.Rngs(c.seed))
+    graphdef, state = nnx.split(model)
+    args = prepare(model.cfg, prompts, None, scfg)
+    keys = iter(jax.random.split(jax.random.PRNGKey(c.seed), 100))
+    run = lambda: generate(graphdef, state, *args[:2], next(keys), *args[2:], config=scfg).tokens
+    dt = _timed(run, c.repeats)
+    out["decode_tokens_per_s"] = c.batch * c.new_tokens / dt
+    if c.hf:
+        out["ratio_vs_hf"] = out["decode_tokens_per_s"] / out["hf_generate_tokens_per_s"]
+
+    @jax.jit
+    def prefill(state, toks):
+        m = nnx.merge(graphdef, state)
+        cache = init_cache(m.cfg, toks.shape[0], toks.shape[1])
+        h, cache, _ = m.hidden(toks, None, cache)
+        return m.logits(h[:, -1]), cache
+
+    toks = jnp.asarray(prompts, jnp.int32)
+    out["prefill_tokens_per_s"] = c.batch * c.prompt_len / _timed(lambda: prefill(state, toks), c.repeats)
+    out["params"] = param_count(model)
+    if c.peak_bandwidth:
+        # batch-1 decode reads every weight and the cache once per step
+        wbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+        cbytes = cache_bytes_per_token(jax.eval_shape(lambda: init_cache(model.cfg, 1, 8))) * (c.prompt_len + c.new_tokens / 2)
+        roofline = c.peak_bandwidth / (wbytes + cbytes) * c.batch
+        out["decode_roofline_fraction"] = out["decode_tokens_per_s"] / roofline
+    return out
+
+
+def bench_train(c: Config) -> dict:
+    cfg = LMConfig(vocab_size=c.train_vocab, d_model=c.train_d_model, n_layers=c.train_layers, n_heads=c.train_heads,
+                   n_kv_heads=c.train_heads, d_ff=c.train_d_ff, dtype=c.dtype, remat=c.remat, max_seq_len=c.train_len)
+    model = Transformer(cfg, rngs=nnx.Rngs(c.seed))
+    opt = make_optimizer(1e-3, 1000)
+    graphdef, state = init_train_state(model, opt)
+    step = make_train_step(graphdef, opt, chunk=min(512, c.train_len))
+    toks = jax.random.randint(jax.random.PRNGKey(0), (c.train_batch, c.train_len), 0, cfg.vocab_size)
+    batch = {"tokens": toks, "loss_mask": jnp.ones((c.train_batch, c.train_len - 1))}
+    holder = [state]
+
+    def one():
+        holder[0], m = step(holder[0], batch)
+        return m["loss"]
+
+    jax.block_until_ready(one())
+    t = time.perf_counter()
+    for _ in range(c.train_steps):
+        loss = one()
+    jax.block_until_ready(loss)
+    dt = (time.perf_counter() - t) / c.train_steps
+    n = param_count(model) - cfg.vocab_size * cfg.d_model  # non-embedding params (head counted once)
+    flops_per_token = 6 * n + 12 * cfg.n_layers * c.train_len * cfg.d_model  # PaLM appendix B
+    tps = c.train_batch * c.train_len / dt
+    out = {"train_tokens_per_s": tps, "train_params": param_count(model), "train_tflops_per_s": tps * flops_per_token / 1e12}
+    if c.peak_flops:
+        out["train_mfu"] = tps * flops_per_token / c.peak_flops
+    return out
+
+
+def kv_bytes_table(c: Config) -> list[dict]:
+    """KV-cache bytes per token (all layers, f32) for MHA / GQA / MLA at this model width."""
+    base = dict(vocab_size=c.vocab_size, d_model=c.d_model, n_layers=c.n_layers, n_heads=c.n_heads, d_ff=c.d_ff)
+    hd = c.d_model // c.n_heads
+    variants = {
+        "MHA": LMConfig(**base, n_kv_heads=c.n_heads),
+        "GQA": LMConfig(**base, n_kv_heads=c.n_kv_heads),
+        "MLA": LMConfig(**base, attention="mla", kv_lora_rank=4 * hd, qk_rope_dim=hd // 2, qk_nope_dim=hd, v_head_dim=hd),
+    }
+    rows = []
+    for name, cfg in variants.items():
+        cache = jax.eval_shape(lambda cfg=cfg: init_cache(cfg, 1, 16))
+        per_layer = "2*n_kv*d_h" if cfg.attention == "gqa" else "d_c + d_rope"
+        rows.append({"attention": name, "bytes_per_token": cache_bytes_per_token(cache),
+                     "values_per_token_per_layer": cfg.cache_values_per_token() // cfg.n_layers, "formula": per_layer})
+    return rows
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    summary = {"device": str(jax.devices()[0].device_kind), "backend": jax.default_backend()}
+    summary.update(bench_sampler(config))
+    summary.update(bench_train(config))
+    table = run_dir.write_table("kv_cache_bytes", kv_bytes_table(config))
+    print(table)
+    rows = [{"metric": k, "value": v} for k, v in summary.items()]
+    print(run_dir.write_table("bench_lm", rows))
+    return summary
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)
