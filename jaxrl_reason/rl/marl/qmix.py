@@ -1,0 +1,356 @@
+"""QMIX (monotone value mixing) with a flashbax replay buffer, whole loop jitted.
+
+Per-agent utilities ``Q_i(o_i, a_i)`` from one parameter-shared network (observation
+plus one-hot agent id) are mixed into ``Q_tot = f(Q_1..Q_A; s)`` by a hypernetwork
+conditioned on the global state ``s`` whose mixing weights are made non-negative
+(``|.|``), so ``dQ_tot/dQ_i >= 0`` and greedy per-agent actions maximise ``Q_tot``.
+The team reward is the mean of the agents' rewards. Double-Q targets, Polyak target
+networks, epsilon-greedy exploration with a linear schedule.
+
+The same trainer runs the semi-offline RMIX recipe (``agents/rally/rmix.py``):
+``prefill_steps`` of transitions come from a ``behaviour`` policy (uniform for plain
+QMIX, a prior for RMIX), then ``offline_updates`` gradient steps on that data alone,
+with an optional large-margin loss on the prior's actions (DQfD style,
+``bc_margin``), then online learning where a fraction ``prior_explore`` of exploratory
+actions come from the prior. Every environment step, prefill included, counts
+towards ``total_timesteps``.
+
+Replay uses ``flashbax.make_flat_buffer`` (a maintained JAX buffer; pairs of
+consecutive steps per environment, so ``second`` is the next step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple
+
+import flashbax as fbx
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx, struct
+
+from jaxrl_reason import envs
+from jaxrl_reason.models.policies import MLP
+from jaxrl_reason.rl.marl import common
+
+# behaviour(key, ts) -> actions [A] for ONE environment (vmapped by the trainer).
+Behaviour = Callable[[jax.Array, envs.TimeStep], jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class QMIXConfig:
+    num_envs: int = 16
+    rollout_steps: int = 4  # env steps per environment between learning phases
+    total_timesteps: int = 100_000  # env steps (environments x steps), prefill included
+    prefill_steps: int = 2_048  # env steps collected by the behaviour policy first
+    iters_per_chunk: int = 50
+    updates_per_iter: int = 2
+    batch_size: int = 128
+    buffer_size: int = 50_000
+    lr: float = 5e-4
+    gamma: float = 0.97
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_frac: float = 0.5  # of the online steps
+    tau: float = 0.01  # Polyak rate of the target networks
+    hidden: int = 64
+    mixer_embed: int = 32
+    max_grad_norm: float = 10.0
+    # semi-offline (RMIX) options
+    offline_updates: int = 0
+    bc_margin: float = 0.0  # weight of the large-margin loss on prior transitions (offline phase)
+    bc_online: float = 0.0  # its weight during the online phase
+    margin: float = 0.5
+    prior_explore: float = 0.0  # fraction of exploratory actions taken from the prior
+    agent_net: str = "mlp"  # "mlp" (plain QMIX) or "role" (RMIX role-value heads)
+    condition_on_prior: bool = False  # agent nets also see the behaviour policy's proposal (one-hot)
+
+    def __post_init__(self):
+        for name in ("num_envs", "rollout_steps", "total_timesteps", "iters_per_chunk", "updates_per_iter",
+                     "batch_size", "buffer_size", "hidden", "mixer_embed"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"QMIXConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.prefill_steps < 2 * self.num_envs:
+            raise ValueError(f"QMIXConfig.prefill_steps={self.prefill_steps} must be >= 2 * num_envs "
+                             f"({2 * self.num_envs}) so the buffer can be sampled")
+        if self.total_timesteps < self.prefill_steps + self.num_envs * self.rollout_steps:
+            raise ValueError("QMIXConfig.total_timesteps leaves no online iteration after the prefill")
+        if self.buffer_size < self.prefill_steps:
+            raise ValueError("QMIXConfig.buffer_size must hold at least the prefill")
+        for name in ("eps_start", "eps_end", "eps_decay_frac", "tau", "prior_explore", "gamma"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"QMIXConfig.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.agent_net not in ("mlp", "role"):
+            raise ValueError(f"QMIXConfig.agent_net must be 'mlp' or 'role', got {self.agent_net!r}")
+        if self.offline_updates < 0 or self.bc_margin < 0 or self.bc_online < 0:
+            raise ValueError("offline_updates, bc_margin and bc_online must be >= 0")
+
+    @property
+    def prefill_rollout(self) -> int:
+        return -(-self.prefill_steps // self.num_envs)
+
+    @property
+    def num_iters(self) -> int:
+        online = self.total_timesteps - self.prefill_rollout * self.num_envs
+        return online // (self.num_envs * self.rollout_steps)
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.num_iters // self.iters_per_chunk)
+
+
+class AgentQ(nnx.Module):
+    """Shared per-agent utility network: ``[..., D] -> [..., num_actions]``."""
+
+    def __init__(self, in_dim: int, num_actions: int, hidden: int, *, rngs: nnx.Rngs, **_):
+        self.net = MLP([in_dim, hidden, hidden, num_actions], rngs=rngs)
+
+    def __call__(self, x):
+        return self.net(x)
+
+
+class MonotoneMixer(nnx.Module):
+    """QMIX hypernetwork mixer: ``(q [..., A], s [..., S]) -> Q_tot [...]``, monotone in q."""
+
+    def __init__(self, num_agents: int, state_dim: int, embed: int, *, rngs: nnx.Rngs):
+        self.A, self.E = num_agents, embed
+        self.hyper_w1 = MLP([state_dim, embed, num_agents * embed], rngs=rngs)
+        self.hyper_b1 = nnx.Linear(state_dim, embed, rngs=rngs)
+        self.hyper_w2 = MLP([state_dim, embed, embed], rngs=rngs)
+        self.hyper_b2 = MLP([state_dim, embed, 1], rngs=rngs)
+
+    def __call__(self, q, s):
+        w1 = jnp.abs(self.hyper_w1(s)).reshape(*s.shape[:-1], self.A, self.E)
+        h = jax.nn.elu(jnp.einsum("...a,...ae->...e", q, w1) + self.hyper_b1(s))
+        w2 = jnp.abs(self.hyper_w2(s))
+        return jnp.sum(h * w2, -1) + self.hyper_b2(s)[..., 0]
+
+
+class MixingNets(nnx.Module):
+    def __init__(self, agent: nnx.Module, mixer: MonotoneMixer):
+        self.agent, self.mixer = agent, mixer
+
+
+AGENT_NETS: dict[str, type] = {"mlp": AgentQ}
+
+
+def build_nets(config: QMIXConfig, env: envs.Environment, key: jax.Array) -> MixingNets:
+    in_dim = math.prod(env.obs_shape) + env.num_agents + (env.num_actions if config.condition_on_prior else 0)
+    rngs = nnx.Rngs(key)
+    if config.agent_net not in AGENT_NETS:  # "role" is registered by agents.rally.rmix
+        import jaxrl_reason.agents.rally.rmix  # noqa: F401
+    agent = AGENT_NETS[config.agent_net](in_dim, env.num_actions, config.hidden, rngs=rngs,
+                                         num_targets=getattr(env, "num_targets", None))
+    mixer = MonotoneMixer(env.num_agents, common.global_state_dim(env), config.mixer_embed, rngs=rngs)
+    return MixingNets(agent, mixer)
+
+
+class Step(NamedTuple):
+    """One stored step (per environment): the state acted in and what followed."""
+
+    obs: jax.Array  # [A, D] float32
+    gstate: jax.Array  # [S]
+    legal: jax.Array  # [A, N] bool
+    action: jax.Array  # [A] int32
+    reward: jax.Array  # [] team reward (mean over agents)
+    done: jax.Array  # [] float32
+    from_prior: jax.Array  # [] float32: the action came from the prior policy
+    prior_action: jax.Array  # [A] int32 the behaviour policy's proposal in this state
+
+
+@struct.dataclass
+class QMIXState:
+    params: Any
+    target_params: Any
+    opt_state: Any
+    buffer: Any
+    env_state: Any
+    timestep: envs.TimeStep
+    key: jax.Array
+    env_steps: jax.Array  # int32 environment steps so far (all environments)
+    iteration: jax.Array
+
+
+class ChunkedQMIX(NamedTuple):
+    init: Callable[[jax.Array], QMIXState]
+    update_chunk: Callable[[QMIXState], tuple[QMIXState, dict]]
+    graphdef: Any
+
+
+def uniform_behaviour(env: envs.Environment) -> Behaviour:
+    return lambda key, ts: envs.random_legal_action(key, env, ts)
+
+
+def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None) -> ChunkedQMIX:
+    """``init(key)`` (prefill + offline phase) and ``update_chunk(state)`` (online iterations).
+
+    ``behaviour`` fills the buffer first and, when ``prior_explore > 0``, supplies that
+    fraction of the exploratory actions; ``None`` means uniformly random legal actions.
+    """
+    common.check_discrete_simultaneous(env, "QMIX")
+    from_prior = behaviour is not None
+    behaviour = behaviour or uniform_behaviour(env)
+    wrapped = envs.EpisodeStats(envs.AutoReset(env))
+    E, A = config.num_envs, env.num_agents
+    graphdef, _ = nnx.split(build_nets(config, env, jax.random.key(0)))
+    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
+    buffer = fbx.make_flat_buffer(max_length=config.buffer_size, min_length=2 * E,
+                                  sample_batch_size=config.batch_size, add_sequences=True, add_batch_size=E)
+    online_steps = config.num_iters * E * config.rollout_steps
+    decay_steps = max(1.0, config.eps_decay_frac * online_steps)
+
+    def agent_q(params, obs, legal, prior_action):
+        q = nnx.merge(graphdef, params).agent(agent_input(config, env, obs, prior_action))
+        return jnp.where(legal, q, -1e9)
+
+    def env_step(params, eps, prior_explore, use_prior):
+        """One step of all environments; ``use_prior``: act with the behaviour policy only."""
+
+        def fn(carry, key):
+            env_state, ts = carry
+            k_prior, k_rand, k_u1, k_u2, k_env = jax.random.split(key, 5)
+            obs, legal = common.flat_obs(ts), ts.legal_action_mask
+            prior_a = jax.vmap(behaviour)(jax.random.split(k_prior, E), ts)
+            rand_a = jax.vmap(envs.random_legal_action, (0, None, 0))(jax.random.split(k_rand, E), env, ts)
+            greedy = jnp.argmax(agent_q(params, obs, legal, prior_a), -1).astype(jnp.int32)
+            explore_from_prior = jax.random.uniform(k_u1, (E, A)) < prior_explore
+            explore = jnp.where(explore_from_prior, prior_a, rand_a)
+            explores = jax.random.uniform(k_u2, (E, A)) < eps
+            action = jnp.where(use_prior, prior_a, jnp.where(explores, explore, greedy))
+            prior_used = use_prior | jnp.all(explores & explore_from_prior, -1)
+            env_state, nts = jax.vmap(wrapped.step)(jax.random.split(k_env, E), env_state, action)
+            step = Step(obs, common.global_state(ts), legal, action, nts.reward.mean(-1),
+                        nts.done.astype(jnp.float32), (prior_used & from_prior).astype(jnp.float32), prior_a)
+            stats = (nts.info["returned_episode"], nts.info["returned_episode_return"].mean(-1),
+                     nts.info.get("coverage", jnp.zeros((E,))))
+            return (env_state, nts), (step, stats)
+
+        return fn
+
+    def collect(params, env_state, ts, key, steps, eps, use_prior):
+        fn = env_step(params, eps, config.prior_explore if from_prior else 0.0, use_prior)
+        (env_state, ts), (traj, stats) = jax.lax.scan(fn, (env_state, ts), jax.random.split(key, steps))
+        return env_state, ts, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj), stats
+
+    def loss_fn(params, target_params, first: Step, second: Step, bc_weight):
+        nets = nnx.merge(graphdef, params)
+        q_all = agent_q(params, first.obs, first.legal, first.prior_action)  # [B, A, N]
+        q_taken = jnp.take_along_axis(q_all, first.action[..., None], -1)[..., 0]
+        q_tot = nets.mixer(q_taken, first.gstate)
+        next_a = jnp.argmax(agent_q(params, second.obs, second.legal, second.prior_action), -1)
+        q_next = jnp.take_along_axis(agent_q(target_params, second.obs, second.legal, second.prior_action),
+                                     next_a[..., None], -1)[..., 0]
+        target_tot = nnx.merge(graphdef, target_params).mixer(q_next, second.gstate)
+        y = first.reward + config.gamma * (1.0 - first.done) * jax.lax.stop_gradient(target_tot)
+        td = jnp.mean(optax.huber_loss(q_tot, y))
+        margin = jnp.where(jax.nn.one_hot(first.action, env.num_actions) > 0, 0.0, config.margin)
+        large_margin = jnp.max(q_all + margin, -1) - q_taken  # [B, A] >= 0
+        w = first.from_prior[:, None]
+        bc = jnp.sum(large_margin * w) / jnp.maximum(w.sum() * A, 1.0)
+        loss = td + bc_weight * bc
+        return loss, {"td_loss": td, "bc_loss": bc, "q_tot": q_tot.mean()}
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def learn(params, target_params, opt_state, buf, key, bc_weight):
+        batch = buffer.sample(buf, key).experience
+        grads, metrics = grad_fn(params, target_params, batch.first, batch.second, bc_weight)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        target_params = optax.incremental_update(params, target_params, config.tau)
+        return params, target_params, opt_state, metrics
+
+    def init(key: jax.Array) -> QMIXState:
+        k_net, k_env, k_fill, k_off, k_run = jax.random.split(key, 5)
+        params = nnx.state(build_nets(config, env, k_net))
+        env_state, ts = jax.vmap(wrapped.reset)(jax.random.split(k_env, E))
+        dummy = Step(common.flat_obs(ts)[0], common.global_state(ts)[0], ts.legal_action_mask[0],
+                     jnp.zeros((A,), jnp.int32), jnp.float32(0), jnp.float32(0), jnp.float32(0),
+                     jnp.zeros((A,), jnp.int32))
+        buf = buffer.init(dummy)
+        env_state, ts, traj, _ = collect(params, env_state, ts, k_fill, config.prefill_rollout, 1.0, True)
+        buf = buffer.add(buf, traj)
+        opt_state = tx.init(params)
+        target_params = params
+
+        def offline(carry, key):
+            params, target_params, opt_state = carry
+            params, target_params, opt_state, _ = learn(params, target_params, opt_state, buf, key,
+                                                        config.bc_margin)
+            return (params, target_params, opt_state), None
+
+        (params, target_params, opt_state), _ = jax.lax.scan(
+            offline, (params, target_params, opt_state), jax.random.split(k_off, config.offline_updates))
+        return QMIXState(params, target_params, opt_state, buf, env_state, ts, k_run,
+                         jnp.int32(config.prefill_rollout * E), jnp.int32(0))
+
+    def iteration(state: QMIXState, _):
+        key, k_col, k_learn = jax.random.split(state.key, 3)
+        online_done = state.env_steps - config.prefill_rollout * E
+        frac = jnp.clip(online_done / decay_steps, 0.0, 1.0)
+        eps = config.eps_start + frac * (config.eps_end - config.eps_start)
+        env_state, ts, traj, (finished, ret, cov) = collect(
+            state.params, state.env_state, state.timestep, k_col, config.rollout_steps, eps, False)
+        buf = buffer.add(state.buffer, traj)
+
+        def upd(carry, key):
+            params, target_params, opt_state = carry
+            params, target_params, opt_state, m = learn(params, target_params, opt_state, buf, key,
+                                                        config.bc_online)
+            return (params, target_params, opt_state), m
+
+        (params, target_params, opt_state), m = jax.lax.scan(
+            upd, (state.params, state.target_params, state.opt_state),
+            jax.random.split(k_learn, config.updates_per_iter))
+        n = finished.sum()
+        metrics = {k: v.mean() for k, v in m.items()}
+        metrics.update(
+            episode_return=jnp.where(finished, ret, 0.0).sum() / jnp.maximum(n, 1),
+            episodes=n, coverage=cov.mean(), epsilon=eps,
+            env_steps=state.env_steps + E * config.rollout_steps,
+        )
+        new = QMIXState(params, target_params, opt_state, buf, env_state, ts, key,
+                        state.env_steps + E * config.rollout_steps, state.iteration + 1)
+        return new, metrics
+
+    def update_chunk(state: QMIXState):
+        return jax.lax.scan(iteration, state, None, length=config.iters_per_chunk)
+
+    return ChunkedQMIX(init, update_chunk, graphdef)
+
+
+def make_train(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None):
+    """``train(key) -> {"state", "metrics"}`` running every online iteration (``[num_iters]``)."""
+    chunked = make_chunked(dataclasses.replace(config, iters_per_chunk=max(config.num_iters, 1)), env, behaviour)
+
+    def train(key):
+        state, metrics = chunked.update_chunk(chunked.init(key))
+        return {"state": state, "metrics": metrics}
+
+    return train
+
+
+def agent_input(config: QMIXConfig, env: envs.Environment, obs, prior_action):
+    """``[..., A, D]`` observations -> agent-net input (agent id, optionally the proposal)."""
+    x = common.with_agent_id(obs)
+    if config.condition_on_prior:
+        x = jnp.concatenate([x, jax.nn.one_hot(prior_action, env.num_actions)], -1)
+    return x
+
+
+def greedy_policy(config: QMIXConfig, env: envs.Environment, graphdef, params,
+                  behaviour: Behaviour | None = None):
+    """``(policy_fn, carry)`` for ``rl.evaluate.evaluate``: greedy per-agent actions
+    (``behaviour`` supplies the proposals when ``config.condition_on_prior``)."""
+    if config.condition_on_prior and behaviour is None:
+        raise ValueError("a prior-conditioned Q-network needs the behaviour policy to act")
+
+    def policy_fn(carry, key, ts):
+        nets = nnx.merge(graphdef, params)
+        prior_a = behaviour(key, ts) if config.condition_on_prior else None
+        q = nets.agent(agent_input(config, env, common.flat_obs(ts), prior_a))
+        return carry, jnp.argmax(jnp.where(ts.legal_action_mask, q, -1e9), -1).astype(jnp.int32)
+
+    return policy_fn, jnp.zeros(())
