@@ -1,0 +1,215 @@
+"""Benchmark: our TicTacToe / Kuhn Poker vs pgx, and our AlphaZero search vs mctx-on-pgx.
+
+Throughput (BENCHMARKS.md): a jitted ``lax.scan`` of ``steps`` over a vmapped batch taking
+random legal actions, auto-reset, with a checksum of observations and rewards. Both sides use the
+anchor script's exact loop: ``jax.random.categorical`` over the masked logits, a fresh batched
+reset from ``split(k2, B)`` selected where an episode ended (our steps are deterministic, so
+they get the same keys and XLA drops them). ``sampler="both"`` also times both with a cheaper
+sampler (one uniform per environment, the k-th legal action) so the environment cost is less
+hidden by RNG. Search: ``mctx.gumbel_muzero_policy`` with a uniform prior and zero value, the
+model being the real simulator (ours: ``search/alphazero.py``; anchor: the pgx anchor script).
+Measurements are interleaved and the best of ``repeats`` timed calls is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_reason import envs
+from jaxrl_reason.search import alphazero as AZ
+from jaxrl_reason.utils.experiment import RunDir
+
+PAIRS = {"tictactoe": "tic_tac_toe", "kuhn_poker": "kuhn_poker"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    batch_size: int = 4096
+    steps: int = 100
+    games: tuple[str, ...] = ("tictactoe", "kuhn_poker")
+    search_batch: int = 1024
+    num_simulations: int = 64
+    repeats: int = 5
+    sampler: str = "both"  # "categorical" (anchor loop) or "both"
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.steps < 1 or self.repeats < 1 or self.search_batch < 1:
+            raise ValueError("batch_size, steps, repeats and search_batch must be >= 1")
+        if not set(self.games) <= set(PAIRS):
+            raise ValueError(f"games must be among {sorted(PAIRS)}, got {self.games}")
+        if self.sampler not in ("categorical", "both"):
+            raise ValueError("sampler must be 'categorical' or 'both'")
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(batch_size=65536, search_batch=16384, repeats=5),
+}
+
+
+def categorical(key, mask):
+    return jax.random.categorical(key, jnp.where(mask, 0.0, -1e9))
+
+
+def uniform_kth(key, mask):
+    """One uniform per row; the k-th legal action (same distribution as ``categorical``)."""
+    u = jax.random.uniform(key, mask.shape[:-1])
+    c = jnp.cumsum(mask, -1)
+    k = jnp.floor(u * c[..., -1]).astype(c.dtype)
+    return jnp.argmax(c > k[..., None], -1)
+
+
+def _select(done, fresh, old):
+    return jax.tree.map(lambda f, s: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s), fresh, old)
+
+
+def ours_rollout(name, B, T, sampler):
+    env = envs.make(name)
+    reset, step = jax.vmap(env.reset), jax.vmap(env.step)
+
+    def body(carry, _):
+        key, state, ts = carry
+        key, k1, k2 = jax.random.split(key, 3)
+        mask = jnp.where((ts.current_player == 0)[:, None], ts.legal_action_mask[:, 0], ts.legal_action_mask[:, 1])
+        a = sampler(k1, mask)
+        keys = jax.random.split(k2, B)
+        state, ts = step(keys, state, a)
+        fresh, fresh_ts = reset(keys)
+        done = ts.done
+        chk = ts.obs.astype(jnp.float32).sum() + ts.reward.sum()
+        return (key, _select(done, fresh, state), _select(done, fresh_ts, ts)), (done.sum(), chk)
+
+    @jax.jit
+    def rollout(key):
+        state, ts = reset(jax.random.split(key, B))
+        _, (d, c) = jax.lax.scan(body, (key, state, ts), None, T)
+        return d.sum(), c.sum()
+
+    return rollout
+
+
+def pgx_rollout(name, B, T, sampler):
+    import pgx
+
+    env = pgx.make(name)
+    init, stepf = jax.vmap(env.init), jax.vmap(env.step)
+
+    def body(carry, _):
+        key, state = carry
+        key, k1, k2 = jax.random.split(key, 3)
+        a = sampler(k1, state.legal_action_mask)
+        state = stepf(state, a)
+        fresh = init(jax.random.split(k2, B))
+        done = state.terminated | state.truncated
+        state = _select(done, fresh, state)
+        chk = state.observation.astype(jnp.float32).sum() + state.rewards.sum()
+        return (key, state), (done.sum(), chk)
+
+    @jax.jit
+    def rollout(key):
+        state = init(jax.random.split(key, B))
+        _, (d, c) = jax.lax.scan(body, (key, state), None, T)
+        return d.sum(), c.sum()
+
+    return rollout
+
+
+def ours_search(B, S):
+    env = envs.make("tictactoe", first_player="random")
+
+    @jax.jit
+    def run(key):
+        state, ts = jax.vmap(env.reset)(jax.random.split(key, B))
+        return AZ.search(env, AZ.uniform_evaluate, None, key, state, ts, S, 16).action
+
+    return run
+
+
+def pgx_search(B, S):
+    import mctx
+    import pgx
+
+    env = pgx.make("tic_tac_toe")
+    step = jax.vmap(env.step)
+
+    def recurrent_fn(params, key, action, state):
+        cur = state.current_player
+        state = step(state, action)
+        reward = state.rewards[jnp.arange(B), cur]
+        logits = jnp.where(state.legal_action_mask, 0.0, -1e9)
+        discount = jnp.where(state.terminated, 0.0, -1.0)
+        return mctx.RecurrentFnOutput(reward=reward, discount=discount, prior_logits=logits, value=jnp.zeros(B)), state
+
+    @jax.jit
+    def run(key):
+        state = jax.vmap(env.init)(jax.random.split(key, B))
+        logits = jnp.where(state.legal_action_mask, 0.0, -1e9)
+        root = mctx.RootFnOutput(prior_logits=logits, value=jnp.zeros(B), embedding=state)
+        return mctx.gumbel_muzero_policy(None, key, root, recurrent_fn, num_simulations=S,
+                                         invalid_actions=~state.legal_action_mask).action
+
+    return run
+
+
+def time_interleaved(fns: dict, repeats: int) -> dict:
+    for f in fns.values():
+        jax.block_until_ready(f(jax.random.key(0)))
+    best = {k: float("inf") for k in fns}
+    for i in range(repeats):
+        for k, f in fns.items():
+            t = time.perf_counter()
+            jax.block_until_ready(f(jax.random.key(i + 1)))
+            best[k] = min(best[k], time.perf_counter() - t)
+    return best
+
+
+def run(config: Config, run_dir: RunDir | None = None) -> dict:
+    try:
+        import pgx  # noqa: F401
+        have_pgx = True
+    except ImportError:
+        have_pgx = False
+        print("pgx is not installed (pip install '.[bench]'): measuring ours only")
+    B, T = config.batch_size, config.steps
+    samplers = {"categorical": categorical}
+    if config.sampler == "both":
+        samplers["uniform_kth"] = uniform_kth
+    rows, summary = [], {"device": jax.devices()[0].platform}
+    for game in config.games:
+        for sname, sampler in samplers.items():
+            fns = {"ours": ours_rollout(game, B, T, sampler)}
+            if have_pgx:
+                fns["pgx"] = pgx_rollout(PAIRS[game], B, T, sampler)
+            best = time_interleaved(fns, config.repeats)
+            sps = {k: B * T / v for k, v in best.items()}
+            ratio = sps["ours"] / sps["pgx"] if have_pgx else float("nan")
+            rows.append({"bench": f"{game} random play", "sampler": sname, "B": B, "ours": sps["ours"],
+                         "anchor": sps.get("pgx", float("nan")), "unit": "steps/s", "ratio": ratio})
+            summary[f"{game}_{sname}_ratio"] = ratio
+    S, SB = config.num_simulations, config.search_batch
+    fns = {"ours": ours_search(SB, S)}
+    if have_pgx:
+        fns["pgx"] = pgx_search(SB, S)
+    best = time_interleaved(fns, config.repeats)
+    sims = {k: SB * S / v for k, v in best.items()}
+    ratio = sims["ours"] / sims["pgx"] if have_pgx else float("nan")
+    rows.append({"bench": f"gumbel_muzero tictactoe {S} sims", "sampler": "-", "B": SB, "ours": sims["ours"],
+                 "anchor": sims.get("pgx", float("nan")), "unit": "simulations/s", "ratio": ratio})
+    summary["search_ratio"] = ratio
+    print(f"{'bench':34s} {'sampler':12s} {'B':>6s} {'ours':>14s} {'anchor':>14s} unit           ratio")
+    for r in rows:
+        print(f"{r['bench']:34s} {r['sampler']:12s} {r['B']:6d} {r['ours']:14,.0f} {r['anchor']:14,.0f} "
+              f"{r['unit']:14s} {r['ratio']:.2f}")
+    if run_dir is not None:
+        run_dir.write_table("bench_games", rows)
+    return summary
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)
