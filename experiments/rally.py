@@ -34,7 +34,7 @@ METHODS = ("prior", "ippo", "mappo", "qmix", "rmix", "llm")
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
-    methods: tuple[str, ...] = ("prior", "ippo", "mappo", "qmix", "rmix")
+    methods: tuple[str, ...] = ("prior", "ippo", "mappo", "qmix", "rmix", "llm")
     num_agents: int = 4
     num_targets: int = 3
     max_steps: int = 50
@@ -44,8 +44,9 @@ class Config:
     qmix: qmix.QMIXConfig = qmix.QMIXConfig(num_envs=16, total_timesteps=100_000, prefill_steps=4096,
                                             iters_per_chunk=100)
     rmix_offline_updates: int = 500
-    rmix_bc_online: float = 0.3
-    rmix_margin: float = 0.2
+    rmix_bc_online: float = 1.0
+    rmix_margin: float = 0.05
+    rmix_roles_only: bool = True  # keep the prior's target, RMIX picks the role (as in RALLY)
     eval_episodes: int = 512
     llm_sft_steps: int = 200
 
@@ -69,7 +70,7 @@ PRESETS = {
                                                      updates_per_chunk=10, lr=1e-3),
                     qmix=qmix.QMIXConfig(num_envs=16, total_timesteps=20_000, prefill_steps=2048,
                                          iters_per_chunk=100),
-                    rmix_offline_updates=200, eval_episodes=128),
+                    rmix_offline_updates=200, eval_episodes=128, llm_sft_steps=50),
     "gpu": Config(budget=5_000_000, num_agents=8, num_targets=4,
                   ppo=ppo.PPOConfig(num_envs=1024, num_steps=25, total_timesteps=5_000_000,
                                     updates_per_chunk=20, lr=1e-3, hidden=128),
@@ -115,11 +116,11 @@ def run(config: Config, run_dir: RunDir) -> dict:
     if "rmix" in config.methods:
         cfg = dataclasses.replace(rmix.rmix_config(config.qmix, offline_updates=config.rmix_offline_updates),
                                   bc_online=config.rmix_bc_online, margin=config.rmix_margin)
-        trainer = rmix.make_chunked(cfg, env, prior)
+        trainer = rmix.make_chunked(cfg, env, prior, roles_only=config.rmix_roles_only)
         state = train_chunks(run_dir, "rmix", jax.jit(trainer.init)(k_train), jax.jit(trainer.update_chunk),
                              cfg.num_chunks)
-        policies["rmix"] = qmix.greedy_policy(cfg, env, trainer.graphdef, state.params,
-                                              rmix.prior_behaviour(prior))
+        policies["rmix"] = rmix.greedy_policy(cfg, env, trainer.graphdef, state.params, prior,
+                                              roles_only=config.rmix_roles_only)
     if "llm" in config.methods:
         from jaxrl_reason.agents.rally import llm
 

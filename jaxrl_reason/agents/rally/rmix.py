@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -58,15 +59,31 @@ def rmix_config(base: qmix.QMIXConfig, *, offline_updates: int = 500, bc_margin:
                                prior_explore=prior_explore, eps_start=eps_start, condition_on_prior=True)
 
 
-def make_chunked(config: qmix.QMIXConfig, env: envs.Environment, prior: IntentPolicy) -> qmix.ChunkedQMIX:
-    """RMIX trainer: prefill with ``prior`` transitions, offline phase, then online."""
+def same_target(legal: jax.Array, proposal: jax.Array) -> jax.Array:
+    """Keep the actions whose target is the proposal's: RMIX then chooses the role."""
+    num_actions = legal.shape[-1]
+    target = jnp.arange(num_actions) // NUM_ROLES
+    return legal & (target == (proposal // NUM_ROLES)[..., None])
+
+
+def make_chunked(config: qmix.QMIXConfig, env: envs.Environment, prior: IntentPolicy,
+                 roles_only: bool = False) -> qmix.ChunkedQMIX:
+    """RMIX trainer: prefill with ``prior`` transitions, offline phase, then online.
+    ``roles_only``: the prior's target intention is kept and RMIX selects the role."""
     if config.agent_net != "role":
         raise ValueError("RMIX uses role-value heads: build the config with rmix_config(...)")
-    return qmix.make_chunked(config, env, behaviour=prior_behaviour(prior))
+    return qmix.make_chunked(config, env, behaviour=prior_behaviour(prior),
+                             restrict=same_target if roles_only else None)
+
+
+def greedy_policy(config: qmix.QMIXConfig, env: envs.Environment, graphdef, params, prior: IntentPolicy,
+                  roles_only: bool = False):
+    return qmix.greedy_policy(config, env, graphdef, params, prior_behaviour(prior),
+                              same_target if roles_only else None)
 
 
 def prior_behaviour(prior: IntentPolicy) -> qmix.Behaviour:
     return lambda key, ts: act(prior, key, ts)
 
 
-__all__ = ["RoleValueNet", "make_chunked", "prior_behaviour", "rmix_config"]
+__all__ = ["RoleValueNet", "greedy_policy", "make_chunked", "prior_behaviour", "rmix_config", "same_target"]

@@ -37,6 +37,8 @@ from jaxrl_reason.rl.marl import common
 
 # behaviour(key, ts) -> actions [A] for ONE environment (vmapped by the trainer).
 Behaviour = Callable[[jax.Array, envs.TimeStep], jax.Array]
+# restrict(legal [..., A, N], proposal [..., A]) -> legal' [..., A, N]
+Restrict = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,11 +185,14 @@ def uniform_behaviour(env: envs.Environment) -> Behaviour:
     return lambda key, ts: envs.random_legal_action(key, env, ts)
 
 
-def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None) -> ChunkedQMIX:
+def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None,
+                 restrict: Restrict | None = None) -> ChunkedQMIX:
     """``init(key)`` (prefill + offline phase) and ``update_chunk(state)`` (online iterations).
 
     ``behaviour`` fills the buffer first and, when ``prior_explore > 0``, supplies that
     fraction of the exploratory actions; ``None`` means uniformly random legal actions.
+    ``restrict(legal, proposal) -> legal'`` narrows the actions the learner chooses among
+    (greedy, random exploration and the TD max) given the behaviour's proposal.
     """
     common.check_discrete_simultaneous(env, "QMIX")
     from_prior = behaviour is not None
@@ -211,9 +216,10 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
         def fn(carry, key):
             env_state, ts = carry
             k_prior, k_rand, k_u1, k_u2, k_env = jax.random.split(key, 5)
-            obs, legal = common.flat_obs(ts), ts.legal_action_mask
+            obs = common.flat_obs(ts)
             prior_a = jax.vmap(behaviour)(jax.random.split(k_prior, E), ts)
-            rand_a = jax.vmap(envs.random_legal_action, (0, None, 0))(jax.random.split(k_rand, E), env, ts)
+            legal = ts.legal_action_mask if restrict is None else restrict(ts.legal_action_mask, prior_a)
+            rand_a = jax.random.categorical(k_rand, jnp.where(legal, 0.0, -jnp.inf)).astype(jnp.int32)
             greedy = jnp.argmax(agent_q(params, obs, legal, prior_a), -1).astype(jnp.int32)
             explore_from_prior = jax.random.uniform(k_u1, (E, A)) < prior_explore
             explore = jnp.where(explore_from_prior, prior_a, rand_a)
@@ -341,16 +347,17 @@ def agent_input(config: QMIXConfig, env: envs.Environment, obs, prior_action):
 
 
 def greedy_policy(config: QMIXConfig, env: envs.Environment, graphdef, params,
-                  behaviour: Behaviour | None = None):
+                  behaviour: Behaviour | None = None, restrict: Restrict | None = None):
     """``(policy_fn, carry)`` for ``rl.evaluate.evaluate``: greedy per-agent actions
     (``behaviour`` supplies the proposals when ``config.condition_on_prior``)."""
-    if config.condition_on_prior and behaviour is None:
-        raise ValueError("a prior-conditioned Q-network needs the behaviour policy to act")
+    if (config.condition_on_prior or restrict is not None) and behaviour is None:
+        raise ValueError("a prior-conditioned or restricted Q-network needs the behaviour policy to act")
 
     def policy_fn(carry, key, ts):
         nets = nnx.merge(graphdef, params)
-        prior_a = behaviour(key, ts) if config.condition_on_prior else None
+        prior_a = behaviour(key, ts) if behaviour is not None else None
         q = nets.agent(agent_input(config, env, common.flat_obs(ts), prior_a))
-        return carry, jnp.argmax(jnp.where(ts.legal_action_mask, q, -1e9), -1).astype(jnp.int32)
+        legal = ts.legal_action_mask if restrict is None else restrict(ts.legal_action_mask, prior_a)
+        return carry, jnp.argmax(jnp.where(legal, q, -1e9), -1).astype(jnp.int32)
 
     return policy_fn, jnp.zeros(())
