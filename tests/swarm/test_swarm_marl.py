@@ -92,9 +92,9 @@ def test_semi_offline_learning_beats_random(random_return):
     """Role-value QMIX trained offline on prior transitions (large-margin + TD), then a few
     online iterations: its greedy policy beats uniformly random play by a clear margin."""
     prior = RulePrior(ENV)
-    cfg = qmix.QMIXConfig(num_envs=16, rollout_steps=4, total_timesteps=4096 + 640, prefill_steps=4096,
-                          iters_per_chunk=10, offline_updates=300, bc_margin=1.0, agent_net="role",
-                          prior_explore=0.5, eps_start=0.3, batch_size=64, buffer_size=8192)
+    cfg = qmix.QMIXConfig(num_envs=8, rollout_steps=4, total_timesteps=2048 + 160, prefill_steps=2048,
+                          iters_per_chunk=5, offline_updates=200, bc_margin=1.0, agent_net="role",
+                          prior_explore=0.5, eps_start=0.3, batch_size=32, hidden=32, buffer_size=4096)
     trainer = qmix.make_chunked(cfg, ENV, prior_behaviour(prior))
     state, metrics = jax.jit(trainer.update_chunk)(jax.jit(trainer.init)(jax.random.key(0)))
     assert np.isfinite(np.asarray(metrics["td_loss"])).all()

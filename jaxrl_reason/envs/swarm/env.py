@@ -186,21 +186,25 @@ class Swarm(Environment):
     def reset(self, key):
         c = self.config
         d, N, M, K, O = c.dim, c.num_agents, c.num_targets, c.num_adversaries, c.num_obstacles
-        k_pos, k_tgt, k_urg, k_need, k_adv, k_obs = jax.random.split(key, 6)
+        # one uniform draw sliced into every field: a single PRNG call keeps the reset cheap
+        # (under vmap, AutoReset runs it every step)
+        sizes = [N * d, M * d, M, M, K * d, O * d]
+        u = jax.random.uniform(key, (sum(sizes),), jnp.float32)
+        pos_u, tgt_u, urg_u, need_u, adv_u, obs_u = jnp.split(u, np.cumsum(sizes)[:-1])
         f32 = jnp.float32
         state = SwarmState(
-            pos=jax.random.uniform(k_pos, (N, d), f32, -0.9, 0.9),
+            pos=(pos_u.reshape(N, d) * 1.8 - 0.9),
             vel=jnp.zeros((N, d), f32),
             alive=jnp.ones((N,), bool),
             last_action=jnp.full((N,), -1, jnp.int32),
-            target_pos=jax.random.uniform(k_tgt, (M, d), f32, -0.8, 0.8),
-            urgency=jax.random.uniform(k_urg, (M,), f32, 0.2, 1.0),
-            need=jax.random.randint(k_need, (M,), 1, c.max_need + 1).astype(f32),
+            target_pos=tgt_u.reshape(M, d) * 1.6 - 0.8,
+            urgency=0.2 + 0.8 * urg_u,
+            need=jnp.floor(1.0 + need_u * c.max_need).clip(1, c.max_need),
             progress=jnp.zeros((M,), f32),
             served=jnp.zeros((M,), bool),
-            adv_pos=jax.random.uniform(k_adv, (K, d), f32, -0.9, 0.9),
+            adv_pos=adv_u.reshape(K, d) * 1.8 - 0.9,
             adv_vel=jnp.zeros((K, d), f32),
-            obstacles=jax.random.uniform(k_obs, (O, d), f32, -0.7, 0.7),
+            obstacles=obs_u.reshape(O, d) * 1.4 - 0.7,
             t=jnp.int32(0),
         )
         return state, self._timestep(state, jnp.zeros((N,), f32), jnp.bool_(False), jnp.bool_(False))
