@@ -327,9 +327,11 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
     return ChunkedQMIX(init, update_chunk, graphdef)
 
 
-def make_train(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None):
+def make_train(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None,
+               restrict: Restrict | None = None):
     """``train(key) -> {"state", "metrics"}`` running every online iteration (``[num_iters]``)."""
-    chunked = make_chunked(dataclasses.replace(config, iters_per_chunk=max(config.num_iters, 1)), env, behaviour)
+    chunked = make_chunked(dataclasses.replace(config, iters_per_chunk=max(config.num_iters, 1)), env, behaviour,
+                           restrict)
 
     def train(key):
         state, metrics = chunked.update_chunk(chunked.init(key))
