@@ -29,6 +29,7 @@ from jaxrl_reason.rl.marl import mappo, qmix
 from jaxrl_reason.utils.experiment import RunDir
 
 METHODS = ("prior", "ippo", "mappo", "qmix", "rmix", "llm")
+LLM_TRACE_ENVS, LLM_TRACE_STEPS = 16, 50  # prior traces for the LLM's SFT (env steps = product)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
     if "llm" in config.methods:
         from jaxrl_reason.agents.rally import llm
 
-        lm_policy = llm.train_llm_policy(env, prior, k_train, sft_steps=config.llm_sft_steps, run_dir=run_dir)
+        lm_policy = llm.train_llm_policy(env, prior, k_train, sft_steps=config.llm_sft_steps, run_dir=run_dir,
+                                         trace_envs=LLM_TRACE_ENVS, trace_steps=LLM_TRACE_STEPS)
         policies["llm"] = (lambda carry, key, ts: (carry, act(lm_policy, key, ts)), jnp.zeros(()))
 
     rows = []
@@ -132,7 +134,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
         stats = jax.jit(functools.partial(rally_eval.play, env, fn, num_episodes=config.eval_episodes))(
             carry, k_eval)
         stats = {k: np.asarray(v) for k, v in stats.items()}
-        rows.append({"method": name, "env_steps": 0 if name == "prior" else config.budget,
+        steps = {"prior": 0, "llm": LLM_TRACE_ENVS * LLM_TRACE_STEPS}.get(name, config.budget)
+        rows.append({"method": name, "env_steps": steps,
                      "mean_return": float(stats["return"].mean()),
                      "return_sem": float(stats["return"].std() / np.sqrt(config.eval_episodes)),
                      "coverage": float(stats["coverage"].mean()), "served": float(stats["served"].mean()),
