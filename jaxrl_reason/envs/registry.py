@@ -13,6 +13,7 @@ from jaxrl_reason.envs.core import Environment
 
 _REGISTRY: dict[str, str] = {
     "catch": "jaxrl_reason.envs.catch:Catch",
+    "fgmres_blocksize": "jaxrl_reason.solvers.blocksize_env:BlockSizeEnv",
     "hanabi": "jaxrl_reason.envs.hanabi:Hanabi",
     "tictactoe": "jaxrl_reason.envs.games.tictactoe:TicTacToe",
     "kuhn_poker": "jaxrl_reason.envs.games.kuhn_poker:KuhnPoker",

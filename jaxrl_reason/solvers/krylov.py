@@ -314,3 +314,23 @@ def fgmres(A, b, x0=None, *, M=None, restart: int = 20, maxiter: int | None = No
 
 
 Solver = Callable[..., KrylovResult]
+
+
+def fgmres_cycle(matvec: Callable, b: jax.Array, x: jax.Array, precond: Callable, restart: int,
+                 tol: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One FGMRES(m) cycle from ``x`` with a fixed ``precond`` and early exit at ``tol``.
+
+    The building block for drivers that change the preconditioner between cycles (the RL
+    block-size environment). Returns ``(x_new [n], inner iterations int32, ||b - A x_new||)``;
+    a non-finite update is discarded (``x_new = x``).
+    """
+    st = arnoldi_init(b - matvec(x), restart, True)
+
+    def cond(st):
+        return (st.j < restart) & (jnp.abs(st.g[st.j]) > tol) & ~st.breakdown
+
+    st = jax.lax.while_loop(cond, lambda st: arnoldi_step(matvec, st, precond(st.V[st.j])), st)
+    x_new = x + arnoldi_update(st)
+    ok = jnp.isfinite(x_new).all()
+    x_new = jnp.where(ok, x_new, x)
+    return x_new, st.j, jnp.linalg.norm(b - matvec(x_new))
