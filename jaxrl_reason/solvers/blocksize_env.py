@@ -90,7 +90,7 @@ class BlockSizeState:
 class BlockSizeEnv(Environment):
     turn_based = True
     illegal_action_rule = "none"
-    conformance_variants = ({"n": 16, "pool_size": 3, "block_sizes": (1, 4), "max_cycles": 4},)
+    conformance_variants = ({"n": 24, "pool_size": 3, "block_sizes": (1, 4), "restart": 8, "max_cycles": 4},)
 
     def __init__(self, family: str = "mixed", n: int = 64, block_sizes: tuple = (1, 2, 4, 8, 16),
                  restart: int = 16, max_cycles: int = 16, rtol: float = 1e-5, price: float = 0.05,
