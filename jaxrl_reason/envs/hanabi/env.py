@@ -1,0 +1,77 @@
+"""``Hanabi``: the thin Environment-protocol wrapper over ``game.py`` and ``encoding.py``.
+
+Turn-based: ``action`` is the current player's int32 move. The reward is
+shared (every player gets the change of score). An illegal move (including the
+no-op by the player to move) ends the episode with ``-illegal_action_penalty``
+to the offender and leaves the game state untouched otherwise; stepping a
+finished game is a no-op that reports ``terminated`` again.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_reason.envs.core import Environment, TimeStep, illegal_action_outcome
+from jaxrl_reason.envs.hanabi import encoding, game
+from jaxrl_reason.envs.hanabi.game import GameConfig, GameState
+
+
+class Hanabi(Environment):
+    turn_based = True
+    illegal_action_rule = "penalty"
+    conformance_variants = ({"num_players": 2}, {"num_players": 5, "obs_mode": "compact"})
+
+    def __init__(self, num_players: int = 2, obs_mode: str = "canonical", hand_size: int | None = None,
+                 illegal_action_penalty: float = 1.0):
+        if obs_mode not in encoding.OBS_MODES:
+            raise ValueError(f"unknown obs_mode {obs_mode!r}; choose one of {encoding.OBS_MODES}")
+        self.config = GameConfig(num_players=num_players, hand_size=hand_size)
+        self.obs_mode = obs_mode
+        self.num_agents = num_players
+        self.num_actions = self.config.num_actions
+        self.obs_shape = (encoding.obs_size(self.config, obs_mode),)
+        self.max_episode_steps = self.config.max_turns
+        self.illegal_action_penalty = float(illegal_action_penalty)
+
+    @property
+    def name(self) -> str:
+        return f"Hanabi{self.num_agents}p"
+
+    # -- protocol -----------------------------------------------------------
+    def timestep(self, state: GameState, reward, terminated) -> TimeStep:
+        # Materialise the (small) state before encoding: otherwise XLA fuses the
+        # whole transition into every one of the ~1300 observation elements.
+        state = jax.lax.optimization_barrier(state)
+        return TimeStep(
+            obs=encoding.encode(self.config, state, self.obs_mode),
+            reward=reward,
+            terminated=jnp.asarray(terminated, bool),
+            truncated=jnp.bool_(False),
+            legal_action_mask=game.legal_moves(self.config, state),
+            current_player=state.cur_player,
+            info={"score": state.score},
+        )
+
+    def reset(self, key):
+        state = game.init_random(self.config, key)
+        return state, self.timestep(state, jnp.zeros((self.num_agents,), jnp.float32), False)
+
+    def reset_from_deck(self, deck):
+        """Start from a fixed deck order (``[D]`` card ids, top first)."""
+        state = game.init_from_deck(self.config, deck)
+        return state, self.timestep(state, jnp.zeros((self.num_agents,), jnp.float32), False)
+
+    def step(self, key, state: GameState, action):
+        action = jnp.asarray(action, jnp.int32)
+        legal = game.legal_moves(self.config, state)
+        p = state.cur_player
+        mine = jnp.sum(jnp.where(jnp.arange(self.num_agents)[:, None] == p, legal, False), axis=0)
+        is_legal = jnp.any(mine & (jnp.arange(self.num_actions) == action))
+        new, reward = game.step(self.config, state, action, key)
+        frozen = state.terminal | ~is_legal
+        new = jax.tree.map(lambda a, b: jnp.where(frozen, a, b), state.replace(terminal=jnp.bool_(True)), new)
+        shared = jnp.full((self.num_agents,), reward, jnp.float32)
+        penalty = illegal_action_outcome(self.num_agents, p, self.illegal_action_penalty)
+        reward = jnp.where(state.terminal, 0.0, jnp.where(is_legal, shared, penalty))
+        return new, self.timestep(new, reward, new.terminal)
