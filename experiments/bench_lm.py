@@ -42,6 +42,7 @@ class Config:
     new_tokens: int = 128
     repeats: int = 3
     hf: bool = True  # time HF generate side by side (needs the `hf` extra)
+    scan_layers: bool = True  # False: unroll the layer scan in the sampler model
     # train step
     train_batch: int = 8
     train_len: int = 128
@@ -105,7 +106,7 @@ def bench_sampler(c: Config) -> dict:
         hf = _hf_model(c)
         with tempfile.TemporaryDirectory() as d:
             hf.save_pretrained(d, safe_serialization=True)
-            model = load_hf_model(d, max_seq_len=1024, dtype=c.dtype)
+            model = load_hf_model(d, max_seq_len=1024, dtype=c.dtype, scan_layers=c.scan_layers)
         kw = dict(max_new_tokens=c.new_tokens, min_new_tokens=c.new_tokens, do_sample=True, temperature=1.0, top_k=0, pad_token_id=0)
         pt = torch.tensor(prompts)
         with torch.no_grad():
@@ -115,7 +116,7 @@ def bench_sampler(c: Config) -> dict:
     else:
         cfg = LMConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_layers=c.n_layers, n_heads=c.n_heads,
                        n_kv_heads=c.n_kv_heads, d_ff=c.d_ff, qkv_bias=True, tie_embeddings=True, dtype=c.dtype,
-                       param_dtype=c.dtype, max_seq_len=c.prompt_len + c.new_tokens)
+                       param_dtype=c.dtype, max_seq_len=c.prompt_len + c.new_tokens, scan_layers=c.scan_layers)
         model = Transformer(cfg, rngs=nnx.Rngs(c.seed))
     graphdef, state = nnx.split(model)
     args = prepare(model.cfg, prompts, None, scfg)

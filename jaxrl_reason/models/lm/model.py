@@ -6,7 +6,8 @@
     logits = model.logits(h)                                # final norm + (tied) head
 
 `aux`: {"load": [L, E] expert load per layer, "balance_loss": []} for MoE models, else {}.
-Compile time does not grow with depth (one scanned block); `cfg.remat` checkpoints each block.
+Compile time does not grow with depth (one scanned block; `scan_layers=False` unrolls the scan,
+which can be faster for small models on CPU); `cfg.remat` checkpoints each block.
 The cache (see `init_cache`) is a dict of per-layer buffers stacked on the same leading axis.
 """
 
@@ -94,7 +95,7 @@ class Transformer(nnx.Module):
 
         if self.cfg.remat:
             body = jax.checkpoint(body, prevent_cse=False)
-        h, (cache, aux) = jax.lax.scan(body, h, (bstate, cache))
+        h, (cache, aux) = jax.lax.scan(body, h, (bstate, cache), unroll=not self.cfg.scan_layers)
         if aux:
             aux = {"load": aux["load"], "balance_loss": jnp.sum(aux["balance_loss"])}
         return h, cache, aux

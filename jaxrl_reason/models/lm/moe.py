@@ -25,7 +25,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.layers import SwiGLU
-from jaxrl_reason.models.lm.sharding import constrain, BATCH_AXES
+from jaxrl_reason.models.lm.sharding import constrain
 
 
 class ExpertBias(nnx.Variable):
@@ -79,11 +79,11 @@ class MoE(nnx.Module):
         dispatch = disp_k.sum(2)  # [B, T, E, C]
         combine = jnp.einsum("btkec,btk->btec", disp_k, w.astype(dt))
         xe = jnp.einsum("btec,btd->ebcd", dispatch, x.astype(dt))
-        xe = constrain(xe, ("expert", BATCH_AXES, None, None))
+        xe = constrain(xe, ("expert", ("data", "fsdp"), None, None))
         h = jax.nn.silu(jnp.einsum("ebcd,edf->ebcf", xe, self.w_gate[...].astype(dt)))
         h = h * jnp.einsum("ebcd,edf->ebcf", xe, self.w_up[...].astype(dt))
         ye = jnp.einsum("ebcf,efd->ebcd", h, self.w_down[...].astype(dt))
-        ye = constrain(ye, ("expert", BATCH_AXES, None, None))
+        ye = constrain(ye, ("expert", ("data", "fsdp"), None, None))
         y = jnp.einsum("btec,ebcd->btd", combine, ye)
         if self.shared is not None:
             y = y + self.shared(x)
