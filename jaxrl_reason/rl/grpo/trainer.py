@@ -182,7 +182,10 @@ class GRPOTrainer:
                 if n % n_batch:
                     raise ValueError(f"GRPOConfig: {what} = {n} is not divisible by the {n_batch} devices of the "
                                      f"batch axes of mesh {config.mesh!r}")
-        self._update = jax.jit(self._update_impl, donate_argnums=0)
+        # one compilation per (model structure, update-relevant config): reward variant, seed and reset
+        # interval are not part of it, so the runs of a study share the compiled update.
+        self._update = _update_fn(self.graphdef, dataclasses.replace(
+            config, seed=0, reward=RewardConfig(), ref_reset_every=None, mesh=None))
         self._rewards = jax.jit(functools.partial(combine_rewards, config.reward))
 
     # ----------------------------------------------------------------- state
@@ -229,13 +232,31 @@ class GRPOTrainer:
         if cfg.overlong_cache:
             rewards = rewards + overlong_penalty(out.lengths, cfg.max_new_tokens, cfg.overlong_cache)
         state, metrics = self._update(state, k_update, prompts, plens, out.tokens, out.lengths, out.logprobs,
-                                      rewards.reshape(-1, cfg.group_size))
+                                      rewards.reshape(-1, cfg.group_size), jnp.int32(cfg.ref_reset_every or 0))
         metrics["accuracy"] = float(np.mean(scores["correct"]))
         metrics["format_rate"] = float(np.mean(scores["formatted"]))
         return state, metrics
 
-    def _update_impl(self, state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, rewards):
-        cfg, g, n = self.config, self.config.group_size, self.config.max_new_tokens
+    def chunk_fn(self, steps: int):
+        """``state -> (state, metrics [steps] each)`` for ``utils.loop.run_chunks``."""
+
+        def run(state):
+            rows = []
+            for _ in range(steps):
+                state, m = self.step(state)
+                rows.append(jax.device_get(m))
+            return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+
+        return run
+
+
+@functools.lru_cache(maxsize=None)
+def _update_fn(graphdef, cfg: GRPOConfig):
+    """Jitted update for one model structure and config (see the module docstring)."""
+    optimizer = _optimizer(cfg)
+
+    def update(state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, rewards, reset_every):
+        g, n = cfg.group_size, cfg.max_new_tokens
         sel, frac_filtered = select_groups(rewards, cfg.prompts_per_step, cfg.dynamic_sampling)
         rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
         adv = group_advantages(rewards[sel], cfg.advantage).reshape(-1)
@@ -244,7 +265,7 @@ class GRPOTrainer:
         mask = (jnp.arange(n)[None] < lengths[:, None]).astype(jnp.float32)
 
         def logp_fn(params, seqs, plens):
-            return response_logprobs(nnx.merge(self.graphdef, params, state.rest), seqs, plens, n,
+            return response_logprobs(nnx.merge(graphdef, params, state.rest), seqs, plens, n,
                                      cfg.temperature, cfg.logprob_chunk)
 
         old_logp, old_ent = logp_fn(state.params, seqs, prompt_lens)
@@ -258,7 +279,7 @@ class GRPOTrainer:
         def opt_step(carry, mb):
             params, opt_state = carry
             (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
             m["grad_norm"] = optax.global_norm(grads)
             return (optax.apply_updates(params, updates), opt_state), m
 
@@ -269,10 +290,10 @@ class GRPOTrainer:
         (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
                                               jax.random.split(key, cfg.epochs))
         step = state.step + 1
-        reset = jnp.bool_(False) if cfg.ref_reset_every is None else step % cfg.ref_reset_every == 0
+        reset = (reset_every > 0) & (step % jnp.maximum(reset_every, 1) == 0)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(reset, x, y), a, b)
         ref_params = pick(params, state.ref_params)
-        opt_state = pick(self.optimizer.init(params), opt_state)
+        opt_state = pick(optimizer.init(params), opt_state)
         valid = mask.sum()
         metrics = {k: v.mean() for k, v in m.items()}
         metrics.update(
@@ -285,14 +306,4 @@ class GRPOTrainer:
         return GRPOState(params=params, rest=state.rest, ref_params=ref_params, opt_state=opt_state, step=step,
                          key=state.key), metrics
 
-    def chunk_fn(self, steps: int):
-        """``state -> (state, metrics [steps] each)`` for ``utils.loop.run_chunks``."""
-
-        def run(state):
-            rows = []
-            for _ in range(steps):
-                state, m = self.step(state)
-                rows.append(jax.device_get(m))
-            return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
-
-        return run
+    return jax.jit(update, donate_argnums=0)

@@ -1,0 +1,110 @@
+"""Spurious rewards on clean data ("Reasoning or Memorization?", arXiv 2507.10532), in miniature.
+
+One SFT start on RandomCalculation, GRPO with correct / random / inverted / wrong-label rewards;
+one held-out greedy-accuracy curve per variant. Also demonstrates the partial-prompt contamination
+probe: a copy of the start fine-tuned on the test split (prompt text included) vs a copy fine-tuned
+as long on a disjoint split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+from flax import nnx
+
+from jaxrl_reason.rl.grpo import recipes
+from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.grpo.sft import sft_warm_start
+from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.tasks.evaluation import contamination_probe, greedy_eval
+from jaxrl_reason.tasks.random_calculation import RandomCalculation
+from jaxrl_reason.tasks.rewards import VARIANTS, RewardConfig
+from jaxrl_reason.utils.experiment import RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    variants: tuple[str, ...] = ("correct", "random", "inverted", "wrong_label")
+    task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
+    lm: recipes.TinyLM = recipes.TinyLM()
+    warm_start: recipes.WarmStart = recipes.WarmStart(problems=4096, steps=200)
+    grpo: GRPOConfig = GRPOConfig(group_size=8, prompts_per_step=16, lr=3e-4, temperature=0.7, max_new_tokens=20,
+                                  loss=LossConfig(eps_low=0.2, eps_high=0.28))
+    random_p: float = 0.5
+    rl_steps: int = 100
+    eval_every: int = 20
+    heldout_problems: int = 256
+    contamination_demo: bool = True
+    probe_problems: int = 32
+    probe_sft_steps: int = 150
+    prompt_len: int = 24
+    answer_len: int = 12
+
+    def __post_init__(self):
+        if not self.variants or set(self.variants) - set(VARIANTS):
+            raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
+        if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
+            raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(lm=recipes.TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=128),
+                  task=RandomCalculation(min_difficulty=1, max_difficulty=3),
+                  warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
+                  grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=48),
+                  rl_steps=300, heldout_problems=1024, probe_problems=128, prompt_len=40, answer_len=16),
+}
+
+
+def _probe_demo(config: Config, start_state) -> list[dict]:
+    tasks = [config.task]
+    test = recipes.heldout(tasks, config.probe_problems, config.seed, config.prompt_len, config.answer_len).problems
+    other = recipes.sft_problems(tasks, config.probe_problems, config.seed + 1)
+    rows = []
+    for name, data in (("fine-tuned on a disjoint split (clean)", other), ("fine-tuned on the test split", test)):
+        m = recipes.build_model(config.lm, config.seed)
+        nnx.update(m, start_state)
+        sft_warm_start(m, list(data), config.probe_sft_steps, 32, config.warm_start.seq_len, 3e-3, prompt_loss=True)
+        rows.append({"model": name, **contamination_probe(m, test, 0.6)})
+    return rows
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    tasks = [config.task]
+    model = recipes.warm_started_model(config.lm, config.warm_start, tasks, config.seed)
+    start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
+    n = config.grpo.max_new_tokens
+    evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n)["accuracy"]}
+    start = evaluate(model)["accuracy"]
+    final, curves = {}, {}
+    for variant in config.variants:
+        sub = recipes.sub_run(run_dir, variant)
+        cfg = dataclasses.replace(config.grpo, reward=RewardConfig(variant, random_p=config.random_p))
+        nnx.update(model, start_state)
+        trainer = GRPOTrainer(cfg, model, tasks, config.prompt_len, config.answer_len)
+        state = recipes.train(sub, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+                              config.eval_every, evaluate, desc=f"spurious {variant}")
+        final[variant] = evaluate(trainer.model(state))["accuracy"]
+        curves[variant] = recipes.series(sub, "eval/accuracy")
+    recipes.plot_curves(run_dir.path / "spurious_rewards.png", {"held-out greedy accuracy": curves},
+                        title="GRPO with correct vs spurious rewards (clean RandomCalculation)")
+    rows = [{"reward": "SFT start", "greedy_acc": start}] + [
+        {"reward": v, "greedy_acc": a, "gain_points": 100 * (a - start)} for v, a in final.items()]
+    print(run_dir.write_table("results", rows))
+    summary = {"start_accuracy": start, **{f"final_{v}": a for v, a in final.items()}, "run_dir": str(run_dir.path)}
+    if config.contamination_demo:
+        probe = _probe_demo(config, start_state)
+        print(run_dir.write_table("contamination_probe", probe))
+        summary["probe_clean_completion"] = probe[0]["completion_exact"]
+        summary["probe_contaminated_completion"] = probe[1]["completion_exact"]
+    return summary
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)

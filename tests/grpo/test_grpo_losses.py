@@ -1,0 +1,99 @@
+"""GRPO advantages and losses against hand-computed examples."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_reason.rl.grpo.advantages import (broadcast_advantages, dr_grpo_advantages, group_advantages,
+                                             grpo_advantages, rloo_advantages, segment_advantages)
+from jaxrl_reason.rl.grpo.losses import LossConfig, aggregate, grpo_loss, kl_estimate, overlong_penalty
+
+R = jnp.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+
+
+def test_group_advantages_by_hand():
+    np.testing.assert_allclose(grpo_advantages(R), [[1, -1, -1, 1], [0, 0, 0, 0]], atol=1e-5)
+    np.testing.assert_allclose(dr_grpo_advantages(R), [[0.5, -0.5, -0.5, 0.5], [0, 0, 0, 0]])
+    # RLOO: r_i - mean of the other three: 1 - 1/3, 0 - 2/3
+    np.testing.assert_allclose(rloo_advantages(R), [[2 / 3, -2 / 3, -2 / 3, 2 / 3], [0, 0, 0, 0]], atol=1e-6)
+    np.testing.assert_allclose(group_advantages(R, "rloo"), rloo_advantages(R))
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        grpo_advantages(jnp.ones((3, 1)))
+    with pytest.raises(ValueError, match="advantage method"):
+        group_advantages(R, "ppo")
+
+
+def test_segment_and_broadcast_advantages_by_hand():
+    r, ids = jnp.array([1.0, 0.0, 3.0, 5.0]), jnp.array([0, 0, 0, 1])
+    centred = np.array([-1 / 3, -4 / 3, 5 / 3])
+    std = np.sqrt((centred**2).mean())  # sqrt(14/9)
+    np.testing.assert_allclose(segment_advantages(r, ids, 2, "grpo"), [*(centred / std), 0.0], rtol=1e-5)
+    np.testing.assert_allclose(segment_advantages(r, ids, 2, "dr_grpo"), [*centred, 0.0], rtol=1e-5)
+    np.testing.assert_allclose(segment_advantages(r, ids, 2, "rloo"), [*(centred * 1.5), 0.0], rtol=1e-5)
+    # equal-size groups agree with the [P, G] form
+    np.testing.assert_allclose(segment_advantages(R.reshape(-1), jnp.repeat(jnp.arange(2), 4), 2),
+                               grpo_advantages(R).reshape(-1), atol=1e-5)
+    np.testing.assert_allclose(broadcast_advantages(jnp.array([0.5, -1.0]), jnp.array([0, 0, 1, 0])), [0.5, 0.5, -1, 0.5])
+
+
+# ratios [[1.5, 0.5], [1.0, 0.7]], mask [[1, 1], [1, 0]], advantages [1, -2], eps_low 0.2, eps_high 0.3:
+# surrogates [[min(1.5, 1.3) = 1.3, min(0.5, 0.8) = 0.5], [-2, (masked)]]
+LOGP = jnp.log(jnp.array([[1.5, 0.5], [1.0, 0.7]]))
+OLD = jnp.zeros((2, 2))
+ADV = jnp.array([1.0, -2.0])
+MASK = jnp.array([[1.0, 1.0], [1.0, 0.0]])
+
+
+@pytest.mark.parametrize("aggregation, expected", [
+    ("token_mean", -(1.3 + 0.5 - 2.0) / 3),
+    ("seq_mean", -((1.3 + 0.5) / 2 - 2.0) / 2),
+    ("seq_sum_norm", -((1.3 + 0.5) / 4 - 2.0 / 4) / 2),
+])
+def test_clipped_policy_loss_by_hand(aggregation, expected):
+    cfg = LossConfig(eps_low=0.2, eps_high=0.3, aggregation=aggregation, norm_len=4)
+    loss, m = grpo_loss(LOGP, OLD, ADV, MASK, config=cfg)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(m["clip_fraction"], 1 / 3, rtol=1e-5)  # only token (0, 0) is clipped
+
+
+def test_clipped_token_has_no_gradient_and_decoupled_clip():
+    cfg = LossConfig(eps_low=0.2, eps_high=0.3)
+    g = jax.grad(lambda lp: grpo_loss(lp, OLD, ADV, MASK, config=cfg)[0])(LOGP)
+    assert g[0, 0] == 0 and g[1, 1] == 0 and g[0, 1] != 0 and g[1, 0] != 0
+    # with eps_high 0.6 the 1.5 ratio is inside the range: surrogate 1.5 instead of 1.3
+    loss, _ = grpo_loss(LOGP, OLD, ADV, MASK, config=LossConfig(eps_low=0.2, eps_high=0.6))
+    np.testing.assert_allclose(loss, -(1.5 + 0.5 - 2.0) / 3, atol=1e-6)
+
+
+def test_kl_estimators_and_total_loss_by_hand():
+    lp, ref = jnp.log(jnp.array([[0.5]])), jnp.log(jnp.array([[0.25]]))
+    d = np.log(2.0)
+    np.testing.assert_allclose(kl_estimate(lp, ref, "k1"), [[d]], rtol=1e-6)
+    np.testing.assert_allclose(kl_estimate(lp, ref, "k2"), [[d * d / 2]], rtol=1e-6)
+    np.testing.assert_allclose(kl_estimate(lp, ref, "k3"), [[0.5 + d - 1]], rtol=1e-5)
+    # total = policy (-A * 1 with ratio 1) + 0.1 * k3 - 0.01 * entropy
+    cfg = LossConfig(kl_coef=0.1, kl_estimator="k3", ent_coef=0.01)
+    loss, m = grpo_loss(lp, lp, jnp.array([2.0]), jnp.ones((1, 1)), ref_logp=ref, entropy=jnp.array([[1.5]]), config=cfg)
+    np.testing.assert_allclose(loss, -2.0 + 0.1 * (0.5 + d - 1) - 0.01 * 1.5, rtol=1e-5)
+    np.testing.assert_allclose(m["kl"], 0.5 + d - 1, rtol=1e-5)
+
+
+def test_aggregate_and_overlong_penalty_by_hand():
+    x = jnp.array([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    m = jnp.array([[1, 1, 1], [1, 0, 0]])
+    np.testing.assert_allclose(aggregate(x, m, "token_mean"), 10 / 4)
+    np.testing.assert_allclose(aggregate(x, m, "seq_mean"), (2 + 4) / 2)
+    np.testing.assert_allclose(aggregate(x, m, "seq_sum_norm", 3), (6 / 3 + 4 / 3) / 2)
+    np.testing.assert_allclose(overlong_penalty(jnp.array([10, 16, 18, 20, 25]), 20, 4), [0, 0, -0.5, -1, -1])
+    with pytest.raises(ValueError, match="cache_len"):
+        overlong_penalty(jnp.array([1]), 20, 0)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(aggregation="sum"), "aggregation"), (dict(aggregation="seq_sum_norm"), "norm_len"),
+    (dict(kl_estimator="k4"), "kl_estimator"), (dict(eps_low=1.0), "eps_low"), (dict(kl_coef=-1.0), "kl_coef"),
+])
+def test_loss_config_errors(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        LossConfig(**kw)
