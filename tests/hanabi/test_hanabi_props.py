@@ -81,7 +81,7 @@ def test_observation_sections_decode_to_state():
         assert ts.obs.shape[-1] == encoding.obs_size(cfg, mode)
         if (n, mode) == (2, "canonical"):
             assert env.obs_shape == (658,)
-        for i in range(0, T * B, 7):
+        for i in range(0, T * B, 17):
             for obs_player in range(n):
                 d = decode(cfg, ts.obs[i, obs_player], mode)
                 rel = [(obs_player + j) % n for j in range(n)]

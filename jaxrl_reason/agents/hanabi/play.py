@@ -1,0 +1,142 @@
+"""Agents on one interface, batched play, records of our own games, cross-play matrix.
+
+An ``Agent`` occupies one seat. Every turn it sees its seat's observation and
+legal mask (and, for rule-based bots, the game state, of which a bot reads only
+what its seat may know) and returns ``(carry, action)``; the action counts only
+when the seat is to move. Recurrent agents update their carry every turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.agents.hanabi.bots import BotParams, bot_action
+from jaxrl_reason.envs.hanabi import Hanabi, game
+from jaxrl_reason.models.policies import masked_logits
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """``init(batch) -> carry``; ``act(carry, obs [B,F], legal [B,A], state, reset [B], key) -> (carry, action [B])``."""
+
+    name: str
+    init: Callable[[int], Any]
+    act: Callable[..., tuple[Any, jax.Array]]
+
+
+def bot_agent(env: Hanabi, params: BotParams) -> Agent:
+    def act(carry, obs, legal, state, reset, key):
+        return carry, jax.vmap(lambda s: bot_action(env.config, params, s))(state)
+
+    return Agent(params.name, lambda b: jnp.zeros((b, 0)), act)
+
+
+def policy_agent(name: str, graphdef, params, greedy: bool = True) -> Agent:
+    """A flax NNX policy (signature ``carry, logits, value = policy(carry, obs, reset)``)."""
+
+    def init(batch):
+        return nnx.merge(graphdef, params).initial_carry((batch,))
+
+    def act(carry, obs, legal, state, reset, key):
+        policy = nnx.merge(graphdef, params)
+        carry, logits, _ = policy(carry, obs.astype(jnp.float32), reset)
+        logits = masked_logits(logits, legal)
+        a = jnp.argmax(logits, -1) if greedy else jax.random.categorical(key, logits)
+        return carry, a.astype(jnp.int32)
+
+    return Agent(name, init, act)
+
+
+def random_agent() -> Agent:
+    def act(carry, obs, legal, state, reset, key):
+        return carry, jax.random.categorical(key, jnp.where(legal, 0.0, -1e9)).astype(jnp.int32)
+
+    return Agent("random", lambda b: jnp.zeros((b, 0)), act)
+
+
+def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
+    """Play ``num_games`` games, ``seats[i]`` in seat i. Returns a dict of numpy arrays:
+    ``scores`` ``[G]``, ``actions`` ``[G, max_turns]`` (-1 after the end) and
+    ``decks`` ``[G, D]`` (complete, consistent deck orders for records)."""
+    if len(seats) != env.num_agents:
+        raise ValueError(f"{len(seats)} agents for a {env.num_agents}-player game")
+    cfg, g = env.config, num_games
+
+    @jax.jit
+    def run(key):
+        k0, key = jax.random.split(key)
+        state, ts = jax.vmap(env.reset)(jax.random.split(k0, g))
+        carries = [a.init(g) for a in seats]
+
+        def body(carry, k):
+            state, ts, carries, first = carry
+            ks = jax.random.split(k, len(seats) + 1)
+            acts, new = [], []
+            for i, agent in enumerate(seats):
+                c, a = agent.act(carries[i], ts.obs[:, i], ts.legal_action_mask[:, i], state, first, ks[i])
+                new.append(c)
+                acts.append(a)
+            acts = jnp.stack(acts, 1)
+            action = jnp.take_along_axis(acts, ts.current_player[:, None], 1)[:, 0]
+            done = state.terminal
+            nstate, nts = jax.vmap(env.step)(jax.random.split(ks[-1], g), state, action)
+            return (nstate, nts, new, jnp.zeros_like(first)), jnp.where(done, -1, action)
+
+        init = (state, ts, carries, jnp.ones((g,), bool))
+        (state, _, _, _), actions = jax.lax.scan(body, init, jax.random.split(key, cfg.max_turns))
+        return state, actions.T
+
+    state, actions = run(key)
+    decks = np.stack([game.complete_deck(cfg, jax.tree.map(lambda x: x[i], state)) for i in range(g)])
+    return {"scores": np.asarray(state.score), "actions": np.asarray(actions), "decks": decks}
+
+
+def cross_play(env: Hanabi, agents: list[Agent], key: jax.Array, num_games: int = 1000) -> dict:
+    """Mean score and standard error for every ordered pair (row agent with column agents).
+
+    Each pairing plays ``num_games`` games, rotating which seat the row agent takes
+    (the column agent fills the other seats). Returns ``{"names", "mean" [M,M], "sem" [M,M]}``.
+    """
+    n, m = env.num_agents, len(agents)
+    mean, sem = np.zeros((m, m)), np.zeros((m, m))
+    per_seat = math.ceil(num_games / n)
+    for i, a in enumerate(agents):
+        for j, b in enumerate(agents):
+            scores = []
+            for seat in range(n):
+                seats = [a if s == seat else b for s in range(n)]
+                key, k = jax.random.split(key)
+                scores.append(play_games(env, seats, k, per_seat)["scores"])
+            s = np.concatenate(scores).astype(np.float64)
+            mean[i, j], sem[i, j] = s.mean(), s.std(ddof=1) / np.sqrt(len(s))
+    return {"names": [a.name for a in agents], "mean": mean, "sem": sem, "games": per_seat * n}
+
+
+def plot_matrix(result: dict, path, title: str = "cross-play mean score"):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, mean, sem = result["names"], result["mean"], result["sem"]
+    fig, ax = plt.subplots(figsize=(1.3 * len(names) + 2, 1.1 * len(names) + 1.5))
+    im = ax.imshow(mean, cmap="viridis", vmin=0, vmax=25)
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            ax.text(j, i, f"{mean[i, j]:.1f}\n±{sem[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if mean[i, j] < 15 else "black")
+    ax.set_title(f"{title} ({result['games']} games per pair)")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
