@@ -98,17 +98,21 @@ def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
     return {"scores": np.asarray(state.score), "actions": np.asarray(actions), "decks": decks}
 
 
-def cross_play(env: Hanabi, agents: list[Agent], key: jax.Array, num_games: int = 1000) -> dict:
-    """Mean score and standard error for every ordered pair (row agent with column agents).
+def cross_play(env: Hanabi, agents: list[Agent], key: jax.Array, num_games: int = 1000,
+               partners: list[Agent] | None = None) -> dict:
+    """Mean score and standard error of every row agent paired with every partner (column).
 
-    Each pairing plays ``num_games`` games, rotating which seat the row agent takes
-    (the column agent fills the other seats). Returns ``{"names", "mean" [M,M], "sem" [M,M]}``.
+    Each pairing plays ``num_games`` games (rounded up to a multiple of the seat count),
+    rotating which seat the row agent takes; the partner fills the other seats.
+    ``partners`` defaults to ``agents`` (a square matrix). Returns ``{"names",
+    "partners", "mean" [M, P], "sem" [M, P], "games"}``.
     """
-    n, m = env.num_agents, len(agents)
-    mean, sem = np.zeros((m, m)), np.zeros((m, m))
+    partners = agents if partners is None else partners
+    n, m, q = env.num_agents, len(agents), len(partners)
+    mean, sem = np.zeros((m, q)), np.zeros((m, q))
     per_seat = math.ceil(num_games / n)
     for i, a in enumerate(agents):
-        for j, b in enumerate(agents):
+        for j, b in enumerate(partners):
             scores = []
             for seat in range(n):
                 seats = [a if s == seat else b for s in range(n)]
@@ -116,7 +120,8 @@ def cross_play(env: Hanabi, agents: list[Agent], key: jax.Array, num_games: int 
                 scores.append(play_games(env, seats, k, per_seat)["scores"])
             s = np.concatenate(scores).astype(np.float64)
             mean[i, j], sem[i, j] = s.mean(), s.std(ddof=1) / np.sqrt(len(s))
-    return {"names": [a.name for a in agents], "mean": mean, "sem": sem, "games": per_seat * n}
+    return {"names": [a.name for a in agents], "partners": [b.name for b in partners],
+            "mean": mean, "sem": sem, "games": per_seat * n}
 
 
 def plot_matrix(result: dict, path, title: str = "cross-play mean score"):
@@ -125,13 +130,14 @@ def plot_matrix(result: dict, path, title: str = "cross-play mean score"):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names, mean, sem = result["names"], result["mean"], result["sem"]
-    fig, ax = plt.subplots(figsize=(1.3 * len(names) + 2, 1.1 * len(names) + 1.5))
+    names, cols, mean, sem = result["names"], result["partners"], result["mean"], result["sem"]
+    fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 3, 0.9 * len(names) + 2))
     im = ax.imshow(mean, cmap="viridis", vmin=0, vmax=25)
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right")
     ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("partner")
     for i in range(len(names)):
-        for j in range(len(names)):
+        for j in range(len(cols)):
             ax.text(j, i, f"{mean[i, j]:.1f}\n±{sem[i, j]:.2f}", ha="center", va="center", fontsize=8,
                     color="white" if mean[i, j] < 15 else "black")
     ax.set_title(f"{title} ({result['games']} games per pair)")

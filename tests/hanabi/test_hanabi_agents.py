@@ -1,0 +1,64 @@
+"""Convention bots, record round trip with bad records, HDR's KL term."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_reason.agents.hanabi import ippo, play, records
+from jaxrl_reason.agents.hanabi.bots import BOTS, BotParams
+from jaxrl_reason.envs.hanabi import Hanabi
+
+ENV = Hanabi(num_players=2)
+CFG = ENV.config
+G = 32
+
+
+@pytest.fixture(scope="module")
+def bot_games():
+    seats = [play.bot_agent(ENV, BOTS["cautious"]), play.bot_agent(ENV, BOTS["discard_oldest"])]
+    return play.play_games(ENV, seats, jax.random.key(0), G)
+
+
+def test_bots_play_legal_complete_games_better_than_random(bot_games):
+    # play_games would freeze a game on an illegal move (score kept, game terminal):
+    # replaying the records below proves every move was legal.
+    scores = bot_games["scores"]
+    assert ((scores >= 0) & (scores <= 25)).all()
+    assert scores.mean() > 5.0  # random legal play scores below 1
+    with pytest.raises(ValueError, match="hint_first"):
+        BotParams(hint_first="suit")
+
+
+def test_record_round_trip_and_bad_records(bot_games, tmp_path):
+    recs = []
+    for g in range(G):
+        acts = [int(a) for a in bot_games["actions"][g] if a >= 0]
+        recs.append(records.game_to_record(CFG, 100 + g, bot_games["decks"][g], acts, bot_games["scores"][g]))
+    recs[1]["actions"][4] = {"type": 0, "target": 49}  # a card not in hand
+    recs[2]["score"] = 99  # inconsistent score
+    recs[3]["deck"] = recs[3]["deck"][:20]  # truncated deck
+    recs[4]["actions"] = recs[4]["actions"][:3]  # stops early
+    recs[5]["actions"][0] = {"type": 2, "target": 0, "value": 0}  # clue to oneself
+    path = records.write_records(tmp_path / "games.json", recs)
+    games, data = records.replay(CFG, records.load_records(CFG, path))
+    bad = dict(games.rejected)
+    assert set(bad) == {101, 102, 103, 104, 105}, bad
+    assert "not in player" in bad[101] and "recorded score 99" in bad[102]
+    assert "permutation" in bad[103] and "before the game is over" in bad[104]
+    good = [i for i in range(G) if 100 + i not in bad]
+    assert games.ids == [100 + i for i in good]
+    np.testing.assert_array_equal(data["scores"], bot_games["scores"][good])
+    # writing the replayed games again gives the same records
+    again = [records.game_to_record(CFG, gid, d, [a for a in acts if a >= 0], s)
+             for gid, d, acts, s in zip(games.ids, games.decks, games.actions, data["scores"])]
+    assert again == [recs[i] for i in good]
+
+
+def test_hdr_kl_term():
+    legal = jnp.asarray([[True, True, False]])
+    logits = jnp.asarray([[1.0, 0.0, 5.0]])
+    assert float(ippo.kl_bc(logits, logits, legal)[0]) == pytest.approx(0.0, abs=1e-6)
+    assert float(ippo.kl_bc(logits, jnp.asarray([[0.0, 1.0, 0.0]]), legal)[0]) > 0.1
+    with pytest.raises(ValueError, match="behaviour-cloned"):
+        ippo.make_train(ippo.IPPOConfig(hdr_lambda=0.25), ENV)
