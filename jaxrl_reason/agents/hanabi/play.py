@@ -9,6 +9,7 @@ when the seat is to move. Recurrent agents update their carry every turn.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
@@ -22,7 +23,7 @@ from jaxrl_reason.envs.hanabi import Hanabi, game
 from jaxrl_reason.models.policies import masked_logits
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Agent:
     """``init(batch) -> carry``; ``act(carry, obs [B,F], legal [B,A], state, reset [B], key) -> (carry, action [B])``."""
 
@@ -61,13 +62,10 @@ def random_agent() -> Agent:
     return Agent("random", lambda b: jnp.zeros((b, 0)), act)
 
 
-def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
-    """Play ``num_games`` games, ``seats[i]`` in seat i. Returns a dict of numpy arrays:
-    ``scores`` ``[G]``, ``actions`` ``[G, max_turns]`` (-1 after the end) and
-    ``decks`` ``[G, D]`` (complete, consistent deck orders for records)."""
-    if len(seats) != env.num_agents:
-        raise ValueError(f"{len(seats)} agents for a {env.num_agents}-player game")
-    cfg, g = env.config, num_games
+@functools.lru_cache(maxsize=64)
+def _game_runner(env: Hanabi, seats: tuple[Agent, ...], g: int):
+    """Jitted batched play for one seating (cached: cross-play reuses each seating)."""
+    cfg = env.config
 
     @jax.jit
     def run(key):
@@ -93,8 +91,20 @@ def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
         (state, _, _, _), actions = jax.lax.scan(body, init, jax.random.split(key, cfg.max_turns))
         return state, actions.T
 
-    state, actions = run(key)
-    decks = np.stack([game.complete_deck(cfg, jax.tree.map(lambda x: x[i], state)) for i in range(g)])
+    return run
+
+
+def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
+    """Play ``num_games`` games, ``seats[i]`` in seat i. Returns a dict of numpy arrays:
+    ``scores`` ``[G]``, ``actions`` ``[G, max_turns]`` (-1 after the end) and
+    ``decks`` ``[G, D]`` (complete, consistent deck orders for records)."""
+    if len(seats) != env.num_agents:
+        raise ValueError(f"{len(seats)} agents for a {env.num_agents}-player game")
+    cfg = env.config
+    state, actions = _game_runner(env, tuple(seats), num_games)(key)
+    deck, dealt, counts = (np.asarray(x) for x in (state.deck, state.num_dealt, state.deck_counts))
+    rest = lambda i: np.repeat(np.arange(cfg.num_cards), counts[i])
+    decks = np.stack([np.concatenate([deck[i, : dealt[i]], rest(i)]) for i in range(num_games)]).astype(np.int32)
     return {"scores": np.asarray(state.score), "actions": np.asarray(actions), "decks": decks}
 
 
