@@ -48,9 +48,10 @@ def test_alphazero_iteration_runs_and_search_beats_random():
     def searcher(key, s, ts):
         from jaxrl_reason.search.alphazero import search, uniform_evaluate
 
-        return search(env, uniform_evaluate, None, key, s, ts, 32, 9, 1.0).action.astype(jnp.int32)
+        return search(env, uniform_evaluate, None, key, s, ts, 16, 9, 1.0).action.astype(jnp.int32)
 
-    ret, illegal = jax.jit(lambda k: arena.play(env, (searcher, O.batched(O.random_action)), k, 200))(jax.random.key(1))
-    base, _ = jax.jit(lambda k: arena.play(env, (O.batched(O.random_action),) * 2, k, 200))(jax.random.key(1))
+    ret, illegal = jax.jit(lambda k: arena.play(env, (searcher, O.batched(O.random_action)), k, 100))(jax.random.key(1))
+    base, _ = jax.jit(lambda k: arena.play(env, (O.batched(O.random_action),) * 2, k, 100))(jax.random.key(1))
     assert int(illegal) == 0
-    assert float((ret[:, 0] > 0).mean()) > float((base[:, 0] > 0).mean()) + 0.2
+    assert float((ret[:, 0] > 0).mean()) > float((base[:, 0] > 0).mean()) + 0.1
+    assert float((ret[:, 0] < 0).mean()) < 0.5 * float((base[:, 0] < 0).mean())

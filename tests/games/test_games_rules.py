@@ -1,5 +1,7 @@
 """Rule tests with hand-written game records, property tests and pgx differential tests."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -184,7 +186,8 @@ def test_negotiation_private_values_not_in_opponent_obs():
 
 
 # ------------------------------------------------------------------ property tests
-def _random_episode(env, seed):
+@functools.cache
+def _episode_fn(env):
     @jax.jit
     def run(key):
         k0, key = jax.random.split(key)
@@ -204,7 +207,11 @@ def _random_episode(env, seed):
             body, (state, ts, jnp.zeros(2), jnp.int32(0)), jax.random.split(key, env.max_episode_steps + 2))
         return ts.done, ret, length, ok, rsum, done, masks
 
-    return run(jax.random.key(seed))
+    return run
+
+
+def _random_episode(env, seed):
+    return _episode_fn(env)(jax.random.key(seed))
 
 
 @pytest.mark.parametrize("env", [TTT, KUHN, NEG], ids=["tictactoe", "kuhn", "negotiation"])
