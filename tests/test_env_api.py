@@ -139,3 +139,43 @@ def test_make_rejects_bad_names_and_kwargs():
         envs.make("no_such_env")
     with pytest.raises(TypeError, match="accepted: rows, columns"):
         envs.make("catch", bogus=1)
+
+
+class _Unsplit(envs.Environment):
+    """The same environment seen only through reset/step (AutoReset's generic path)."""
+
+    def __init__(self, env):
+        self.inner = env
+        for name in ("num_agents", "num_actions", "obs_shape", "max_episode_steps"):
+            setattr(self, name, getattr(env, name))
+
+    def reset(self, key):
+        return self.inner.reset(key)
+
+    def step(self, key, state, action):
+        return self.inner.step(key, state, action)
+
+
+def test_autoreset_split_fast_path_equals_generic_path():
+    env = envs.make("catch", rows=4, columns=3)
+    assert isinstance(env, envs.SplitEnvironment)
+
+    def rollout(wrapped):
+        def body(carry, key):
+            state, ts = carry
+            k_act, k_step = jax.random.split(key)
+            act = envs.random_legal_action(k_act, env, ts)
+            state, ts = wrapped.step(k_step, state, act)
+            return (state, ts), ts
+
+        init = wrapped.reset(jax.random.key(0))
+        return jax.lax.scan(body, init, jax.random.split(jax.random.key(1), 12))[1]
+
+    fast = jax.jit(lambda: rollout(envs.AutoReset(env, final_obs=True)))()
+    slow = jax.jit(lambda: rollout(envs.AutoReset(_Unsplit(env), final_obs=True)))()
+    jax.tree.map(np.testing.assert_array_equal, fast, slow)
+    assert np.asarray(fast.terminated).sum() >= 3  # several resets happened
+    term = np.asarray(fast.terminated)
+    # the final observation differs from the fresh episode's one exactly at resets
+    changed = (np.asarray(fast.info["final_obs"]) != np.asarray(fast.obs)).any((-1, -2))
+    assert (changed == term).all()

@@ -3,7 +3,10 @@
 from jaxrl_reason.envs.core import (
     ILLEGAL_ACTION_RULES,
     Environment,
+    Observation,
+    SplitEnvironment,
     TimeStep,
+    Transition,
     illegal_action_outcome,
     random_legal_action,
 )
@@ -15,7 +18,10 @@ __all__ = [
     "AutoReset",
     "Environment",
     "EpisodeStats",
+    "Observation",
+    "SplitEnvironment",
     "TimeStep",
+    "Transition",
     "Wrapper",
     "env_class",
     "illegal_action_outcome",

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl_reason.envs.core import Environment, TimeStep
+from jaxrl_reason.envs.core import Observation, SplitEnvironment, Transition
 
 
 @struct.dataclass
@@ -24,7 +24,7 @@ class CatchState:
     paddle_col: jax.Array
 
 
-class Catch(Environment):
+class Catch(SplitEnvironment):
     turn_based = True  # one agent: it is always player 0's turn
     illegal_action_rule = "none"
 
@@ -37,28 +37,14 @@ class Catch(Environment):
         self.obs_shape = (rows * columns,)
         self.max_episode_steps = rows - 1
 
-    def _timestep(self, s: CatchState, reward, terminated) -> TimeStep:
-        board = jnp.zeros((self.rows, self.columns), jnp.float32)
-        board = board.at[s.ball_row, s.ball_col].set(1.0)
-        board = board.at[self.rows - 1, s.paddle_col].set(1.0)
-        return TimeStep(
-            obs=board.reshape(1, -1),
-            reward=jnp.full((1,), reward, jnp.float32),
-            terminated=jnp.asarray(terminated, bool),
-            truncated=jnp.bool_(False),
-            legal_action_mask=jnp.ones((1, 3), bool),
-            current_player=jnp.int32(0),
-        )
-
-    def reset(self, key):
-        s = CatchState(
+    def reset_state(self, key) -> CatchState:
+        return CatchState(
             ball_row=jnp.int32(0),
             ball_col=jax.random.randint(key, (), 0, self.columns, jnp.int32),
             paddle_col=jnp.int32(self.columns // 2),
         )
-        return s, self._timestep(s, 0.0, False)
 
-    def step(self, key, state: CatchState, action):
+    def transition(self, key, state: CatchState, action) -> Transition:
         move = jnp.clip(jnp.asarray(action, jnp.int32), 0, 2) - 1
         s = CatchState(
             ball_row=state.ball_row + 1,
@@ -67,4 +53,10 @@ class Catch(Environment):
         )
         terminated = s.ball_row == self.rows - 1
         reward = jnp.where(terminated, jnp.where(s.paddle_col == s.ball_col, 1.0, -1.0), 0.0)
-        return s, self._timestep(s, reward, terminated)
+        return Transition(s, jnp.full((1,), reward, jnp.float32), terminated, jnp.bool_(False), {})
+
+    def observe(self, s: CatchState) -> Observation:
+        board = jnp.zeros((self.rows, self.columns), jnp.float32)
+        board = board.at[s.ball_row, s.ball_col].set(1.0)
+        board = board.at[self.rows - 1, s.paddle_col].set(1.0)
+        return Observation(board.reshape(1, -1), jnp.ones((1, 3), bool), jnp.int32(0))

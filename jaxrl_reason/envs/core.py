@@ -8,7 +8,7 @@ data lives in a ``state`` pytree. ``reset`` and ``step`` are pure functions of
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +98,76 @@ class Environment(abc.ABC):
             f"{self.name}(num_agents={self.num_agents}, num_actions={self.num_actions}, "
             f"obs_shape={self.obs_shape})"
         )
+
+
+class Observation(NamedTuple):
+    """What ``SplitEnvironment.observe`` derives from a state."""
+
+    obs: jax.Array  # [num_agents, *obs_shape]
+    legal_action_mask: jax.Array  # [num_agents, num_actions] bool
+    current_player: jax.Array  # int32 scalar, -1 for simultaneous moves
+
+
+class Transition(NamedTuple):
+    """What ``SplitEnvironment.transition`` returns: the next state and the step's outcome."""
+
+    state: State
+    reward: jax.Array  # [num_agents] float32
+    terminated: jax.Array  # bool scalar
+    truncated: jax.Array  # bool scalar
+    info: dict
+
+
+class SplitEnvironment(Environment):
+    """An environment written as three pure pieces; ``reset`` and ``step`` are derived.
+
+    - ``reset_state(key) -> state``: a fresh episode, no observation computed;
+    - ``transition(key, state, action) -> Transition``: dynamics, rewards, illegal-action rule;
+    - ``observe(state) -> Observation``: the (possibly expensive) observation encoding.
+
+    Written this way, ``AutoReset`` selects the fresh state where an episode ended and encodes the
+    observation once per step, instead of encoding both the stepped and the reset state (which
+    ``vmap`` forces for a plain ``Environment``). ``transition``'s ``info`` must have the same keys
+    and shapes as ``reset_info(state)`` (default: no keys).
+    """
+
+    @abc.abstractmethod
+    def reset_state(self, key: PRNGKey) -> State:
+        """A fresh episode's state."""
+
+    @abc.abstractmethod
+    def transition(self, key: PRNGKey, state: State, action: jax.Array) -> Transition:
+        """Advance one step without encoding the observation."""
+
+    @abc.abstractmethod
+    def observe(self, state: State) -> Observation:
+        """Every agent's observation, legal mask and the player to act."""
+
+    def reset_info(self, state: State) -> dict:
+        """``info`` of a fresh episode; same structure as ``transition``'s."""
+        return {}
+
+    def timestep(self, state: State, reward, terminated, truncated, info) -> TimeStep:
+        """Assemble the TimeStep of ``state`` (encodes the observation)."""
+        view = self.observe(state)
+        return TimeStep(
+            obs=view.obs,
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=jnp.asarray(terminated, bool),
+            truncated=jnp.asarray(truncated, bool),
+            legal_action_mask=view.legal_action_mask,
+            current_player=jnp.asarray(view.current_player, jnp.int32),
+            info=info,
+        )
+
+    def reset(self, key: PRNGKey) -> tuple[State, TimeStep]:
+        state = self.reset_state(key)
+        zeros = jnp.zeros((self.num_agents,), jnp.float32)
+        return state, self.timestep(state, zeros, False, False, self.reset_info(state))
+
+    def step(self, key: PRNGKey, state: State, action: jax.Array) -> tuple[State, TimeStep]:
+        out = self.transition(key, state, action)
+        return out.state, self.timestep(out.state, out.reward, out.terminated, out.truncated, out.info)
 
 
 def random_legal_action(key: PRNGKey, env: Environment, ts: TimeStep) -> jax.Array:

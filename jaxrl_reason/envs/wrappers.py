@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl_reason.envs.core import Environment, TimeStep
+from jaxrl_reason.envs.core import Environment, SplitEnvironment, TimeStep
 
 
 class Wrapper(Environment):
@@ -40,32 +40,51 @@ class Wrapper(Environment):
 class AutoReset(Wrapper):
     """Resets a finished episode inside ``step``.
 
-    The returned TimeStep carries the *final* step's reward/terminated/truncated
-    and the *new* episode's obs, legal mask and current player; the final
-    observation is kept in ``ts.info["final_obs"]``. The reset runs under
-    ``lax.cond``, so a single (un-vmapped) environment only pays for it when an
-    episode ends. Under ``vmap`` XLA turns the cond into a select and both
-    branches run: keep ``reset`` cheap, as every environment here does.
+    The returned TimeStep carries the *final* step's reward/terminated/truncated/info
+    and the *new* episode's obs, legal mask and current player. With
+    ``final_obs=True`` the final step's observation is also kept in
+    ``ts.info["final_obs"]`` (same shape as ``obs``; equal to ``obs`` after reset).
+
+    The reset runs under ``lax.cond``: a single (un-vmapped) environment pays for it
+    only when an episode ends; under ``vmap`` both branches run. For a
+    ``SplitEnvironment`` the fresh *state* is selected first and the observation
+    encoded once, so the per-step cost is one ``reset_state`` plus one
+    ``observe``; for a plain ``Environment`` it is a full ``step`` plus a full
+    ``reset`` (two encodings).
     """
+
+    def __init__(self, env: Environment, final_obs: bool = False):
+        super().__init__(env)
+        self.final_obs = final_obs
+
+    def _with_final_obs(self, ts: TimeStep, final_obs) -> TimeStep:
+        return ts.replace(info={**ts.info, "final_obs": final_obs}) if self.final_obs else ts
 
     def reset(self, key):
         state, ts = self.env.reset(key)
-        return state, ts.replace(info={**ts.info, "final_obs": ts.obs})
+        return state, self._with_final_obs(ts, ts.obs)
 
     def step(self, key, state, action):
         step_key, reset_key = jax.random.split(key)
+        if isinstance(self.env, SplitEnvironment):
+            return self._split_step(step_key, reset_key, state, action)
         state, ts = self.env.step(step_key, state, action)
-
-        def do_reset(_):
-            return self.env.reset(reset_key)
-
-        new_state, new_ts = jax.lax.cond(ts.done, do_reset, lambda _: (state, ts), None)
-        return new_state, new_ts.replace(
-            reward=ts.reward,
-            terminated=ts.terminated,
-            truncated=ts.truncated,
-            info={**ts.info, "final_obs": ts.obs},
+        new_state, new_ts = jax.lax.cond(
+            ts.done, lambda: self.env.reset(reset_key), lambda: (state, ts)
         )
+        new_ts = new_ts.replace(
+            reward=ts.reward, terminated=ts.terminated, truncated=ts.truncated, info=ts.info
+        )
+        return new_state, self._with_final_obs(new_ts, ts.obs)
+
+    def _split_step(self, step_key, reset_key, state, action):
+        env: SplitEnvironment = self.env
+        out = env.transition(step_key, state, action)
+        done = jnp.logical_or(out.terminated, out.truncated)
+        new_state = jax.lax.cond(done, lambda: env.reset_state(reset_key), lambda: out.state)
+        ts = env.timestep(new_state, out.reward, out.terminated, out.truncated, out.info)
+        final_obs = env.observe(out.state).obs if self.final_obs else None
+        return new_state, self._with_final_obs(ts, final_obs)
 
 
 @struct.dataclass
