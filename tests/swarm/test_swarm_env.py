@@ -73,7 +73,7 @@ def test_observation_radius_masking(env):
     c = env.config
     # target 0 within obs_radius of UAV 0 (distance 0.3), target 1 far from it (distance > 1).
     state = hand_state(env, pos=jnp.array([[-0.5, 0.2], [0.5, 0.2], [0.9, -0.9]]))
-    obs, nbrs = jax.jit(env.observe)(state)
+    obs, nbrs = jax.jit(env.encode)(state)
     per = c.dim + 4
     tgt = np.asarray(obs[0, env.obs_slices["targets"]]).reshape(2, per)
     np.testing.assert_allclose(tgt[0, :2], [0.0, 0.3], atol=1e-6)
@@ -84,7 +84,7 @@ def test_observation_radius_masking(env):
     assert (np.asarray(obs[:, env.obs_slices["neighbors"]]) == 0).all()
     assert (np.asarray(obs[:, env.obs_slices["adversaries"]]) == 0).all()
     # move UAV 1 within comm radius of UAV 0: each sees the other, present flag set
-    obs, nbrs = jax.jit(env.observe)(state.replace(pos=state.pos.at[1].set(jnp.array([-0.1, 0.2]))))
+    obs, nbrs = jax.jit(env.encode)(state.replace(pos=state.pos.at[1].set(jnp.array([-0.1, 0.2]))))
     assert int(nbrs[0, 0]) == 1 and int(nbrs[1, 0]) == 0 and int(nbrs[2, 0]) == -1
     nb = np.asarray(obs[0, env.obs_slices["neighbors"]]).reshape(env.k, -1)
     np.testing.assert_allclose(nb[0, :2], [0.4, 0.0], atol=1e-6)

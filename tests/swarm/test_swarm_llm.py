@@ -18,7 +18,7 @@ def test_prompt_rendering_is_readable_and_fixed_length():
     state = state.replace(pos=jnp.array([[-0.5, 0.2], [0.9, -0.9], [0.9, 0.9]]),
                           target_pos=jnp.array([[-0.5, 0.5], [0.5, -0.5]]), urgency=jnp.array([1.0, 0.5]),
                           adv_pos=jnp.array([[-0.9, 0.9]]))
-    obs, nbrs = ENV.observe(state)
+    obs, nbrs = ENV.encode(state)
     ids = llm.render_prompt(ENV, obs)
     text = llm.to_text(ids)
     assert ids.shape[0] == 3 and len(set(len(t) for t in text)) == 1

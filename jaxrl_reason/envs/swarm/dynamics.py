@@ -40,6 +40,19 @@ def velocity_command_accel(vel, v_des, dt: float, max_accel: float):
     return clip_norm((v_des - vel) / dt, max_accel)
 
 
+def seek_velocity(pos, goal, max_speed: float, slow_radius: float):
+    """Desired velocity ``[..., d]`` towards ``goal``, slowing down within ``slow_radius``."""
+    to_goal = goal - pos
+    dist = jnp.sqrt(jnp.sum(to_goal * to_goal, -1, keepdims=True) + _EPS * _EPS)
+    return to_goal / dist * jnp.minimum(1.0, dist / slow_radius) * max_speed
+
+
+def heading(angle: jax.Array, dim: int) -> jax.Array:
+    """Unit vectors ``[..., dim]`` in the x-y plane at ``angle`` (radians)."""
+    xy = jnp.stack([jnp.cos(angle), jnp.sin(angle)], -1)
+    return jnp.pad(xy, [(0, 0)] * (xy.ndim - 1) + [(0, dim - 2)])
+
+
 def controller_velocity(pos, goal, threats, threat_visible, *, evade: jax.Array,
                         max_speed: float, slow_radius: float, evade_radius: float,
                         evade_gain: float):

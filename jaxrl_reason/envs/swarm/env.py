@@ -2,7 +2,7 @@
 
 ``N`` UAVs in the arena ``[-1, 1]^d`` (``d`` = 2, or 3 with ``dim=3``) must cover ``M``
 static targets, each with an urgency weight in ``[0.2, 1]`` and a need of 1..``max_need``
-UAVs, while ``K`` scripted pursuers hunt them; ``O`` optional spherical obstacles.
+UAVs, while ``K`` pursuers hunt them; ``O`` optional spherical obstacles.
 
 Dynamics (every step lasts ``dt``):
   * ``dynamics="double_integrator"``: ``v' = clip(v + a dt, max_speed)``, ``p' = p + v' dt``
@@ -11,45 +11,60 @@ Dynamics (every step lasts ``dt``):
     acceleration limit (first-order response).
   UAVs are clipped to the arena (velocity into a wall zeroed) and pushed out of obstacles.
 
-Actions:
+Actions of the UAVs (agents ``0..N-1``):
   * ``control="discrete"`` (default): ``num_actions = M * 3``; action ``a`` means
     (target ``a // 3``, role ``a % 3``) with roles Commander (0: flies to the target and
     evades visible pursuers), Coordinator (1: takes its formation slot on a ring around
     the target) and Executor (2: flies straight to the target centre). The built-in
     low-level controller turns the intention into a velocity command. Out-of-range
     actions are clipped into ``[0, num_actions)``; every action is legal (rule "none").
-  * ``control="continuous"``: ``action_dim = d``, ``action [N, d]`` in ``[-1, 1]`` (clipped),
+  * ``control="continuous"``: ``action_dim = d``, ``action [A, d]`` in ``[-1, 1]`` (clipped),
     scaled by ``max_accel`` (double integrator) or ``max_speed`` (point mass);
     ``num_actions = 1`` and the mask is all True.
 
-Pursuers (scripted): each chases the nearest alive UAV within ``detect_radius``, else
-guards the most urgent unserved target, at ``adversary_speed`` (< ``max_speed``).
-A UAV within ``capture_radius`` of a pursuer is captured: frozen and inactive for
-the rest of the episode.
+Pursuers, at ``adversary_speed`` (< ``max_speed``):
+  * ``adversary_control="scripted"`` (default): each chases the nearest active UAV within
+    ``detect_radius``, else guards the most urgent unserved target;
+  * ``adversary_control="learned"``: the pursuers are extra agents ``N..N+K-1``
+    (``num_agents = N + K``) with their own actions. Discrete: ``0`` = the scripted chase,
+    ``1`` = guard the most urgent unserved target, ``a >= 2`` = fly along heading
+    ``2 pi (a - 2) / (num_actions - 2)`` in the x-y plane (clipped like the UAVs'
+    actions). Continuous: a desired velocity ``action * adversary_speed``.
+    A pursuer's reward is ``w_capture`` per UAV captured this step minus the team's
+    coverage/completion term (zero-sum against the mission). Pursuers are never removed.
+A UAV within ``capture_radius`` of a pursuer is captured: frozen and inactive for the
+rest of the episode.
 
-Rewards (``[N]`` float32, all weights configurable):
-  * team, to every agent: ``w_cover * sum_j u_j c_j / sum_j u_j`` over unserved targets,
+Rewards (``[A]`` float32, all weights configurable), UAVs:
+  * team, to every UAV: ``w_cover * sum_j u_j c_j / sum_j u_j`` over unserved targets,
     with coverage ``c_j = min(#UAVs within cover_radius, need_j) / need_j``;
     ``w_complete * u_j`` when target ``j`` becomes served (its accumulated coverage
     reaches ``serve_steps``);
   * individual: ``-w_capture`` on capture; ``-w_collision`` per step while within
     ``collision_radius`` of another active UAV or inside an obstacle.
-  With ``team_reward=True`` the individual penalties are summed and shared, so every
-  agent gets the same reward (what QMIX-style value mixing assumes).
+  With ``team_reward=True`` the UAVs' individual penalties are summed and shared, so every
+  UAV gets the same reward (what QMIX-style value mixing assumes).
 
 Episode end: ``terminated`` when every target is served (mission complete) or every
 UAV is captured; ``truncated`` after ``max_steps`` steps otherwise.
 
-Observation of UAV ``i`` (flat float32 vector; ``Swarm.obs_slices`` names the parts):
+Observation of agent ``i`` (flat float32 vector; ``Swarm.obs_slices`` names the parts):
 own state (position, velocity / max_speed, active flag, time fraction, formation slot
 direction, own last intention), then per target (relative position, urgency, served,
-coverage, visible), per pursuer (relative position and velocity, visible), per obstacle
-(relative position, visible) - all zero unless within ``obs_radius`` - and the
-``num_neighbors`` nearest other UAVs within ``comm_radius`` (relative position and
-velocity, active flag, their message = last (target, role) one-hots, present).
-``ts.info`` holds ``global_state`` (``[state_dim]`` for centralised critics),
-``neighbors`` (``[N, k]`` int32 indices, -1 where no neighbour), ``coverage``,
-``num_captured`` and ``num_served``.
+coverage achieved in the last step, visible), per pursuer (relative position and velocity,
+visible), per obstacle (relative position, visible) - all zero unless within
+``obs_radius`` - and the ``num_neighbors`` nearest other UAVs within ``comm_radius``
+(relative position and velocity, active flag, their message = last (target, role)
+one-hots, present). A learned pursuer sees the same layout from its own position; its
+"neighbours" are the nearest UAVs within ``obs_radius`` (their broadcasts intercepted).
+
+``ts.info``: ``coverage`` (urgency-weighted coverage of the last step), ``num_captured``
+and ``num_served`` describe the last transition; ``global_state`` (``[state_dim]`` for
+centralised critics) and ``neighbors`` (``[A, k]`` int32 UAV indices, -1 where none)
+describe the state the observation shows (after an auto-reset: the new episode's).
+
+Written as a ``SplitEnvironment`` (``reset_state`` / ``transition`` / ``observe``), so
+``envs.AutoReset`` encodes the observation once per step.
 """
 
 from __future__ import annotations
@@ -62,19 +77,20 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_reason.envs.core import Environment, TimeStep
+from jaxrl_reason.envs.core import Observation, SplitEnvironment, TimeStep, Transition
 from jaxrl_reason.envs.swarm import dynamics as dyn
 
 
 @dataclasses.dataclass(frozen=True)
 class SwarmConfig:
-    num_agents: int = 4
+    num_agents: int = 4  # UAVs (learned pursuers are added to the env's agents)
     num_targets: int = 3
     num_adversaries: int = 1
     num_obstacles: int = 0
     dim: int = 2
     dynamics: str = "double_integrator"  # or "point_mass"
     control: str = "discrete"  # or "continuous"
+    adversary_control: str = "scripted"  # or "learned"
     num_neighbors: int = 3  # messages from at most this many nearest neighbours
     max_steps: int = 100
     dt: float = 0.1
@@ -109,6 +125,11 @@ class SwarmConfig:
             raise ValueError(f"SwarmConfig.dynamics must be 'double_integrator' or 'point_mass', got {self.dynamics!r}")
         if self.control not in ("discrete", "continuous"):
             raise ValueError(f"SwarmConfig.control must be 'discrete' or 'continuous', got {self.control!r}")
+        if self.adversary_control not in ("scripted", "learned"):
+            raise ValueError("SwarmConfig.adversary_control must be 'scripted' or 'learned', "
+                             f"got {self.adversary_control!r}")
+        if self.adversary_control == "learned" and self.num_adversaries < 1:
+            raise ValueError("SwarmConfig.adversary_control='learned' needs num_adversaries >= 1")
         for name in ("dt", "max_speed", "max_accel", "obs_radius", "comm_radius", "cover_radius",
                      "serve_steps", "detect_radius"):
             if not getattr(self, name) > 0:
@@ -128,6 +149,7 @@ class SwarmState:
     urgency: jax.Array  # [M] in [0.2, 1]
     need: jax.Array  # [M] float32 UAVs needed for full coverage
     progress: jax.Array  # [M] accumulated coverage
+    cover: jax.Array  # [M] coverage achieved in the last step (0 at reset)
     served: jax.Array  # [M] bool
     adv_pos: jax.Array  # [K, d]
     adv_vel: jax.Array  # [K, d]
@@ -141,7 +163,7 @@ def _sqdist(a, b):
     return jnp.sum(rel * rel, -1)
 
 
-class Swarm(Environment):
+class Swarm(SplitEnvironment):
     """See the module docstring. Build with ``envs.make("swarm", **SwarmConfig fields)``."""
 
     turn_based = False
@@ -149,11 +171,14 @@ class Swarm(Environment):
     conformance_variants = (
         {},
         {"control": "continuous", "dynamics": "point_mass", "num_obstacles": 1, "max_steps": 20},
+        {"adversary_control": "learned", "num_adversaries": 2, "max_steps": 20},
     )
 
     def __init__(self, **kwargs):
         self.config = c = SwarmConfig(**kwargs)
-        self.num_agents = c.num_agents
+        self.num_uavs = c.num_agents
+        self.learned_adversaries = c.adversary_control == "learned"
+        self.num_agents = c.num_agents + (c.num_adversaries if self.learned_adversaries else 0)
         self.num_targets = c.num_targets
         self.max_episode_steps = c.max_steps
         self.action_dim = c.dim if c.control == "continuous" else None
@@ -183,7 +208,7 @@ class Swarm(Environment):
         return cls(**dataclasses.asdict(config))
 
     # ------------------------------------------------------------------ reset
-    def reset(self, key):
+    def reset_state(self, key) -> SwarmState:
         c = self.config
         d, N, M, K, O = c.dim, c.num_agents, c.num_targets, c.num_adversaries, c.num_obstacles
         # one uniform draw sliced into every field: a single PRNG call keeps the reset cheap
@@ -192,7 +217,7 @@ class Swarm(Environment):
         u = jax.random.uniform(key, (sum(sizes),), jnp.float32)
         pos_u, tgt_u, urg_u, need_u, adv_u, obs_u = jnp.split(u, np.cumsum(sizes)[:-1])
         f32 = jnp.float32
-        state = SwarmState(
+        return SwarmState(
             pos=(pos_u.reshape(N, d) * 1.8 - 0.9),
             vel=jnp.zeros((N, d), f32),
             alive=jnp.ones((N,), bool),
@@ -201,31 +226,35 @@ class Swarm(Environment):
             urgency=0.2 + 0.8 * urg_u,
             need=jnp.floor(1.0 + need_u * c.max_need).clip(1, c.max_need),
             progress=jnp.zeros((M,), f32),
+            cover=jnp.zeros((M,), f32),
             served=jnp.zeros((M,), bool),
             adv_pos=adv_u.reshape(K, d) * 1.8 - 0.9,
             adv_vel=jnp.zeros((K, d), f32),
             obstacles=obs_u.reshape(O, d) * 1.4 - 0.7,
             t=jnp.int32(0),
         )
-        return state, self._timestep(state, jnp.zeros((N,), f32), jnp.bool_(False), jnp.bool_(False))
+
+    def reset_info(self, state: SwarmState) -> dict:
+        return self._outcome_info(state, jnp.float32(0.0))
 
     # ------------------------------------------------------------------- step
-    def step(self, key, state: SwarmState, action):
+    def transition(self, key, state: SwarmState, action) -> Transition:
         c = self.config
         N = c.num_agents
         alive = state.alive
-        adv_vis = _sqdist(state.pos, state.adv_pos) < c.obs_radius**2  # [N, K]
+        uav_action = action[:N]
         if c.control == "discrete":
-            action = jnp.clip(jnp.asarray(action, jnp.int32), 0, self.num_actions - 1)
-            tgt, role = action // dyn.NUM_ROLES, action % dyn.NUM_ROLES
+            uav_action = jnp.clip(jnp.asarray(uav_action, jnp.int32), 0, self.num_actions - 1)
+            tgt, role = uav_action // dyn.NUM_ROLES, uav_action % dyn.NUM_ROLES
+            adv_vis = _sqdist(state.pos, state.adv_pos) < c.obs_radius**2  # [N, K]
             goal = dyn.role_goals(state.target_pos, tgt, role, self.slot_dir, 0.7 * c.cover_radius)
             v_des = dyn.controller_velocity(
                 state.pos, goal, state.adv_pos, adv_vis, evade=role == dyn.COMMANDER,
                 max_speed=c.max_speed, slow_radius=0.1, evade_radius=c.obs_radius, evade_gain=1.5)
             accel = dyn.velocity_command_accel(state.vel, v_des, c.dt, c.max_accel)
-            last_action = action
+            last_action = uav_action
         else:
-            u = jnp.clip(jnp.asarray(action, jnp.float32), -1.0, 1.0)
+            u = jnp.clip(jnp.asarray(uav_action, jnp.float32), -1.0, 1.0)
             if c.dynamics == "double_integrator":
                 accel = u * c.max_accel
             else:
@@ -240,16 +269,7 @@ class Swarm(Environment):
         pos = jnp.where(alive[:, None], pos, state.pos)
         vel = jnp.where(alive[:, None], vel, 0.0)
 
-        # scripted pursuers: chase the nearest active UAV within detect_radius, else guard
-        d_adv = _sqdist(state.adv_pos, pos) + jnp.where(alive, 0.0, 1e9)[None, :]  # [K, N]
-        nearest = jnp.argmin(d_adv, -1)
-        chase = jnp.min(d_adv, -1) < c.detect_radius**2
-        guard = state.target_pos[jnp.argmax(state.urgency - 2.0 * state.served)]
-        adv_goal = jnp.where(chase[:, None], pos[nearest], guard[None, :])
-        adv_v = dyn.controller_velocity(
-            state.adv_pos, adv_goal, state.adv_pos[:0], jnp.zeros((c.num_adversaries, 0)),
-            evade=jnp.zeros((c.num_adversaries,), bool), max_speed=c.adversary_speed,
-            slow_radius=0.05, evade_radius=1.0, evade_gain=0.0)
+        adv_v = self._pursuer_velocity(state, pos, action[N:] if self.learned_adversaries else None)
         adv_acc = dyn.velocity_command_accel(state.adv_vel, adv_v, c.dt, c.max_accel)
         adv_pos, adv_vel = dyn.integrate(state.adv_pos, state.adv_vel, adv_acc, c.dt,
                                          c.adversary_speed, c.max_accel)
@@ -261,32 +281,55 @@ class Swarm(Environment):
         close = (d_uav < c.collision_radius**2) & ~jnp.eye(N, dtype=bool) & alive_next[None, :]
         collided = alive_next & (jnp.any(close, -1) | hit_obstacle)
 
-        cover = self._coverage(pos, alive_next, state.target_pos, state.need, state.served)
+        near = (_sqdist(state.target_pos, pos) < c.cover_radius**2) & alive_next[None, :]
+        cover = jnp.where(state.served, 0.0, jnp.minimum(near.sum(-1), state.need) / state.need)
         progress = state.progress + cover
         newly_served = ~state.served & (progress >= c.serve_steps)
         served = state.served | newly_served
         u = state.urgency
-        team = (c.w_cover * jnp.sum(u * cover) / jnp.sum(u)
-                + c.w_complete * jnp.sum(u * newly_served))
+        weighted_cover = jnp.sum(u * cover) / jnp.sum(u)
+        team = c.w_cover * weighted_cover + c.w_complete * jnp.sum(u * newly_served)
         individual = -c.w_capture * captured - c.w_collision * collided
         if c.team_reward:
             individual = jnp.broadcast_to(individual.sum(), (N,))
-        reward = (team + individual).astype(jnp.float32)
+        reward = team + individual
+        if self.learned_adversaries:
+            pursuer = c.w_capture * captured.sum() - team
+            reward = jnp.concatenate([reward, jnp.broadcast_to(pursuer, (c.num_adversaries,))])
 
         t = state.t + 1
         terminated = jnp.all(served) | ~jnp.any(alive_next)
         truncated = (t >= c.max_steps) & ~terminated
         new_state = SwarmState(pos, vel, alive_next, last_action, state.target_pos, u, state.need,
-                               progress, served, adv_pos, adv_vel, state.obstacles, t)
-        return new_state, self._timestep(new_state, reward, terminated, truncated,
-                                         weighted_cover=jnp.sum(u * cover) / jnp.sum(u))
+                               progress, cover, served, adv_pos, adv_vel, state.obstacles, t)
+        return Transition(new_state, reward.astype(jnp.float32), terminated, truncated,
+                          self._outcome_info(new_state, weighted_cover))
+
+    def _pursuer_velocity(self, state: SwarmState, pos, action):
+        """Desired pursuer velocities ``[K, d]`` (``action``: learned pursuers' actions, or None)."""
+        c = self.config
+        d_adv = _sqdist(state.adv_pos, pos) + jnp.where(state.alive, 0.0, 1e9)[None, :]  # [K, N]
+        nearest = jnp.argmin(d_adv, -1)
+        chase = jnp.min(d_adv, -1) < c.detect_radius**2
+        guard = state.target_pos[jnp.argmax(state.urgency - 2.0 * state.served)]
+        chase_goal = jnp.where(chase[:, None], pos[nearest], guard[None, :])
+        seek = lambda goal: dyn.seek_velocity(state.adv_pos, goal, c.adversary_speed, 0.05)
+        if action is None:
+            return seek(chase_goal)
+        if c.control == "continuous":
+            u = jnp.clip(jnp.asarray(action, jnp.float32), -1.0, 1.0)
+            return dyn.clip_norm(u, 1.0) * c.adversary_speed
+        a = jnp.clip(jnp.asarray(action, jnp.int32), 0, self.num_actions - 1)
+        goal = jnp.where((a == 0)[:, None], chase_goal, guard[None, :])
+        angle = 2.0 * jnp.pi * (a - 2) / max(self.num_actions - 2, 1)
+        return jnp.where((a >= 2)[:, None], dyn.heading(angle, c.dim) * c.adversary_speed, seek(goal))
+
+    def _outcome_info(self, state: SwarmState, weighted_cover) -> dict:
+        return {"coverage": jnp.asarray(weighted_cover, jnp.float32),
+                "num_captured": jnp.sum(~state.alive).astype(jnp.int32),
+                "num_served": jnp.sum(state.served).astype(jnp.int32)}
 
     # ------------------------------------------------------------ observation
-    def _coverage(self, pos, alive, target_pos, need, served):
-        """``[M]`` coverage ``min(#active UAVs within cover_radius, need) / need`` (0 once served)."""
-        near = (_sqdist(target_pos, pos) < self.config.cover_radius**2) & alive[None, :]
-        return jnp.where(served, 0.0, jnp.minimum(near.sum(-1), need) / need)
-
     def messages(self, state: SwarmState) -> jax.Array:
         """``[N, M + 3]`` each UAV's broadcast: one-hot target and role of its last intention."""
         a = state.last_action
@@ -312,37 +355,61 @@ class Swarm(Environment):
         present = (d2 < c.comm_radius**2) & state.alive[idx] & state.alive[:, None]
         return idx.astype(jnp.int32), present
 
-    def observe(self, state: SwarmState):
-        """``(obs [N, obs_dim], neighbor_idx [N, k])`` (index -1 where no neighbour)."""
+    def _view(self, state, me_pos, me_vel, me_active, own_extra, nb_idx, nb_present, msg):
+        """Observations ``[P, obs_dim]`` of ``P`` observers at ``me_pos``/``me_vel`` ``[P, d]``
+        (``me_active`` ``[P]`` float, ``own_extra`` ``[P, 2 + msg_dim]`` slot and message,
+        neighbour UAV indices/presence ``[P, k]``)."""
         c = self.config
-        N, d, r2 = c.num_agents, c.dim, c.obs_radius**2
-        me = state.alive[:, None].astype(jnp.float32)
-        msg = self.messages(state)
+        P = me_pos.shape[0]
+        me = me_active[:, None]
 
-        def sensed(rel, extra):  # rel [N, P, d], extra [N, P, e] -> [N, P*(d+e+1)]
-            vis = (jnp.sum(rel * rel, -1, keepdims=True) < r2) * me[:, None, :]
-            return (jnp.concatenate([rel, extra, jnp.ones_like(vis)], -1) * vis).reshape(N, -1)
+        def sensed(rel, extra):  # rel [P, Q, d], extra [P, Q, e] -> [P, Q*(d+e+1)]
+            vis = (jnp.sum(rel * rel, -1, keepdims=True) < c.obs_radius**2) * me[:, None, :]
+            return (jnp.concatenate([rel, extra, jnp.ones_like(vis)], -1) * vis).reshape(P, -1)
 
-        t_frac = jnp.broadcast_to(state.t / c.max_steps, (N, 1)).astype(jnp.float32)
-        own = jnp.concatenate([state.pos, state.vel / c.max_speed, me, t_frac,
-                               self.slot_dir[:, :2], msg], -1)
-        cov = self._coverage(state.pos, state.alive, state.target_pos, state.need, state.served)
-        tgt_extra = jnp.stack([state.urgency, state.served.astype(jnp.float32), cov], -1)
-        parts = [own, sensed(state.target_pos[None] - state.pos[:, None],
-                             jnp.broadcast_to(tgt_extra, (N, *tgt_extra.shape)))]
+        t_frac = jnp.broadcast_to(state.t / c.max_steps, (P, 1)).astype(jnp.float32)
+        parts = [me_pos, me_vel / c.max_speed, me, t_frac, own_extra]
+        tgt_extra = jnp.stack([state.urgency, state.served.astype(jnp.float32), state.cover], -1)
+        parts.append(sensed(state.target_pos[None] - me_pos[:, None],
+                            jnp.broadcast_to(tgt_extra, (P, *tgt_extra.shape))))
         if c.num_adversaries:
-            parts.append(sensed(state.adv_pos[None] - state.pos[:, None],
-                                (state.adv_vel[None] - state.vel[:, None]) / c.max_speed))
+            parts.append(sensed(state.adv_pos[None] - me_pos[:, None],
+                                (state.adv_vel[None] - me_vel[:, None]) / c.max_speed))
         if c.num_obstacles:
-            parts.append(sensed(state.obstacles[None] - state.pos[:, None],
-                                jnp.zeros((N, c.num_obstacles, 0), jnp.float32)))
-        idx, present = self.neighbors(state)
+            parts.append(sensed(state.obstacles[None] - me_pos[:, None],
+                                jnp.zeros((P, c.num_obstacles, 0), jnp.float32)))
         if self.k:
-            nb = jnp.concatenate([state.pos[idx] - state.pos[:, None], (state.vel[idx] - state.vel[:, None]) / c.max_speed,
-                                  state.alive[idx][..., None].astype(jnp.float32), msg[idx],
-                                  jnp.ones((N, self.k, 1), jnp.float32)], -1)
-            parts.append((nb * present[..., None]).reshape(N, -1))
-        return jnp.concatenate(parts, -1), jnp.where(present, idx, -1)
+            nb = jnp.concatenate([state.pos[nb_idx] - me_pos[:, None],
+                                  (state.vel[nb_idx] - me_vel[:, None]) / c.max_speed,
+                                  state.alive[nb_idx][..., None].astype(jnp.float32), msg[nb_idx],
+                                  jnp.ones((P, self.k, 1), jnp.float32)], -1)
+            parts.append((nb * nb_present[..., None]).reshape(P, -1))
+        return jnp.concatenate(parts, -1)
+
+    def encode(self, state: SwarmState):
+        """``(obs [A, obs_dim], neighbor_idx [A, k])`` (index -1 where no neighbour)."""
+        c = self.config
+        msg = self.messages(state)
+        idx, present = self.neighbors(state)
+        own_extra = jnp.concatenate([jnp.asarray(self.slot_dir[:, :2]), msg], -1)
+        obs = self._view(state, state.pos, state.vel, state.alive.astype(jnp.float32), own_extra, idx, present, msg)
+        nbrs = jnp.where(present, idx, -1)
+        if self.learned_adversaries:
+            K = c.num_adversaries
+            d2 = _sqdist(state.adv_pos, state.pos) + jnp.where(state.alive, 0.0, jnp.inf)[None]  # [K, N]
+            neg, a_idx = jax.lax.top_k(-d2, self.k)
+            a_present = -neg < c.obs_radius**2
+            a_obs = self._view(state, state.adv_pos, state.adv_vel, jnp.ones((K,), jnp.float32),
+                               jnp.zeros((K, 2 + self.msg_dim), jnp.float32), a_idx, a_present, msg)
+            obs = jnp.concatenate([obs, a_obs], 0)
+            nbrs = jnp.concatenate([nbrs, jnp.where(a_present, a_idx, -1).astype(jnp.int32)], 0)
+        return obs, nbrs
+
+    def observe(self, state: SwarmState) -> Observation:
+        return Observation(self.encode(state)[0], self._legal(), jnp.int32(-1))
+
+    def _legal(self):
+        return jnp.ones((self.num_agents, self.num_actions), bool)
 
     def global_state(self, state: SwarmState) -> jax.Array:
         """``[state_dim]`` full state for centralised critics and mixers."""
@@ -355,25 +422,17 @@ class Swarm(Environment):
             jnp.reshape(state.t / c.max_steps, (1,)).astype(jnp.float32),
         ])
 
-    def _timestep(self, state, reward, terminated, truncated, weighted_cover=None):
-        obs, nbrs = self.observe(state)
-        if weighted_cover is None:
-            weighted_cover = jnp.float32(0.0)
-        info = {
-            "global_state": self.global_state(state),
-            "neighbors": nbrs,
-            "coverage": weighted_cover.astype(jnp.float32),
-            "num_captured": jnp.sum(~state.alive).astype(jnp.int32),
-            "num_served": jnp.sum(state.served).astype(jnp.int32),
-        }
+    def timestep(self, state, reward, terminated, truncated, info) -> TimeStep:
+        """The observation plus the state-side info (``global_state``, ``neighbors``) of ``state``."""
+        obs, nbrs = self.encode(state)
         return TimeStep(
             obs=obs,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            legal_action_mask=jnp.ones((self.num_agents, self.num_actions), bool),
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=jnp.asarray(terminated, bool),
+            truncated=jnp.asarray(truncated, bool),
+            legal_action_mask=self._legal(),
             current_player=jnp.int32(-1),
-            info=info,
+            info={**info, "global_state": self.global_state(state), "neighbors": nbrs},
         )
 
 
