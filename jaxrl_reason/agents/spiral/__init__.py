@@ -1,0 +1,11 @@
+"""SPIRAL: one language model plays both seats of zero-sum text games, trained with
+Role-conditioned Advantage Estimation (arXiv 2506.24119), fully on device.
+
+- ``vocab``: the LM's token layout (task specials + bytes) and the task-vocabulary adapter.
+- ``rollout``: multi-turn, multi-agent episode batches in one jitted loop
+  (render -> sample -> parse -> step), per-turn token sequences stored.
+- ``advantages``: RAE, plain self-play and fixed-opponent advantages per turn.
+- ``warmstart``: SFT warm start on formatted heuristic / random-legal moves.
+- ``trainer``: multi-game self-play trainer with per-game metrics.
+- ``evaluation``: win rates vs fixed opponents, Kuhn exploitability of the LM, transfer eval.
+"""

@@ -1,0 +1,234 @@
+"""Multi-turn, multi-agent LM episodes on device: render -> sample -> parse -> step, all turns of
+a batch of games in one ``lax.scan`` (no Python per turn).
+
+    game = GameSpec.make("kuhn_poker")
+    roll = make_rollout(graphdef, game, num_episodes=64, sampler=SamplerConfig(max_new_tokens=24))
+    ep = jax.jit(roll)(params, key)          # params: nnx.State of the LM (nnx.split(model)[1])
+
+Each turn the player to move sees its own prompt (``[BOS] + text.render(state, player)``, static
+length ``P``), the LM samples a response (stopping at ``EOS``), ``text.parse`` reads the last
+``\\boxed{...}`` and the environment steps. An unparseable or illegal answer is passed to
+``env.step`` as is, so the game's illegal-action rule applies: the game ends, the offender gets
+``-penalty`` (a forfeit, as in SPIRAL). With ``opponent`` set, the LM plays only seat
+``lm_seat[b]`` (alternating 0/1 over the batch) and the opponent function plays the other seat;
+only LM turns are ``active`` (trainable).
+
+``Episodes.turns`` stores per-turn ``[T, B, ...]`` arrays (``T = env.max_episode_steps``); turns
+after a game ended are inactive padding. ``python_rollout`` is the same rollout driven turn by turn
+from Python with host-side string parsing (the benchmark's reference; same keys -> same games).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_reason import envs
+from jaxrl_reason.envs.games import text as gtext
+from jaxrl_reason.envs.games.arena import mover_view
+from jaxrl_reason.agents.spiral.vocab import BOS, EOS, OFFSET
+from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+
+GAMES = ("tictactoe", "kuhn_poker", "negotiation")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GameSpec:
+    """A game with its text interface. ``prompt_len`` counts the leading BOS."""
+
+    name: str
+    env: object
+    text: gtext.GameText
+
+    @staticmethod
+    def make(name: str, **env_kwargs) -> "GameSpec":
+        if name not in GAMES:
+            raise ValueError(f"unknown SPIRAL game {name!r}; choose from {GAMES}")
+        env = envs.make(name, **env_kwargs)
+        return GameSpec(name=name, env=env, text=gtext.game_text(env))
+
+    @property
+    def prompt_len(self) -> int:
+        return 1 + self.text.prompt_length
+
+    @property
+    def max_turns(self) -> int:
+        return int(self.env.max_episode_steps)
+
+
+@flax.struct.dataclass
+class Turns:
+    prompts: jax.Array  # [T, B, P] int32 (BOS + rendered prompt)
+    tokens: jax.Array  # [T, B, N] int32 sampled response (pad after EOS)
+    logprobs: jax.Array  # [T, B, N] float32 sampling log-probs
+    lengths: jax.Array  # [T, B] int32 response lengths (EOS included)
+    player: jax.Array  # [T, B] int32 seat that acted
+    active: jax.Array  # [T, B] bool: the game was live and the LM acted
+    status: jax.Array  # [T, B] int32 parse status (text.OK / NO_ANSWER / UNKNOWN / ILLEGAL)
+
+
+@flax.struct.dataclass
+class Episodes:
+    turns: Turns
+    returns: jax.Array  # [B, 2] float32 episode return per seat
+    forfeit: jax.Array  # [B, 2] bool: seat forfeited (LM answer unparseable / illegal)
+    lm_seat: jax.Array  # [B] int32 LM seat (-1: self-play, the LM plays both)
+    finished: jax.Array  # [B] bool: the game ended within max_turns
+
+
+def _mask_lm_seat(num_episodes: int, with_opponent: bool) -> jax.Array:
+    return jnp.arange(num_episodes, dtype=jnp.int32) % 2 if with_opponent else jnp.full((num_episodes,), -1, jnp.int32)
+
+
+def _render(game: GameSpec, state, player):
+    body = jax.vmap(game.text.render, in_axes=(0, 0, None))(state, player, OFFSET)
+    return jnp.concatenate([jnp.full((body.shape[0], 1), BOS, jnp.int32), body], axis=1)
+
+
+def _select(done, old, new):
+    """Keep ``old`` where a game had already ended (batched pytrees, done [B])."""
+    return jax.tree.map(lambda a, b: jnp.where(done.reshape(done.shape + (1,) * (a.ndim - 1)), a, b), old, new)
+
+
+def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig,
+                 opponent: Callable | None = None) -> Callable:
+    """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step).
+
+    ``params``: the LM's full ``nnx.State``. ``opponent(key, state, ts) -> action`` acts on one
+    unbatched game (``envs.games.opponents``); None = self-play (the LM plays both seats).
+    """
+    if num_episodes < 1:
+        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
+    env, b, p = game.env, num_episodes, game.prompt_len
+    sampler.max_new_tokens  # validated by SamplerConfig
+    stops = jnp.full((b, 1), EOS, jnp.int32)
+    max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
+    plens = jnp.full((b,), p, jnp.int32)
+
+    def rollout(params, key) -> Episodes:
+        k_reset, k_play = jax.random.split(key)
+        state, ts = jax.vmap(env.reset)(jax.random.split(k_reset, b))
+        lm_seat = _mask_lm_seat(b, opponent is not None)
+
+        def turn(carry, key):
+            state, ts, ret, forfeit = carry
+            k_lm, k_opp, k_env = jax.random.split(key, 3)
+            done = ts.terminated | ts.truncated
+            player = ts.current_player
+            _, legal = mover_view(ts)
+            prompts = _render(game, state, player)
+            out = generate(graphdef, params, prompts, plens, k_lm, stops, max_new, config=sampler)
+            action, status = jax.vmap(game.text.parse, in_axes=(0, 0, None))(out.tokens, legal, OFFSET)
+            lm_turn = (lm_seat < 0) | (player == lm_seat)
+            if opponent is not None:
+                opp = jax.vmap(opponent)(jax.random.split(k_opp, b), state, ts)
+                action = jnp.where(lm_turn, action, opp)
+            active = ~done & lm_turn
+            new_state, new_ts = jax.vmap(env.step)(jax.random.split(k_env, b), state, action)
+            state, ts = _select(done, (state, ts), (new_state, new_ts))
+            ret = ret + jnp.where(done[:, None], 0.0, new_ts.reward)
+            bad = active & (status != gtext.OK)
+            forfeit = forfeit | (bad[:, None] & (jnp.arange(2)[None] == player[:, None]))
+            rec = Turns(prompts=prompts, tokens=out.tokens, logprobs=out.logprobs, lengths=out.lengths,
+                        player=player, active=active, status=status)
+            return (state, ts, ret, forfeit), rec
+
+        init = (state, ts, jnp.zeros((b, 2), jnp.float32), jnp.zeros((b, 2), bool))
+        (state, ts, ret, forfeit), turns = jax.lax.scan(turn, init, jax.random.split(k_play, game.max_turns))
+        return Episodes(turns=turns, returns=ret, forfeit=forfeit, lm_seat=lm_seat,
+                        finished=ts.terminated | ts.truncated)
+
+    return rollout
+
+
+def python_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig, params, key,
+                   opponent: Callable | None = None) -> dict:
+    """The same rollout driven turn by turn from Python (reference for the benchmark and tests).
+
+    Per turn: a jitted render + sample call, the answers decoded to strings and parsed on the host
+    (``text.parse_str``, as a text-arena harness does), a jitted env step; stops as soon as every
+    game has ended. Returns numpy ``{"returns" [B, 2], "forfeit" [B, 2], "status" [T, B]}``."""
+    env, b = game.env, num_episodes
+    fns = _python_fns(graphdef, game, b, sampler, opponent)
+    k_reset, k_play = jax.random.split(key)
+    state, ts = fns["reset"](k_reset)
+    lm_seat = np.asarray(_mask_lm_seat(b, opponent is not None))
+    ret, forfeit = np.zeros((b, 2), np.float32), np.zeros((b, 2), bool)
+    statuses = np.zeros((game.max_turns, b), np.int32)
+    for t, k in enumerate(jax.random.split(k_play, game.max_turns)):
+        k_lm, k_opp, k_env = jax.random.split(k, 3)
+        done, player, legal, tokens, opp = jax.device_get(fns["sample"](params, state, ts, k_lm, k_opp))
+        if done.all():
+            break
+        actions = np.zeros(b, np.int32)
+        for i in range(b):
+            if done[i]:
+                continue
+            lm_turn = lm_seat[i] < 0 or player[i] == lm_seat[i]
+            if lm_turn:
+                a, status = parse_text(game.text, host_text(tokens[i]), legal[i])
+                statuses[t, i] = status
+                if status != gtext.OK:
+                    forfeit[i, player[i]] = True
+                actions[i] = a
+            else:
+                actions[i] = opp[i]
+        state, ts, reward = jax.device_get(fns["step"](k_env, state, ts, jnp.asarray(actions)))
+        ret += np.where(done[:, None], 0.0, reward)
+    return {"returns": ret, "forfeit": forfeit, "status": statuses}
+
+
+def host_text(ids) -> str:
+    """LM ids -> a Python string, one character per id (specials -> ``"\\x00"``)."""
+    return "".join(chr(t - OFFSET) if t >= OFFSET else "\x00" for t in np.asarray(ids).tolist())
+
+
+def parse_text(text: gtext.GameText, answer: str, legal) -> tuple[int, int]:
+    """Host-side (pure Python) twin of ``GameText.parse``: ``(action, status)``."""
+    start = answer.rfind(gtext.BOXED)
+    if start < 0:
+        return gtext.INVALID_ACTION, gtext.NO_ANSWER
+    seg = answer[start + len(gtext.BOXED): start + len(gtext.BOXED) + text.window]
+    end = seg.find("}")
+    if end < 0:
+        return gtext.INVALID_ACTION, gtext.NO_ANSWER
+    content = "".join(c.lower() if "A" <= c <= "Z" else c for c in seg[:end] if c not in " \t\n\r")
+    canon = [a.lower().replace(" ", "") for a in text.action_strings]
+    if content not in canon:
+        return gtext.INVALID_ACTION, gtext.UNKNOWN
+    a = canon.index(content)
+    return a, (gtext.OK if legal[a] else gtext.ILLEGAL)
+
+
+def _python_fns(graphdef, game: GameSpec, b: int, sampler: SamplerConfig, opponent):
+    env = game.env
+    stops = jnp.full((b, 1), EOS, jnp.int32)
+    max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
+    plens = jnp.full((b,), game.prompt_len, jnp.int32)
+
+    @jax.jit
+    def reset(key):
+        return jax.vmap(env.reset)(jax.random.split(key, b))
+
+    @jax.jit
+    def sample(params, state, ts, k_lm, k_opp):
+        _, legal = mover_view(ts)
+        out = generate(graphdef, params, _render(game, state, ts.current_player), plens, k_lm, stops, max_new,
+                       config=sampler)
+        opp = (jax.vmap(opponent)(jax.random.split(k_opp, b), state, ts) if opponent is not None
+               else jnp.zeros((b,), jnp.int32))
+        return ts.terminated | ts.truncated, ts.current_player, legal, out.tokens, opp
+
+    @jax.jit
+    def step(key, state, ts, action):
+        done = ts.terminated | ts.truncated
+        new = jax.vmap(env.step)(jax.random.split(key, b), state, action)
+        state, ts = _select(done, (state, ts), new)
+        return state, ts, new[1].reward
+
+    return {"reset": reset, "sample": sample, "step": step}

@@ -1,0 +1,198 @@
+"""SPIRAL trainer: multi-game LM self-play with RAE, one jitted step per batch.
+
+    trainer = SpiralTrainer(SpiralConfig(games=("tictactoe", "kuhn_poker")), model)
+    state = trainer.init(jax.random.key(0))
+    state, metrics = trainer.step(state)        # jitted: all rollouts + advantages + update
+
+One step plays ``episodes_per_game`` games of every game in the config (each game's rollout is a
+``lax.scan`` over turns inside the same jitted program), computes per-episode advantages
+(``advantages.py``: RAE per (game, role), plain self-play, or a fixed opponent), gives every turn
+of a role its episode's advantage, puts the turns of all games in one batch (prompts right-padded
+to the longest game) and takes ``minibatches`` clipped policy-gradient steps (``rl/grpo/losses``,
+token-mean aggregation) on the stored per-turn token sequences. Metrics are global
+(``grad_norm``, ``loss``, ``entropy``, ...) and per game (``<game>/win0``, ``/draw``,
+``/forfeit``, ``/format_error``, ``/response_length``, ``/baseline0``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from jaxrl_reason.agents.spiral.advantages import MODES, episode_advantages, turn_advantages
+from jaxrl_reason.agents.spiral.rollout import GAMES, GameSpec, make_rollout
+from jaxrl_reason.agents.spiral.vocab import PAD
+from jaxrl_reason.envs.games import opponents as O
+from jaxrl_reason.envs.games import text as gtext
+from jaxrl_reason.models.lm.sampler import SamplerConfig
+from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
+from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
+from jaxrl_reason.rl.rae import init_baseline
+
+OPPONENTS = ("random",)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpiralConfig:
+    games: tuple[str, ...] = ("tictactoe", "kuhn_poker")
+    episodes_per_game: int = 32
+    advantage: str = "rae"  # rae | none | fixed (LM vs a fixed opponent)
+    opponent: str = "random"  # the fixed opponent of advantage="fixed"
+    alpha: float = 0.05  # RAE EMA rate
+    max_new_tokens: int = 28
+    temperature: float = 1.0
+    lr: float = 3e-4
+    max_grad_norm: float = 1.0
+    minibatches: int = 1
+    loss: LossConfig = LossConfig(aggregation="token_mean")
+    logprob_chunk: int = 64
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(f"SpiralConfig: {msg}")
+
+        need(len(self.games) >= 1 and len(set(self.games)) == len(self.games), f"games must be distinct, got {self.games}")
+        need(all(g in GAMES for g in self.games), f"games must be among {GAMES}, got {self.games}")
+        need(self.advantage in MODES, f"advantage must be one of {MODES}, got {self.advantage!r}")
+        need(self.opponent in OPPONENTS, f"opponent must be one of {OPPONENTS}, got {self.opponent!r}")
+        need(0.0 < self.alpha <= 1.0, f"alpha must be in (0, 1], got {self.alpha}")
+        need(self.episodes_per_game >= 2 and self.episodes_per_game % 2 == 0,
+             f"episodes_per_game must be even and >= 2, got {self.episodes_per_game}")
+        need(self.temperature > 0, f"temperature must be > 0 (sampling log-probs are trained on), got {self.temperature}")
+        need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
+        need(self.minibatches >= 1, "minibatches must be >= 1")
+        SamplerConfig(max_new_tokens=self.max_new_tokens)
+
+
+@flax.struct.dataclass
+class SpiralState:
+    params: nnx.State
+    rest: nnx.State
+    opt_state: optax.OptState
+    baseline: jax.Array  # [num_games, 2] RAE baselines
+    step: jax.Array
+    key: jax.Array
+
+
+class SpiralTrainer:
+    def __init__(self, config: SpiralConfig, model):
+        self.config = config
+        self.games = [GameSpec.make(g) for g in config.games]
+        self.prompt_len = max(g.prompt_len for g in self.games)
+        model.cfg.check_cache(self.prompt_len, config.max_new_tokens, self.prompt_len + config.max_new_tokens)
+        self.graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        self._params, self._rest = params, rest
+        self.full_graphdef = nnx.graphdef(model)
+        self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature, pad_id=PAD)
+        self.optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
+        self._step = _step_fn(self, config)
+
+    def init(self, key: jax.Array, params: nnx.State | None = None) -> SpiralState:
+        params = jax.tree.map(jnp.array, self._params if params is None else params)
+        return SpiralState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
+                           baseline=init_baseline(len(self.games), 2), step=jnp.int32(0), key=key)
+
+    def model(self, state: SpiralState):
+        return nnx.merge(self.graphdef, state.params, state.rest)
+
+    def step(self, state: SpiralState) -> tuple[SpiralState, dict]:
+        return self._step(state)
+
+
+def _opponent(name: str, game: GameSpec):
+    if name == "random":
+        return O.random_action
+    raise ValueError(name)
+
+
+def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
+    graphdef, games, n_ep = trainer.graphdef, trainer.games, cfg.episodes_per_game
+    opp = cfg.advantage == "fixed"
+    rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler, _opponent(cfg.opponent, g) if opp else None)
+                for g in games]
+    p_max, n = trainer.prompt_len, cfg.max_new_tokens
+    optimizer = trainer.optimizer
+
+    def step(state: SpiralState):
+        key = jax.random.fold_in(state.key, state.step)
+        k_roll, k_perm = jax.random.split(key)
+        full = nnx.merge_state(state.params, state.rest)
+        eps = [roll(full, k) for roll, k in zip(rollouts, jax.random.split(k_roll, len(games)))]
+        returns = jnp.concatenate([e.returns for e in eps])
+        game_ids = jnp.repeat(jnp.arange(len(games)), n_ep)
+        valid = jnp.concatenate([e.finished for e in eps])
+        adv_ep, baseline = episode_advantages(cfg.advantage, state.baseline, returns, game_ids, cfg.alpha, valid)
+        rows = {k: [] for k in ("prompts", "tokens", "logprobs", "lengths", "active", "adv")}
+        metrics = {}
+        for g, (game, e) in enumerate(zip(games, eps)):
+            t = e.turns
+            adv = turn_advantages(adv_ep[g * n_ep:(g + 1) * n_ep], t.player)  # [T, B]
+            flat = lambda x: x.reshape((-1,) + x.shape[2:])
+            pad = p_max - game.prompt_len
+            rows["prompts"].append(jnp.pad(flat(t.prompts), ((0, 0), (0, pad)), constant_values=PAD))
+            for k in ("tokens", "logprobs", "lengths", "active"):
+                rows[k].append(flat(getattr(t, k)))
+            rows["adv"].append(flat(adv))
+            metrics.update(_game_metrics(game.name, e, baseline[g]))
+        data = {k: jnp.concatenate(v) for k, v in rows.items()}
+        plens = jnp.concatenate([jnp.full((game.max_turns * n_ep,), game.prompt_len, jnp.int32) for game in games])
+        data["plens"] = plens
+        data["seqs"] = join(data.pop("prompts"), plens, data["tokens"])
+        data["mask"] = ((jnp.arange(n)[None] < data["lengths"][:, None]) & data["active"][:, None]).astype(jnp.float32)
+        num_rows = data["seqs"].shape[0]
+        mb = -(-num_rows // cfg.minibatches)
+        perm = jax.random.permutation(k_perm, mb * cfg.minibatches) % num_rows  # wraps: a few rows twice
+        batches = jax.tree.map(lambda x: x[perm].reshape((cfg.minibatches, mb) + x.shape[1:]), data)
+
+        def loss_fn(params, b):
+            model = nnx.merge(graphdef, params, state.rest)
+            logp, ent = response_logprobs(model, b["seqs"], b["plens"], n, cfg.temperature, cfg.logprob_chunk)
+            return grpo_loss(logp, b["logprobs"], b["adv"], b["mask"], entropy=ent, config=cfg.loss)
+
+        def opt_step(carry, b):
+            params, opt_state = carry
+            (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, b)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            m["grad_norm"] = optax.global_norm(grads)
+            return (optax.apply_updates(params, updates), opt_state), m
+
+        (params, opt_state), m = jax.lax.scan(opt_step, (state.params, state.opt_state), batches)
+        metrics.update({k: v.mean() for k, v in m.items()})
+        metrics["active_turns"] = data["active"].sum()
+        metrics["mean_abs_adv"] = (jnp.abs(data["adv"]) * data["active"]).sum() / jnp.maximum(data["active"].sum(), 1)
+        new = SpiralState(params=params, rest=state.rest, opt_state=opt_state, baseline=baseline,
+                          step=state.step + 1, key=state.key)
+        return new, metrics
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def _game_metrics(name: str, e, baseline) -> dict:
+    """Per-game metrics of one batch of episodes."""
+    t = e.turns
+    act = t.active.astype(jnp.float32)
+    n_act = jnp.maximum(act.sum(), 1.0)
+    lm = jnp.where(e.lm_seat < 0, 0, e.lm_seat)
+    r_lm = jnp.take_along_axis(e.returns, lm[:, None], 1)[:, 0]
+    m = {
+        "win0": (e.returns[:, 0] > 0).mean(),  # seat 0's wins (self-play) / LM seat wins (fixed)
+        "win_lm": (r_lm > 0).mean(),
+        "draw": (e.returns[:, 0] == 0).mean(),
+        "forfeit": e.forfeit.any(1).mean(),
+        "format_error": ((t.status != gtext.OK) * act).sum() / n_act,
+        "response_length": (t.lengths * act).sum() / n_act,
+        "turns": act.sum() / t.active.shape[1],
+        "baseline0": baseline[0],
+        "baseline1": baseline[1],
+    }
+    return {f"{name}/{k}": v for k, v in m.items()}
+
+
+__all__ = ["SpiralConfig", "SpiralState", "SpiralTrainer"]

@@ -1,0 +1,166 @@
+"""SFT warm start: teach a tiny LM the answer format from games played by a teacher.
+
+A tiny LM trained from scratch cannot read a board from text or write ``\\boxed{...}`` on its own,
+so (as the SPIRAL brief allows) self-play starts from a short supervised warm start on formatted
+moves of a *teacher* that mixes an expert with random-legal play:
+
+- TicTacToe: perfect minimax move with probability ``expert_prob``, else a random legal move;
+- Kuhn Poker: a Nash policy (alpha = 1/6) move with probability ``expert_prob``, else random legal;
+- Negotiation: the fixed heuristic with probability ``expert_prob``, else random legal.
+
+Each example is ``[BOS] prompt`` + ``"<rationale> \\boxed{<action>}"`` + ``EOS`` with the loss on the
+response only; the rationale is a short, state-derived sentence (free cells / own card / own
+values) so that responses carry a little "reasoning" whose length RL can keep or collapse.
+
+    params, metrics = warm_start(model, ("tictactoe", "kuhn_poker"), WarmStartConfig(), seed=0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.agents.spiral.rollout import GameSpec, _render, _select
+from jaxrl_reason.agents.spiral.vocab import EOS, PAD, encode
+from jaxrl_reason.envs.games import opponents as O
+from jaxrl_reason.envs.games.arena import mover_view
+from jaxrl_reason.envs.games.kuhn_poker import CARD_NAMES
+from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+
+KUHN_TEACHER_ALPHA = 1.0 / 6.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    expert_prob: float = 0.5  # teacher = expert with this probability, else random legal
+    games_per_game: int = 256  # teacher games played per game (data set size)
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 3e-3
+
+    def __post_init__(self):
+        if not 0.0 <= self.expert_prob <= 1.0:
+            raise ValueError(f"WarmStartConfig: expert_prob must be in [0, 1], got {self.expert_prob}")
+        if min(self.games_per_game, self.steps, self.batch_size) < 1 or self.lr <= 0:
+            raise ValueError("WarmStartConfig: games_per_game, steps, batch_size must be >= 1 and lr > 0")
+
+
+def kuhn_policy_action(pi: jax.Array):
+    """A Kuhn Poker player from a ``[3, 4]`` bet/call table (``opponents`` convention)."""
+
+    def act(key, state, ts):
+        h = jnp.minimum(state.hist, 3)
+        card = jnp.where(state.current_player == 0, state.cards[0], state.cards[1])
+        aggressive = jax.random.uniform(key) < pi[card, h]
+        facing = h >= 2
+        return jnp.where(facing, jnp.where(aggressive, 2, 3), jnp.where(aggressive, 1, 0)).astype(jnp.int32)
+
+    return act
+
+
+def expert_player(game: GameSpec):
+    """The expert of each game (minimax / Kuhn Nash / negotiation heuristic)."""
+    if game.name == "tictactoe":
+        return O.minimax_action
+    if game.name == "kuhn_poker":
+        return kuhn_policy_action(O.kuhn_nash_policy(KUHN_TEACHER_ALPHA))
+    return O.negotiation_heuristic_action(game.env)
+
+
+def teacher_player(game: GameSpec, expert_prob: float):
+    expert = expert_player(game)
+
+    def act(key, state, ts):
+        k0, k1, k2 = jax.random.split(key, 3)
+        return jnp.where(jax.random.uniform(k0) < expert_prob, expert(k1, state, ts), O.random_action(k2, state, ts))
+
+    return act
+
+
+def rationale(game: GameSpec, state, player: int, legal: np.ndarray) -> str:
+    """Short state-derived sentence written before the boxed answer (host side, one game)."""
+    if game.name == "tictactoe":
+        return "Free " + "".join(str(i) for i in np.flatnonzero(legal)) + "."
+    if game.name == "kuhn_poker":
+        return f"I hold {CARD_NAMES[int(state.cards[player])]}."
+    v = np.asarray(state.values)[player]
+    return f"Wood {int(v[0])} gold {int(v[1])}."
+
+
+def response_text(game: GameSpec, state, player: int, legal: np.ndarray, action: int) -> str:
+    return f"{rationale(game, state, player, legal)} \\boxed{{{game.text.action_strings[int(action)]}}}"
+
+
+def teacher_games(game: GameSpec, num_games: int, expert_prob: float, key) -> dict:
+    """Play ``num_games`` teacher-vs-teacher games; per turn ``[T, B]`` prompts, actions, legal
+    masks, movers, states and an ``active`` flag (numpy)."""
+    env, b = game.env, num_games
+    teacher = teacher_player(game, expert_prob)
+
+    @jax.jit
+    def play(key):
+        k_reset, k_play = jax.random.split(key)
+        state, ts = jax.vmap(env.reset)(jax.random.split(k_reset, b))
+
+        def turn(carry, key):
+            state, ts = carry
+            k_a, k_e = jax.random.split(key)
+            done = ts.terminated | ts.truncated
+            _, legal = mover_view(ts)
+            action = jax.vmap(teacher)(jax.random.split(k_a, b), state, ts)
+            rec = dict(prompts=_render(game, state, ts.current_player), action=action, legal=legal,
+                       player=ts.current_player, active=~done, state=state)
+            new = jax.vmap(env.step)(jax.random.split(k_e, b), state, action)
+            return _select(done, (state, ts), new), rec
+
+        _, recs = jax.lax.scan(turn, (state, ts), jax.random.split(k_play, game.max_turns))
+        return recs
+
+    return jax.device_get(play(key))
+
+
+def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: int | None = None) -> dict:
+    """Teacher turns of every game as ``{"tokens" [M, L], "loss_mask" [M, L-1]}`` (numpy)."""
+    seqs, starts = [], []
+    for game, k in zip(games, jax.random.split(key, len(games))):
+        rec = teacher_games(game, cfg.games_per_game, cfg.expert_prob, k)
+        for t, i in zip(*np.nonzero(rec["active"])):
+            state = jax.tree.map(lambda x: x[t, i], rec["state"])
+            p = int(rec["player"][t, i])
+            resp = encode(response_text(game, state, p, rec["legal"][t, i], rec["action"][t, i]))
+            prompt = rec["prompts"][t, i]
+            seqs.append(np.concatenate([prompt, resp, [EOS]]))
+            starts.append(len(prompt))
+    length = seq_len or max(map(len, seqs))
+    if max(map(len, seqs)) > length:
+        raise ValueError(f"an SFT example of {max(map(len, seqs))} tokens does not fit seq_len {length}")
+    tokens = np.full((len(seqs), length), PAD, np.int32)
+    lens = np.zeros(len(seqs), np.int64)
+    for j, s in enumerate(seqs):
+        tokens[j, : len(s)] = s
+        lens[j] = len(s)
+    t = np.arange(length - 1)[None]
+    mask = (t + 1 >= np.asarray(starts)[:, None]) & (t + 1 < lens[:, None])
+    return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}
+
+
+def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConfig(), seed: int = 0):
+    """SFT ``model`` (in place) on teacher moves of ``games``; returns ``(params, {"nll": [steps]})``."""
+    specs = [GameSpec.make(g) for g in games]
+    data = sft_examples(specs, cfg, jax.random.key(seed))
+    optimizer = make_optimizer(cfg.lr, cfg.steps, warmup_steps=min(20, cfg.steps // 10))
+    graphdef, state = init_train_state(model, optimizer)
+    step = make_train_step(graphdef, optimizer, chunk=128)
+    rng = np.random.default_rng(seed)
+    nll = []
+    for _ in range(cfg.steps):
+        idx = rng.integers(0, len(data["tokens"]), cfg.batch_size)
+        state, m = step(state, {k: v[idx] for k, v in data.items()})
+        nll.append(m["nll"])
+    nnx.update(model, state.params, state.rest)
+    return state.params, {"nll": np.asarray(jax.device_get(nll)), "examples": len(data["tokens"])}
