@@ -3,7 +3,9 @@
 Same method as shared BENCHMARKS.md / anchors/bench_jaxmarl_mpe.py: a jitted ``lax.scan``
 of T steps over a vmapped batch of B environments taking uniformly random discrete
 actions, with auto-reset (ours: ``envs.AutoReset``; JaxMARL: its own), consuming a
-checksum of observations and rewards; one warm-up call, then timed calls (best kept).
+checksum of observations and rewards; one warm-up call each, then ``repeats`` timed calls of
+ours and the anchor INTERLEAVED (best kept for each), so both see the same machine load
+(the 2-core dev machine is shared).
 steps/s = B*T / seconds; agent-steps/s = N * steps/s. For N agents, simple_tag gets
 N/4 evaders and 3N/4 pursuers (the default 1:3 ratio, 2 obstacles); ours N UAVs,
 3 targets, 1 pursuer, neighbour messages from the 3 nearest UAVs.
@@ -27,7 +29,7 @@ class Config:
     batch: int = 4096  # environments at N=4; larger N use batch * 4 // N (at least min_batch)
     min_batch: int = 64
     steps: int = 100
-    repeats: int = 2
+    repeats: int = 5
     jaxmarl: bool = True
     swarm_kwargs: tuple[tuple[str, object], ...] = ()  # extra SwarmConfig fields
 
@@ -101,16 +103,33 @@ def time_rollout(rollout, batch: int, steps: int, repeats: int) -> float:
     return batch * steps / best
 
 
+def time_pair(rollouts, batch: int, steps: int, repeats: int) -> list[float]:
+    """Best steps/s of each rollout, timed calls interleaved after one warm-up each."""
+    for rollout in rollouts:
+        rollout(jax.random.key(0)).block_until_ready()
+    best = [np.inf] * len(rollouts)
+    for r in range(repeats):
+        for i, rollout in enumerate(rollouts):
+            t = time.perf_counter()
+            rollout(jax.random.key(r + 1)).block_until_ready()
+            best[i] = min(best[i], time.perf_counter() - t)
+    return [batch * steps / b for b in best]
+
+
 def run(config: Config, run_dir: RunDir) -> dict:
     rows = []
     for n in config.agent_counts:
         b = batch_for(config, n)
         env = envs.make("swarm", num_agents=n, **dict(config.swarm_kwargs))
-        ours = time_rollout(ours_rollout(env, b, config.steps), b, config.steps, config.repeats)
+        rollouts = [ours_rollout(env, b, config.steps)]
+        if config.jaxmarl:
+            rollouts.append(jaxmarl_rollout(n, b, config.steps))
+        rates = time_pair(rollouts, b, config.steps, config.repeats)
+        ours = rates[0]
         row = {"agents": n, "B": b, "T": config.steps, "obs_dim": env.obs_shape[0],
                "swarm_steps_per_s": round(ours), "swarm_agent_steps_per_s": round(ours * n)}
         if config.jaxmarl:
-            anchor = time_rollout(jaxmarl_rollout(n, b, config.steps), b, config.steps, config.repeats)
+            anchor = rates[1]
             row.update(jaxmarl_steps_per_s=round(anchor), jaxmarl_agent_steps_per_s=round(anchor * n),
                        ratio=round(ours / anchor, 2))
         print(row, flush=True)

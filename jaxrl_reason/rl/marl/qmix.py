@@ -68,6 +68,7 @@ class QMIXConfig:
     prior_explore: float = 0.0  # fraction of exploratory actions taken from the prior
     agent_net: str = "mlp"  # "mlp" (plain QMIX) or "role" (RMIX role-value heads)
     condition_on_prior: bool = False  # agent nets also see the behaviour policy's proposal (one-hot)
+    prior_bonus: float = 0.0  # acting only: the proposal's utility + this before the argmax
 
     def __post_init__(self):
         for name in ("num_envs", "rollout_steps", "total_timesteps", "iters_per_chunk", "updates_per_iter",
@@ -86,8 +87,8 @@ class QMIXConfig:
                 raise ValueError(f"QMIXConfig.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.agent_net not in ("mlp", "role"):
             raise ValueError(f"QMIXConfig.agent_net must be 'mlp' or 'role', got {self.agent_net!r}")
-        if self.offline_updates < 0 or self.bc_margin < 0 or self.bc_online < 0:
-            raise ValueError("offline_updates, bc_margin and bc_online must be >= 0")
+        if self.offline_updates < 0 or self.bc_margin < 0 or self.bc_online < 0 or self.prior_bonus < 0:
+            raise ValueError("offline_updates, bc_margin, bc_online and prior_bonus must be >= 0")
 
     @property
     def prefill_rollout(self) -> int:
@@ -196,6 +197,8 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
     """
     common.check_discrete_simultaneous(env, "QMIX")
     from_prior = behaviour is not None
+    if config.prior_bonus and not from_prior:
+        raise ValueError("QMIXConfig.prior_bonus needs a behaviour (prior) policy")
     behaviour = behaviour or uniform_behaviour(env)
     wrapped = envs.EpisodeStats(envs.AutoReset(env))
     E, A = config.num_envs, env.num_agents
@@ -220,7 +223,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
             prior_a = jax.vmap(behaviour)(jax.random.split(k_prior, E), ts)
             legal = ts.legal_action_mask if restrict is None else restrict(ts.legal_action_mask, prior_a)
             rand_a = jax.random.categorical(k_rand, jnp.where(legal, 0.0, -jnp.inf)).astype(jnp.int32)
-            greedy = jnp.argmax(agent_q(params, obs, legal, prior_a), -1).astype(jnp.int32)
+            greedy = greedy_action(config, env, agent_q(params, obs, legal, prior_a), prior_a)
             explore_from_prior = jax.random.uniform(k_u1, (E, A)) < prior_explore
             explore = jnp.where(explore_from_prior, prior_a, rand_a)
             explores = jax.random.uniform(k_u2, (E, A)) < eps
@@ -348,11 +351,20 @@ def agent_input(config: QMIXConfig, env: envs.Environment, obs, prior_action):
     return x
 
 
+def greedy_action(config: QMIXConfig, env: envs.Environment, q: jax.Array, prior_action) -> jax.Array:
+    """``argmax`` of utilities ``[..., A, N]``; with ``prior_bonus`` the behaviour policy's
+    proposal is kept unless another action's utility beats it by more than the bonus
+    (conservative improvement over the prior)."""
+    if config.prior_bonus and prior_action is not None:
+        q = q + config.prior_bonus * jax.nn.one_hot(prior_action, env.num_actions)
+    return jnp.argmax(q, -1).astype(jnp.int32)
+
+
 def greedy_policy(config: QMIXConfig, env: envs.Environment, graphdef, params,
                   behaviour: Behaviour | None = None, restrict: Restrict | None = None):
     """``(policy_fn, carry)`` for ``rl.evaluate.evaluate``: greedy per-agent actions
     (``behaviour`` supplies the proposals when ``config.condition_on_prior``)."""
-    if (config.condition_on_prior or restrict is not None) and behaviour is None:
+    if (config.condition_on_prior or restrict is not None or config.prior_bonus) and behaviour is None:
         raise ValueError("a prior-conditioned or restricted Q-network needs the behaviour policy to act")
 
     def policy_fn(carry, key, ts):
@@ -360,6 +372,6 @@ def greedy_policy(config: QMIXConfig, env: envs.Environment, graphdef, params,
         prior_a = behaviour(key, ts) if behaviour is not None else None
         q = nets.agent(agent_input(config, env, common.flat_obs(ts), prior_a))
         legal = ts.legal_action_mask if restrict is None else restrict(ts.legal_action_mask, prior_a)
-        return carry, jnp.argmax(jnp.where(legal, q, -1e9), -1).astype(jnp.int32)
+        return carry, greedy_action(config, env, jnp.where(legal, q, -1e9), prior_a)
 
     return policy_fn, jnp.zeros(())
