@@ -1,0 +1,224 @@
+"""ASTRO at small scale: step-level MCTS over a tiny LM -> procedure cloning -> SFT -> GRPO.
+
+1. base policy: a tiny char-level LM with a short, partial SFT on gold RandomCalculation traces;
+2. search vs sampling: on held-out problems, MCTS with the base policy vs best-of-N sampling with
+   (at least) the same number of generated tokens; solved = a verified-correct answer was found;
+3. search on training problems -> linear chains of thought: ASTRO traces (failed branch, reflection,
+   "back to step i", the good step) and direct traces (successful path only);
+4. three arms, each then GRPO with the verifier reward: base, SFT on ASTRO traces, SFT on direct
+   traces; held-out greedy accuracy by difficulty, backtracks per response (and backtracks in
+   correct responses), response length over RL steps; plots and a results table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
+from jaxrl_reason.rl.grpo import recipes
+from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.grpo.sft import sft_warm_start
+from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.search.lm_mcts import StepSearchConfig, best_of_n, make_step_search
+from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
+from jaxrl_reason.tasks.base import make_batch
+from jaxrl_reason.tasks.random_calculation import RandomCalculation
+from jaxrl_reason.tasks.rewards import RewardConfig, score
+from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.experiment import RunDir
+
+STOPS = np.array([VOCAB.answer_end, VOCAB.eos], np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=3, max_operand=9, ops="+-*")
+    d_model: int = 64
+    n_layers: int = 2
+    base_sft: recipes.WarmStart = recipes.WarmStart(problems=2048, steps=300, batch_size=32, lr=3e-3, seq_len=64)
+    search: StepSearchConfig = StepSearchConfig(num_simulations=12, branching=3, max_depth=4, step_tokens=10,
+                                                rollout_tokens=32, temperature=1.0)
+    search_batch: int = 32  # problems searched per jitted call
+    search_problems: int = 256  # training problems searched for traces
+    compare_problems: int = 64  # held-out problems for MCTS vs best-of-N
+    cloning: CloningConfig = CloningConfig(num_detours=1)
+    trace_sft_steps: int = 150
+    trace_sft_lr: float = 1e-3
+    trace_seq_len: int = 112
+    grpo: GRPOConfig = GRPOConfig(
+        group_size=8, prompts_per_step=16, lr=2e-4, temperature=1.0, max_new_tokens=72,
+        loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean"),
+        reward=RewardConfig("correct", format_weight=0.1),
+    )
+    rl_steps: int = 60
+    eval_every: int = 20
+    heldout_problems: int = 192
+    prompt_len: int = 24
+    answer_len: int = 12
+
+    def __post_init__(self):
+        if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
+            raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        for f in ("search_batch", "search_problems", "compare_problems", "trace_sft_steps", "heldout_problems"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")
+        if self.search_problems % self.search_batch or self.compare_problems % self.search_batch:
+            raise ValueError("search_problems and compare_problems must be multiples of search_batch")
+
+    def lm(self) -> LMConfig:
+        max_len = max(self.search.context_len(self.prompt_len), self.trace_seq_len,
+                      self.prompt_len + self.grpo.max_new_tokens)
+        return LMConfig(vocab_size=VOCAB.size, d_model=self.d_model, n_layers=self.n_layers, n_heads=4,
+                        n_kv_heads=4, d_ff=4 * self.d_model, max_seq_len=max_len)
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(
+        d_model=256, n_layers=4, task=RandomCalculation(min_difficulty=1, max_difficulty=5, ops="+-*"),
+        base_sft=recipes.WarmStart(problems=8192, steps=600, batch_size=128, lr=2e-3, seq_len=96),
+        search=StepSearchConfig(num_simulations=32, branching=4, max_depth=6, step_tokens=12, rollout_tokens=48),
+        search_batch=128, search_problems=2048, compare_problems=256, trace_sft_steps=400, trace_seq_len=160,
+        grpo=dataclasses.replace(Config().grpo, prompts_per_step=64, group_size=16, max_new_tokens=112),
+        rl_steps=200, heldout_problems=1024, prompt_len=32,
+    ),
+}
+
+
+def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: CloningConfig) -> dict:
+    """Greedy held-out accuracy (overall, by difficulty), response length and backtrack statistics."""
+    out = sample(model, batch.prompts, batch.prompt_lens, jax.random.key(0),
+                 SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0, pad_id=VOCAB.pad), stop_tokens=STOPS)
+    correct = score(tasks, batch, out.tokens, out.lengths)["correct"].astype(bool)
+    texts = [VOCAB.decode(t) for t in np.asarray(out.tokens)]
+    backs = np.array([count_backtracks(t, cloning) for t in texts])
+    diff = np.asarray(batch.difficulty)
+    return {
+        "accuracy": float(correct.mean()),
+        **{f"accuracy_d{d}": float(correct[diff == d].mean()) for d in np.unique(diff)},
+        "response_length": float(np.asarray(out.lengths).mean()),
+        "backtracks_per_response": float(backs.mean()),
+        "correct_with_backtrack": float((correct & (backs > 0)).mean()),
+    }
+
+
+def search_traces(config: Config, search, params, problems_batch) -> tuple[list, dict]:
+    """Search every problem (in jitted batches) -> (cloned traces per problem or None, stats)."""
+    traces, solved, tokens = [], [], []
+    for i in range(0, len(problems_batch), config.search_batch):
+        part = problems_batch.take(range(i, i + config.search_batch))
+        res = search(params, jax.random.key(config.seed * 1000 + i), part.prompts, part.prompt_lens,
+                     part.answers, part.answer_lens)
+        solved.append(np.asarray(res.solved))
+        tokens.append(np.asarray(res.tokens))
+        traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b) for b in range(len(part))]
+    return traces, {"solved": np.concatenate(solved), "tokens": np.concatenate(tokens)}
+
+
+def sft_on(base: Transformer, problems, traces, config: Config, direct: bool) -> Transformer:
+    """A copy of ``base`` fine-tuned on the cloned traces (ASTRO or direct variant)."""
+    data = [dataclasses.replace(p, trace=t.direct if direct else t.think)
+            for p, t in zip(problems, traces) if t is not None]
+    fits = [p for p in data if 2 + len(VOCAB.encode(p.prompt)) + len(VOCAB.encode(p.trace + p.answer)) + 4
+            <= config.trace_seq_len]
+    model = copy_model(base)
+    if not fits:
+        print(f"no {'direct' if direct else 'ASTRO'} traces fit: the arm keeps the base model")
+        return model
+    sft_warm_start(model, fits, config.trace_sft_steps, config.base_sft.batch_size, config.trace_seq_len,
+                   config.trace_sft_lr, seed=config.seed)
+    return model
+
+
+def copy_model(model: Transformer) -> Transformer:
+    """An independent copy (the train steps donate their buffers, so arrays must not be shared)."""
+    graphdef, state = nnx.split(model)
+    return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    tasks = [config.task]
+    base = Transformer(config.lm(), rngs=nnx.Rngs(config.seed))
+    ws = config.base_sft
+    sft_warm_start(base, recipes.sft_problems(tasks, ws.problems, config.seed), ws.steps, ws.batch_size,
+                   ws.seq_len, ws.lr, seed=config.seed)
+    graphdef, params = nnx.split(base)
+    search = make_step_search(graphdef, config.search)
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
+
+    # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out problems
+    compare = held.take(range(config.compare_problems))
+    _, mcts = search_traces(config, search, params, compare)
+    per_sample = config.grpo.max_new_tokens
+    bon_solved, bon_tokens = [], []
+    for i in range(0, config.compare_problems, config.search_batch):
+        part = compare.take(range(i, i + config.search_batch))
+        budget = mcts["tokens"][i: i + config.search_batch].mean()
+        # sample until the mean tokens per problem reach the search's: start from a lower bound, grow
+        n = max(1, int(budget // per_sample))
+        while True:
+            ok, tok = best_of_n(graphdef, params, jax.random.key(7 + i), part.prompts, part.prompt_lens, part.answers,
+                                part.answer_lens, num_samples=n, max_new_tokens=per_sample,
+                                temperature=config.search.temperature)
+            if float(np.asarray(tok).mean()) >= budget:
+                break
+            n = int(np.ceil(n * budget / max(float(np.asarray(tok).mean()), 1.0))) + 1
+        bon_solved.append(np.asarray(ok))
+        bon_tokens.append(np.asarray(tok))
+    comparison = {"mcts_solved": float(mcts["solved"].mean()), "mcts_tokens": float(mcts["tokens"].mean()),
+                  "best_of_n_solved": float(np.concatenate(bon_solved).mean()),
+                  "best_of_n_tokens": float(np.concatenate(bon_tokens).mean())}
+    print(run_dir.write_table("search_vs_sampling", [comparison]))
+
+    # 3. search on training problems -> ASTRO and direct traces
+    train = make_batch(tasks, np.random.default_rng([config.seed, 17]), config.search_problems, config.prompt_len,
+                       config.answer_len)
+    traces, stats = search_traces(config, search, params, train)
+    found = [t for t in traces if t is not None]
+    examples = [f"{p.prompt} -> {t.think} | {t.answer}" for p, t in zip(train.problems, traces) if t is not None][:8]
+    run_dir.save_json("trace_examples.json", {"examples": examples})
+    trace_stats = {"search_solved": float(stats["solved"].mean()), "traces": len(found),
+                   "traces_with_detour": sum(t.detours > 0 for t in found)}
+
+    # 4. three arms, each then GRPO
+    n = config.grpo.max_new_tokens
+    arms = {"base": copy_model(base),
+            "astro_sft": sft_on(base, train.problems, traces, config, direct=False),
+            "direct_sft": sft_on(base, train.problems, traces, config, direct=True)}
+    rows, curves = [], {}
+    for name, model in arms.items():
+        before = evaluate_reasoning(model, tasks, held, n, config.cloning)
+        arm_dir = recipes.sub_run(run_dir, name)
+        trainer = GRPOTrainer(config.grpo, model, tasks, config.prompt_len, config.answer_len)
+        state = recipes.train(arm_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+                              config.eval_every, lambda m: evaluate_reasoning(m, tasks, held, n, config.cloning),
+                              desc=f"astro/{name}")
+        after = evaluate_reasoning(trainer.model(state), tasks, held, n, config.cloning)
+        rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items() if k in ("accuracy", "backtracks_per_response")},
+                     **{f"rl_{k}": v for k, v in after.items()}})
+        curves[name] = {k: recipes.series(arm_dir, f"eval/{k}") for k in
+                        ("accuracy", "backtracks_per_response", "response_length")}
+    recipes.plot_curves(run_dir.path / "astro.png", {
+        "held-out greedy accuracy": {a: c["accuracy"] for a, c in curves.items()},
+        "backtracks per response": {a: c["backtracks_per_response"] for a, c in curves.items()},
+        "response length (tokens)": {a: c["response_length"] for a, c in curves.items()},
+    }, title="ASTRO (tiny LM, RandomCalculation): SFT arm then GRPO")
+    print(run_dir.write_table("results", rows))
+    by = {r["arm"]: r for r in rows}
+    return {**comparison, **trace_stats,
+            **{f"{a}_rl_accuracy": by[a]["rl_accuracy"] for a in arms},
+            "astro_correct_with_backtrack": by["astro_sft"]["rl_correct_with_backtrack"],
+            "run_dir": str(run_dir.path)}
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)

@@ -1,0 +1,117 @@
+"""ASTRO procedure cloning: a step-level search tree -> one linear chain of thought.
+
+The chain follows the tree's successful path (root -> the most visited node whose rollout the
+verifier accepted, then that node's rollout) and, at up to ``num_detours`` places along it, first
+visits a *failed* sibling branch (a searched child whose value is 0 and whose step differs from the
+successful one), then a reflection + explicit backtrack segment, then continues on the good step:
+
+    <think>3+4=7,7*2=15,wrong!back to 1,7*2=14</think><answer>14</answer>
+
+``back to i`` means: keep the first ``i`` steps, drop everything after them (``back to 0`` restarts).
+Deterministic given the tree and the seed. ``num_detours=0`` gives the "direct" variant (only the
+successful path). Host-side numpy: this builds an SFT dataset, it is not a hot path.
+
+    trace = clone_procedure(result.tree, b, CloningConfig(num_detours=1), seed)   # inner <think> text
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from jaxrl_reason.tasks.vocab import VOCAB
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>")
+
+
+@dataclasses.dataclass(frozen=True)
+class CloningConfig:
+    num_detours: int = 1  # failed branches visited before the successful step (0 = direct)
+    reflection: str = "wrong!back to {step},"  # must contain {step}, no tags; ends with the step delimiter
+
+    def __post_init__(self):
+        if self.num_detours < 0:
+            raise ValueError(f"CloningConfig.num_detours must be >= 0, got {self.num_detours}")
+        if "{step}" not in self.reflection or "<" in self.reflection:
+            raise ValueError(f"CloningConfig.reflection must contain '{{step}}' and no tags, got {self.reflection!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClonedTrace:
+    think: str  # text between <think> and </think>
+    answer: str  # the verified answer
+    detours: int  # backtracks actually inserted
+    direct: str  # the successful path's think text without detours
+
+
+def _node(tree, b: int) -> dict:
+    """The arrays of problem ``b`` of a (device) tree, as numpy."""
+    e = tree.embeddings
+    get = lambda x: np.asarray(x[b])
+    return dict(visits=get(tree.node_visits), values=get(tree.node_values), parents=get(tree.parents),
+                children=get(tree.children_index), response=get(e.response), response_len=get(e.response_len),
+                rollout=get(e.rollout), rollout_len=get(e.rollout_len), correct=get(e.correct))
+
+
+def _text(ids, n) -> str:
+    return VOCAB.decode(np.asarray(ids)[: int(n)], stop_at_pad=False)
+
+
+def _as_step(text: str) -> str:
+    """A failed step written mid-chain: its closing ``</think>`` (or nothing) becomes ``,``."""
+    text = text.split("</think>")[0]
+    return text if text.endswith(",") else text + ","
+
+
+def clone_procedure(tree, b: int, config: CloningConfig, seed: int) -> ClonedTrace | None:
+    """Linearise problem ``b``'s tree; ``None`` when the search found no verified answer."""
+    t = _node(tree, b)
+    good = np.flatnonzero((t["visits"] > 0) & t["correct"])
+    if good.size == 0:
+        return None
+    target = int(good[np.argmax(t["visits"][good])])  # most visited verified node (first on ties)
+    path = [target]
+    while t["parents"][path[-1]] >= 0:
+        path.append(int(t["parents"][path[-1]]))
+    path = path[::-1]  # root ... target
+    resp = lambda n: _text(t["response"][n], t["response_len"][n])
+    steps = [resp(c)[len(resp(p)):] for p, c in zip(path, path[1:])]  # tokens each edge appended
+    tail = _text(t["rollout"][target], t["rollout_len"][target])
+    if "</think>" in resp(target):  # the path itself closed the reasoning; the rollout only answers
+        think_tail, rest = "", tail
+    else:
+        think_tail, _, rest = tail.partition("</think>")
+    answer = _ANSWER.search(rest)
+    answer = answer.group(1) if answer else ""
+
+    # failed siblings at each depth j (children of path[j] other than path[j+1], searched, value 0)
+    options = {}
+    for j, (p, nxt) in enumerate(zip(path, path[1:])):
+        kids = [int(c) for c in t["children"][p] if c >= 0 and c != nxt]
+        failed = [c for c in kids if t["visits"][c] > 0 and t["values"][c] <= 0.0 and not t["correct"][c]
+                  and resp(c)[len(resp(p)):] != steps[j]]
+        if failed:
+            options[j] = failed
+    rng = np.random.default_rng(seed)
+    where = sorted(rng.choice(sorted(options), size=min(config.num_detours, len(options)), replace=False).tolist()) \
+        if options and config.num_detours else []
+
+    pieces = []
+    for j, step in enumerate(steps):
+        if j in where:
+            c = options[j][int(rng.integers(len(options[j])))]
+            pieces.append(_as_step(resp(c)[len(resp(path[j])):]))
+            pieces.append(config.reflection.format(step=j))
+        pieces.append(step)
+    body = "".join(pieces)
+    direct_body = "".join(steps)
+    strip = lambda s: s.removeprefix("<think>").split("</think>")[0]
+    think = strip("<think>" + body + think_tail)
+    return ClonedTrace(think=think, answer=answer, detours=len(where), direct=strip("<think>" + direct_body + think_tail))
+
+
+def count_backtracks(text: str, config: CloningConfig = CloningConfig()) -> int:
+    """Number of backtrack segments in a generated response (the reflection text before ``{step}``)."""
+    return text.count(config.reflection.split("{step}")[0])
