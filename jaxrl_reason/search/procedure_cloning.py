@@ -1,7 +1,8 @@
 """ASTRO procedure cloning: a step-level search tree -> one linear chain of thought.
 
-The chain follows the tree's successful path (root -> the most visited node whose rollout the
-verifier accepted, then that node's rollout) and, at up to ``num_detours`` places along it, first
+The chain follows the tree's successful path (root -> a node whose rollout the verifier accepted,
+preferring nodes whose own steps closed ``</think>`` and then the most visited, then that node's
+rollout) and, at up to ``num_detours`` places along it, first
 visits a *failed* sibling branch (a searched child whose value is 0 and whose step differs from the
 successful one), then a reflection + explicit backtrack segment, then continues on the good step:
 
@@ -71,7 +72,9 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int) -> ClonedTra
     good = np.flatnonzero((t["visits"] > 0) & t["correct"])
     if good.size == 0:
         return None
-    target = int(good[np.argmax(t["visits"][good])])  # most visited verified node (first on ties)
+    # a verified node that closed the reasoning inside the tree first, then the most visited one
+    closed = np.array(["</think>" in _text(t["response"][n], t["response_len"][n]) for n in good])
+    target = int(good[np.lexsort((-t["visits"][good], ~closed))[0]])
     path = [target]
     while t["parents"][path[-1]] >= 0:
         path.append(int(t["parents"][path[-1]]))
