@@ -1,12 +1,18 @@
 """RALLY study on the UAV swarm: scripted prior vs IPPO vs MAPPO vs QMIX vs RMIX-from-prior
-vs LLM + consensus, at one environment-step budget with fixed seeds.
+vs LLM + consensus (SFT on prior traces, then GRPO on episode return), at one
+environment-step budget with fixed seeds.
 
 Every learner gets ``budget`` environment steps (RMIX's prior-collected prefill counts);
-each method is then evaluated on the same ``eval_episodes`` episodes (same key):
-mean episode return (mean over agents), mean urgency-weighted coverage, targets served,
-UAVs captured. Writes learning curves, a results table and a frame strip of one
-episode of the best learned method. Per-method training is not checkpointed (each run
-is minutes on CPU); the run directory keeps the metrics and results.
+the LLM rows report their own (smaller) count: SFT trace steps, plus GRPO episode steps.
+Each method is then evaluated on the same ``eval_episodes`` episodes (same key): mean
+episode return (mean over agents), mean urgency-weighted coverage, targets served, UAVs
+captured. Writes per-method learning curves, a results table (``results.md``), bar plots
+and a frame strip of one episode of the best learned method.
+
+Long runs: each learner trains in ``<run_dir>/<method>/`` through ``utils.loop.run_chunks``
+(orbax checkpoint after every chunk); ``--resume`` restores each method's latest checkpoint
+and continues (finished methods are just re-evaluated). The LLM stages are not checkpointed
+(seconds to a few minutes on CPU).
 """
 
 from __future__ import annotations
@@ -17,25 +23,25 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from jaxrl_reason import envs
 from jaxrl_reason.agents.rally import evaluate as rally_eval
-from jaxrl_reason.agents.rally import rmix
+from jaxrl_reason.agents.rally import llm_grpo, rmix
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.envs.swarm import render
 from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.marl import mappo, qmix
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.loop import run_chunks
 
-METHODS = ("prior", "ippo", "mappo", "qmix", "rmix", "llm")
-LLM_TRACE_ENVS, LLM_TRACE_STEPS = 16, 50  # prior traces for the LLM's SFT (env steps = product)
+METHODS = ("prior", "ippo", "mappo", "qmix", "rmix", "llm_sft", "llm_grpo")
+LEARNERS = ("ippo", "mappo", "qmix", "rmix")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
-    methods: tuple[str, ...] = ("prior", "ippo", "mappo", "qmix", "rmix", "llm")
+    methods: tuple[str, ...] = METHODS
     num_agents: int = 4
     num_targets: int = 3
     max_steps: int = 50
@@ -48,8 +54,13 @@ class Config:
     rmix_bc_online: float = 1.0
     rmix_margin: float = 0.05
     rmix_roles_only: bool = True  # keep the prior's target, RMIX picks the role (as in RALLY)
+    rmix_td_target: str = "prior"  # evaluate the prior (SARSA); acting greedily improves on it
+    rmix_prior_bonus: float = 0.05  # keep the prior's choice unless a role is better by this much
     eval_episodes: int = 512
     llm_sft_steps: int = 200
+    llm_trace_envs: int = 16
+    llm_trace_steps: int = 50
+    llm_grpo: llm_grpo.GRPOConfig = llm_grpo.GRPOConfig()
 
     def __post_init__(self):
         bad = sorted(set(self.methods) - set(METHODS))
@@ -60,6 +71,8 @@ class Config:
         if self.ppo.total_timesteps != self.budget or self.qmix.total_timesteps != self.budget:
             raise ValueError(f"ppo.total_timesteps ({self.ppo.total_timesteps}) and qmix.total_timesteps "
                              f"({self.qmix.total_timesteps}) must equal budget ({self.budget})")
+        if "llm_grpo" in self.methods and "llm_sft" not in self.methods:
+            raise ValueError("method 'llm_grpo' fine-tunes the 'llm_sft' policy: list both")
 
     def env_kwargs(self) -> dict:
         return dict(num_agents=self.num_agents, num_targets=self.num_targets, max_steps=self.max_steps)
@@ -71,26 +84,39 @@ PRESETS = {
                                                      updates_per_chunk=10, lr=1e-3),
                     qmix=qmix.QMIXConfig(num_envs=16, total_timesteps=20_000, prefill_steps=2048,
                                          iters_per_chunk=100),
-                    rmix_offline_updates=200, eval_episodes=128, llm_sft_steps=50),
+                    rmix_offline_updates=200, eval_episodes=128, llm_sft_steps=50,
+                    llm_grpo=llm_grpo.GRPOConfig(iterations=3, updates=4)),
     "gpu": Config(budget=5_000_000, num_agents=8, num_targets=4,
                   ppo=ppo.PPOConfig(num_envs=1024, num_steps=25, total_timesteps=5_000_000,
                                     updates_per_chunk=20, lr=1e-3, hidden=128),
                   qmix=qmix.QMIXConfig(num_envs=256, total_timesteps=5_000_000, prefill_steps=100_000,
                                        buffer_size=1_000_000, batch_size=1024, iters_per_chunk=200,
                                        hidden=128),
-                  rmix_offline_updates=5000, eval_episodes=4096, llm_sft_steps=2000),
+                  rmix_offline_updates=5000, eval_episodes=4096, llm_sft_steps=2000,
+                  llm_trace_envs=256, llm_grpo=llm_grpo.GRPOConfig(iterations=100, num_groups=32, group_size=8,
+                                                                   updates=16, minibatch=1024)),
 }
 
 
-def train_chunks(run_dir, name, init_state, chunk_fn, num_chunks):
-    state = init_state
-    for _ in tqdm(range(num_chunks), desc=name):
-        state, metrics = chunk_fn(state)
-        metrics = jax.device_get(metrics)
-        for i in range(len(metrics["env_steps"])):
-            run_dir.log(int(metrics["env_steps"][i]),
-                        {f"{name}/{k}": v[i] for k, v in metrics.items() if k != "env_steps"})
+def method_dir(run_dir: RunDir, name: str) -> RunDir:
+    """``<run_dir>/<name>/``: one learner's metrics and checkpoints (resumed with the parent)."""
+    path = run_dir.path / name
+    path.mkdir(exist_ok=True)
+    return RunDir(path, resumed=run_dir.resumed)
+
+
+def train(run_dir: RunDir, name: str, trainer, key, num_chunks: int, steps_per_chunk: int):
+    sub = method_dir(run_dir, name)
+    state = run_chunks(sub, jax.jit(trainer.init)(key), jax.jit(trainer.update_chunk), num_chunks,
+                       steps_per_chunk=steps_per_chunk, desc=name)
+    sub.close()
     return state
+
+
+def rmix_qmix_config(config: Config) -> qmix.QMIXConfig:
+    return dataclasses.replace(rmix.rmix_config(config.qmix, offline_updates=config.rmix_offline_updates),
+                               bc_online=config.rmix_bc_online, margin=config.rmix_margin,
+                               td_target=config.rmix_td_target, prior_bonus=config.rmix_prior_bonus)
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
@@ -99,51 +125,58 @@ def run(config: Config, run_dir: RunDir) -> dict:
     prior_fn = lambda carry, key, ts: (carry, act(prior, key, ts))
     key = jax.random.key(config.seed)
     k_train, k_eval, k_show = jax.random.split(key, 3)
-    policies = {}  # name -> (policy_fn, init_carry)
+    policies, env_steps = {}, {}  # name -> (policy_fn, init_carry), env steps used
 
     if "prior" in config.methods:
-        policies["prior"] = (prior_fn, jnp.zeros(()))
+        policies["prior"], env_steps["prior"] = (prior_fn, jnp.zeros(())), 0
     for name, module in (("ippo", ppo), ("mappo", mappo)):
         if name in config.methods:
             trainer = module.make_chunked(config.ppo, env)
-            state = train_chunks(run_dir, name, jax.jit(trainer.init)(k_train), jax.jit(trainer.update_chunk),
-                                 config.ppo.num_chunks)
+            state = train(run_dir, name, trainer, k_train, config.ppo.num_chunks, config.ppo.updates_per_chunk)
             policies[name] = module.evaluation_policy(env, trainer.graphdef, state.params, greedy=False)
+            env_steps[name] = config.budget
     if "qmix" in config.methods:
         trainer = qmix.make_chunked(config.qmix, env)
-        state = train_chunks(run_dir, "qmix", jax.jit(trainer.init)(k_train), jax.jit(trainer.update_chunk),
-                             config.qmix.num_chunks)
+        state = train(run_dir, "qmix", trainer, k_train, config.qmix.num_chunks, config.qmix.iters_per_chunk)
         policies["qmix"] = qmix.greedy_policy(config.qmix, env, trainer.graphdef, state.params)
+        env_steps["qmix"] = int(state.env_steps)
     if "rmix" in config.methods:
-        cfg = dataclasses.replace(rmix.rmix_config(config.qmix, offline_updates=config.rmix_offline_updates),
-                                  bc_online=config.rmix_bc_online, margin=config.rmix_margin)
+        cfg = rmix_qmix_config(config)
         trainer = rmix.make_chunked(cfg, env, prior, roles_only=config.rmix_roles_only)
-        state = train_chunks(run_dir, "rmix", jax.jit(trainer.init)(k_train), jax.jit(trainer.update_chunk),
-                             cfg.num_chunks)
+        state = train(run_dir, "rmix", trainer, k_train, cfg.num_chunks, cfg.iters_per_chunk)
         policies["rmix"] = rmix.greedy_policy(cfg, env, trainer.graphdef, state.params, prior,
                                               roles_only=config.rmix_roles_only)
-    if "llm" in config.methods:
+        env_steps["rmix"] = int(state.env_steps)
+    if "llm_sft" in config.methods:
         from jaxrl_reason.agents.rally import llm
 
-        lm_policy = llm.train_llm_policy(env, prior, k_train, sft_steps=config.llm_sft_steps, run_dir=run_dir,
-                                         trace_envs=LLM_TRACE_ENVS, trace_steps=LLM_TRACE_STEPS)
-        policies["llm"] = (lambda carry, key, ts: (carry, act(lm_policy, key, ts)), jnp.zeros(()))
+        sub = method_dir(run_dir, "llm")
+        sub.truncate_metrics(-1)  # not checkpointed: a resumed run redoes the LLM stages
+        k_sft, k_rl = jax.random.split(k_train)
+        lm_policy = llm.train_llm_policy(env, prior, k_sft, sft_steps=config.llm_sft_steps, run_dir=sub,
+                                         trace_envs=config.llm_trace_envs, trace_steps=config.llm_trace_steps)
+        sft_steps = config.llm_trace_envs * config.llm_trace_steps
+        policies["llm_sft"], env_steps["llm_sft"] = _intent_fn(lm_policy), sft_steps
+        if "llm_grpo" in config.methods:
+            tuned, stats = llm_grpo.grpo_finetune(lm_policy, k_rl, config.llm_grpo, run_dir=sub,
+                                                  log_offset=config.llm_sft_steps)
+            policies["llm_grpo"], env_steps["llm_grpo"] = _intent_fn(tuned), sft_steps + stats["env_steps"]
+        sub.close()
 
     rows = []
     for name, (fn, carry) in policies.items():
         stats = jax.jit(functools.partial(rally_eval.play, env, fn, num_episodes=config.eval_episodes))(
             carry, k_eval)
         stats = {k: np.asarray(v) for k, v in stats.items()}
-        steps = {"prior": 0, "llm": LLM_TRACE_ENVS * LLM_TRACE_STEPS}.get(name, config.budget)
-        rows.append({"method": name, "env_steps": steps,
+        rows.append({"method": name, "env_steps": env_steps[name],
                      "mean_return": float(stats["return"].mean()),
                      "return_sem": float(stats["return"].std() / np.sqrt(config.eval_episodes)),
                      "coverage": float(stats["coverage"].mean()), "served": float(stats["served"].mean()),
                      "captured": float(stats["captured"].mean())})
     print(run_dir.write_table("results", rows))
-    curves = [f"{m}/episode_return" for m in ("ippo", "mappo", "qmix", "rmix") if m in policies]
-    if curves:
-        _plot_curves(run_dir, curves, config.budget)
+    learners = [m for m in LEARNERS if m in policies]
+    if learners:
+        _plot_curves(run_dir, learners, config.budget)
     _plot_bars(run_dir, rows)
     learned = [r for r in rows if r["method"] != "prior"] or rows
     best = max(learned, key=lambda r: r["mean_return"])["method"]
@@ -156,20 +189,24 @@ def run(config: Config, run_dir: RunDir) -> dict:
     return summary
 
 
-def _plot_curves(run_dir: RunDir, keys, budget):
+def _intent_fn(policy):
+    return (lambda carry, key, ts: (carry, act(policy, key, ts))), jnp.zeros(())
+
+
+def _plot_curves(run_dir: RunDir, methods, budget):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = run_dir.read_metrics()
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    for key in keys:
-        pts = sorted((r["step"], r[key]) for r in rows if key in r)
+    for name in methods:
+        rows = RunDir(run_dir.path / name, resumed=True).read_metrics()
+        pts = sorted((r["env_steps"], r["episode_return"]) for r in rows if "episode_return" in r)
         if pts:
             x, y = map(np.asarray, zip(*pts))
             k = max(1, len(y) // 20)
-            ax.plot(x[k - 1:], np.convolve(y, np.ones(k) / k, "valid"), label=key.split("/")[0])
+            ax.plot(x[k - 1:], np.convolve(y, np.ones(k) / k, "valid"), label=name)
     ax.set(xlabel="environment steps", ylabel="training episode return", xlim=(0, budget))
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -214,3 +214,35 @@ def test_step_invariants(seed, acts, cont):
         lo = -(c.w_capture + c.w_collision)
         assert (np.asarray(ts.reward) <= hi + 1e-5).all() and (np.asarray(ts.reward) >= lo - 1e-5).all()
         assert ts.obs.shape == (3, *env.obs_shape)
+
+
+def test_learned_adversaries_are_extra_agents():
+    env = envs.make("swarm", **{**KW, "adversary_control": "learned"})
+    scripted = ENV_D
+    assert env.num_agents == 4 and env.num_uavs == 3 and env.obs_shape == scripted.obs_shape
+    reset, step = jitted(env)
+    c = env.config
+    # the pursuer sits on UAV 2 (capture); UAV 0 covers target 0
+    state = hand_state(env, pos=jnp.array([[-0.5, 0.5], [0.0, -0.5], [0.7, -0.7]]),
+                       adv_pos=jnp.array([[0.7, -0.7]]))
+    uav = jnp.array([act(0, EXECUTOR), act(1, COORDINATOR), act(1, EXECUTOR)])
+    s1, ts = step(jax.random.key(0), state, jnp.concatenate([uav, jnp.array([0])]))
+    team = c.w_cover * 1.0 / 1.5
+    np.testing.assert_allclose(np.asarray(ts.reward), [team, team, team - c.w_capture, c.w_capture - team],
+                               rtol=1e-5)
+    assert ts.obs.shape == (4, *env.obs_shape) and ts.info["neighbors"].shape == (4, env.k)
+    # action 0 is the scripted chase: same pursuer motion as the scripted environment
+    s_scripted, _ = jitted(scripted)[1](jax.random.key(0), hand_state(scripted, pos=state.pos,
+                                                                      adv_pos=state.adv_pos), uav)
+    np.testing.assert_allclose(np.asarray(s1.adv_pos), np.asarray(s_scripted.adv_pos), atol=1e-6)
+    # heading actions: a = 2 flies along +x, a = 2 + (num_actions - 2) / 2 along -x
+    quiet = hand_state(env, adv_pos=jnp.array([[0.0, 0.5]]))
+    for a, sign in ((2, 1.0), (2 + (env.num_actions - 2) // 2, -1.0)):
+        s2, _ = step(jax.random.key(0), quiet, jnp.concatenate([uav, jnp.array([a])]))
+        v = np.asarray(s2.adv_vel[0])
+        assert sign * v[0] > 0 and abs(v[1]) < 1e-5, (a, v)
+    # a pursuer's "neighbours" are the UAVs within obs_radius of it (here only UAV 1)
+    obs, nbrs = jax.jit(env.encode)(quiet.replace(pos=quiet.pos.at[1].set(jnp.array([0.1, 0.4]))))
+    assert int(nbrs[3, 0]) == 1 and (np.asarray(nbrs[3, 1:]) == -1).all()
+    with pytest.raises(ValueError, match="adversary_control"):
+        envs.make("swarm", adversary_control="learned", num_adversaries=0)

@@ -41,3 +41,26 @@ def test_prior_traces_hold_the_prior_answers():
     assert seqs.shape[0] == 2 * 3 * 3
     text = llm.to_text(seqs)
     assert all(t[-1] in "abcdef" and t[-2] == "?" for t in text), text[:2]
+
+
+def test_grpo_finetune_runs_and_logp_matches_sampling_policy():
+    from jaxrl_reason.agents.rally import llm_grpo
+
+    env = envs.make("swarm", num_agents=2, num_targets=2, max_steps=4)
+    model = Transformer(llm.default_lm_config(), rngs=nnx.Rngs(0))
+    _, ts = env.reset(jax.random.key(0))
+    prompt = llm.render_prompt(env, ts.obs)
+    seq = llm.render_consensus(prompt, jnp.array([1, 4]), ts.info["neighbors"])
+    flat = jnp.concatenate([seq, llm._letter(jnp.array([2, 5]))[:, None]], -1)
+    lp = llm_grpo.answer_logp(model, env, flat, prompt.shape[1])
+    policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model))
+    final = jax.nn.log_softmax(policy.action_logits(seq))
+    proposal = jax.nn.log_softmax(policy.action_logits(prompt))
+    np.testing.assert_allclose(np.asarray(lp[:, 1]), np.asarray(final)[[0, 1], [2, 5]], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(lp[:, 0]), np.asarray(proposal)[[0, 1], [1, 4]], atol=1e-4)
+    cfg = llm_grpo.GRPOConfig(iterations=1, num_groups=2, group_size=2, updates=2, minibatch=8)
+    tuned, stats = llm_grpo.grpo_finetune(policy, jax.random.key(1), cfg)
+    assert len(stats["mean_return"]) == 1 and 0 < stats["env_steps"] <= 4 * 4
+    before = jax.tree.leaves(nnx.state(model, nnx.Param))
+    after = jax.tree.leaves(nnx.state(nnx.merge(tuned.graphdef, tuned.params), nnx.Param))
+    assert any(not np.allclose(a, b) for a, b in zip(before, after)), "GRPO must update the LM"

@@ -69,6 +69,7 @@ class QMIXConfig:
     agent_net: str = "mlp"  # "mlp" (plain QMIX) or "role" (RMIX role-value heads)
     condition_on_prior: bool = False  # agent nets also see the behaviour policy's proposal (one-hot)
     prior_bonus: float = 0.0  # acting only: the proposal's utility + this before the argmax
+    td_target: str = "max"  # "max" (Q-learning) or "prior" (SARSA on the prior's next proposal)
 
     def __post_init__(self):
         for name in ("num_envs", "rollout_steps", "total_timesteps", "iters_per_chunk", "updates_per_iter",
@@ -85,6 +86,8 @@ class QMIXConfig:
         for name in ("eps_start", "eps_end", "eps_decay_frac", "tau", "prior_explore", "gamma"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"QMIXConfig.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.td_target not in ("max", "prior"):
+            raise ValueError(f"QMIXConfig.td_target must be 'max' or 'prior', got {self.td_target!r}")
         if self.agent_net not in ("mlp", "role"):
             raise ValueError(f"QMIXConfig.agent_net must be 'mlp' or 'role', got {self.agent_net!r}")
         if self.offline_updates < 0 or self.bc_margin < 0 or self.bc_online < 0 or self.prior_bonus < 0:
@@ -197,8 +200,8 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
     """
     common.check_discrete_simultaneous(env, "QMIX")
     from_prior = behaviour is not None
-    if config.prior_bonus and not from_prior:
-        raise ValueError("QMIXConfig.prior_bonus needs a behaviour (prior) policy")
+    if (config.prior_bonus or config.td_target == "prior") and not from_prior:
+        raise ValueError("QMIXConfig.prior_bonus and td_target='prior' need a behaviour (prior) policy")
     behaviour = behaviour or uniform_behaviour(env)
     wrapped = envs.EpisodeStats(envs.AutoReset(env))
     E, A = config.num_envs, env.num_agents
@@ -248,7 +251,10 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
         q_all = agent_q(params, first.obs, first.legal, first.prior_action)  # [B, A, N]
         q_taken = jnp.take_along_axis(q_all, first.action[..., None], -1)[..., 0]
         q_tot = nets.mixer(q_taken, first.gstate)
-        next_a = jnp.argmax(agent_q(params, second.obs, second.legal, second.prior_action), -1)
+        if config.td_target == "prior":  # evaluate the prior: greedy acting is then policy improvement
+            next_a = second.prior_action
+        else:
+            next_a = jnp.argmax(agent_q(params, second.obs, second.legal, second.prior_action), -1)
         q_next = jnp.take_along_axis(agent_q(target_params, second.obs, second.legal, second.prior_action),
                                      next_a[..., None], -1)[..., 0]
         target_tot = nnx.merge(graphdef, target_params).mixer(q_next, second.gstate)

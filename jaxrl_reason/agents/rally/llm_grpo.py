@@ -1,0 +1,152 @@
+"""RL fine-tuning of the LLM intent policy with the GRPO loss (``rl.grpo``), reward = episode return.
+
+One iteration: ``num_groups`` start states, each played ``group_size`` times by the sampling
+LLM policy (both stages sampled: proposal, then consensus revision); an episode's return
+(mean over UAVs) is its reward and ``rl.grpo.grpo_advantages`` turns each group's returns
+into advantages. Every decision (episode, step, UAV) is one "sequence" whose two response
+tokens are the proposal and the revised answer letters; it carries its episode's advantage.
+``updates`` minibatch steps of ``rl.grpo.grpo_loss`` (clipped ratio, k3 KL to the SFT model)
+follow. Log-probabilities are those of the policy as it samples: the softmax over the
+action letters only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from jaxrl_reason.agents.rally import llm
+from jaxrl_reason.rl.grpo.advantages import grpo_advantages
+from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    iterations: int = 10
+    num_groups: int = 4  # start states per iteration
+    group_size: int = 4  # episodes per start state
+    updates: int = 8  # minibatch steps per iteration
+    minibatch: int = 256  # decisions per minibatch
+    lr: float = 3e-4
+    loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.02)
+
+    def __post_init__(self):
+        for name in ("iterations", "num_groups", "updates", "minibatch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ValueError(f"GRPOConfig.group_size must be >= 2 (a group baseline), got {self.group_size}")
+        if not self.lr > 0:
+            raise ValueError(f"GRPOConfig.lr must be > 0, got {self.lr}")
+
+    @property
+    def episodes(self) -> int:
+        return self.num_groups * self.group_size
+
+
+def answer_logp(model, env, seqs: jax.Array, prompt_len: int) -> jax.Array:
+    """``seqs [U, L]`` (consensus prompt + final letter) -> ``[U, 2]`` log-probs of the proposal
+    and final letters under the letter-restricted softmax."""
+    L = seqs.shape[1]
+    h, _, _ = model.hidden(seqs)
+    pos = jnp.array([prompt_len - 1, L - 2])
+    logits = model.logits(h[:, pos])[..., llm._letter(jnp.arange(env.num_actions))]  # [U, 2, n]
+    answers = seqs[:, pos + 1] - llm._letter(jnp.int32(0))
+    return jnp.take_along_axis(jax.nn.log_softmax(logits), answers[..., None], -1)[..., 0]
+
+
+def rollout(env, graphdef, params, rest, key, num_groups: int, group_size: int):
+    """``(seqs [T, B, A, L], valid [T, B] bool, returns [B])`` for ``B = num_groups * group_size``
+    sampled episodes; episodes of a group share their start state."""
+    model = nnx.merge(graphdef, params, rest)
+    B, A = num_groups * group_size, env.num_agents
+    letters = llm._letter(jnp.arange(env.num_actions))
+    k_reset, k_play = jax.random.split(key)
+    starts = jnp.repeat(jax.random.split(k_reset, num_groups), group_size, axis=0)
+    state, ts = jax.vmap(env.reset)(starts)
+
+    def choose(key, ids):  # ids [B, A, P] -> sampled actions [B, A]
+        logits = model(ids.reshape(B * A, -1))[0][:, -1, letters]
+        return jax.random.categorical(key, logits).reshape(B, A).astype(jnp.int32)
+
+    def body(carry, key):
+        state, ts, alive, ret = carry
+        k1, k2, k3 = jax.random.split(key, 3)
+        prompt = jax.vmap(functools.partial(llm.render_prompt, env))(ts.obs)
+        prop = choose(k1, prompt)
+        seq = jax.vmap(llm.render_consensus)(prompt, prop, ts.info["neighbors"])
+        final = choose(k2, seq)
+        state, nts = jax.vmap(env.step)(jax.random.split(k3, B), state, final)
+        ret = ret + alive * nts.reward.mean(-1)
+        full = jnp.concatenate([seq, llm._letter(final)[..., None]], -1)
+        return (state, nts, alive & ~nts.done, ret), (full, alive)
+
+    init = (state, ts, jnp.ones((B,), bool), jnp.zeros((B,)))
+    (_, _, _, ret), (seqs, valid) = jax.lax.scan(body, init, jax.random.split(k_play, env.max_episode_steps))
+    return seqs, valid, ret
+
+
+def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: GRPOConfig = GRPOConfig(),
+                  run_dir=None, log_offset: int = 0) -> tuple[llm.LLMIntentPolicy, dict]:
+    """GRPO on episode return, starting from (and KL-regularised towards) ``policy``'s LM.
+    Returns the greedy fine-tuned policy and ``{"env_steps", "mean_return" [iterations]}``."""
+    env = policy.env
+    model = nnx.merge(policy.graphdef, policy.params)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    ref_params = params
+    p1 = llm.render_prompt(env, jnp.zeros((1, *env.obs_shape))).shape[1]
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.lr))
+    opt_state = tx.init(params)
+
+    def logp_fn(params, seqs):
+        return answer_logp(nnx.merge(graphdef, params, rest), env, seqs, p1)
+
+    @jax.jit
+    def iteration(params, opt_state, key):
+        k_roll, k_upd = jax.random.split(key)
+        seqs, valid, ret = rollout(env, graphdef, params, rest, k_roll, config.num_groups, config.group_size)
+        adv = grpo_advantages(ret.reshape(config.num_groups, config.group_size)).reshape(-1)  # [B]
+        T, B, A, L = seqs.shape
+        seqs = seqs.reshape(-1, L)
+        adv_u = jnp.broadcast_to(adv[None, :, None], (T, B, A)).reshape(-1)
+        valid_u = jnp.broadcast_to(valid[..., None], (T, B, A)).reshape(-1)
+        old = jax.lax.stop_gradient(logp_fn(params, seqs))
+        ref = jax.lax.stop_gradient(logp_fn(ref_params, seqs))
+
+        def update(carry, key):
+            params, opt_state = carry
+            idx = jax.random.choice(key, seqs.shape[0], (config.minibatch,), p=valid_u / valid_u.sum())
+
+            def loss_fn(params):
+                logp = logp_fn(params, seqs[idx])
+                return grpo_loss(logp, old[idx], adv_u[idx], jnp.ones_like(logp), ref_logp=ref[idx],
+                                 config=config.loss)
+
+            grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), metrics
+
+        (params, opt_state), m = jax.lax.scan(update, (params, opt_state), jax.random.split(k_upd, config.updates))
+        metrics = {k: v.mean() for k, v in m.items()}
+        metrics["mean_return"] = ret.mean()
+        metrics["env_steps"] = valid.sum()
+        return params, opt_state, metrics
+
+    returns, steps = [], 0
+    for i, k in enumerate(jax.random.split(key, config.iterations)):
+        params, opt_state, metrics = iteration(params, opt_state, k)
+        returns.append(float(metrics["mean_return"]))
+        steps += int(metrics.pop("env_steps"))
+        if run_dir is not None:
+            run_dir.log(log_offset + i, {f"llm/grpo_{k}": float(v) for k, v in metrics.items()})
+    tuned = nnx.merge(graphdef, params, rest)
+    out = llm.LLMIntentPolicy(env, nnx.graphdef(tuned), nnx.state(tuned), greedy=True)
+    return out, {"env_steps": steps, "mean_return": returns}
+
+
+__all__ = ["GRPOConfig", "answer_logp", "grpo_finetune", "rollout"]
