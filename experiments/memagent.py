@@ -1,0 +1,223 @@
+"""MemAgent: train a memory-overwrite agent at a short length, evaluate it at 1x .. 256x that length.
+
+Pipeline (tiny char-level LM from scratch, so it needs an SFT warm start on oracle memory updates
+before RL): (1) SFT on oracle memory-update + final-answer conversations at the training length;
+(2) Multi-Conv RL (group advantage of the final answer broadcast to every conversation of a
+rollout, clipped DAPO-style loss); (3) a full-context reader of the same architecture trained by
+SFT at the training length, with a window that holds exactly that length. Evaluation at
+``multipliers`` x the training length: greedy exact-match accuracy of the RL agent, the SFT-only
+agent and the reader (documents longer than its window are cut to the window), compiled memory
+(XLA memory analysis) and wall time per document of the agent.
+
+    python experiments/memagent.py --preset cpu
+Plots: accuracy_vs_length.png, memory_vs_length.png, time_vs_length.png, rl_curves.png.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.agents.memagent.agent import MemAgentConfig
+from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch
+from jaxrl_reason.agents.memagent.reader import ReaderConfig, fits, reader_conversations, run_reader
+from jaxrl_reason.agents.memagent.trainer import (
+    MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, evaluate_agent, sft_warm_start, train_conversations)
+from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model, plot_curves, series
+from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
+from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.loop import run_chunks
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    task: LongContextTask = LongContextTask(haystack="noise", num_facts=8, facts_per_chunk=2, p_no_answer=0.1)
+    agent: MemAgentConfig = MemAgentConfig(chunk_tokens=14, memory_tokens=4, question_tokens=4, answer_tokens=4)
+    lm: TinyLM = TinyLM(d_model=64, n_layers=2, n_heads=4, d_ff=256, max_seq_len=32)
+    sft: SFTConfig = SFTConfig(problems=1024, steps=300, batch_size=32, lr=3e-3)
+    rl: MultiConvConfig = MultiConvConfig(group_size=8, lr=3e-4, temperature=1.0,
+                                          loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean"))
+    questions_per_step: int = 8
+    rl_steps: int = 40
+    eval_every: int = 10
+    reader_sft: SFTConfig = SFTConfig(problems=1024, steps=300, batch_size=32, lr=3e-3)
+    multipliers: tuple[int, ...] = (1, 4, 16, 64, 256)
+    eval_docs: int = 64
+    eval_docs_long: int = 32  # for multipliers >= 64 (each document is >= 256 chunks)
+    heldout_docs: int = 64  # 1x accuracy logged during RL
+    timing_docs: int = 8
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(f"memagent Config: {msg}")
+
+        need(self.agent.chunk_tokens % self.task.slot_chars == 0,
+             f"agent.chunk_tokens ({self.agent.chunk_tokens}) must be a multiple of the task's fact width "
+             f"({self.task.slot_chars}) so that no fact straddles two chunks")
+        need(self.agent.initial_memory == self.task.no_answer, "agent.initial_memory must equal task.no_answer")
+        need(self.agent.question_tokens >= self.task.question_chars, "agent.question_tokens too small for the task")
+        need(self.agent.answer_tokens >= self.task.answer_chars and self.agent.memory_tokens >= self.task.answer_chars,
+             "agent.answer_tokens / memory_tokens too small for the task's answers")
+        need(self.lm.max_seq_len >= self.agent.seq_len,
+             f"lm.max_seq_len ({self.lm.max_seq_len}) < agent conversation length ({self.agent.seq_len})")
+        need(self.task.num_facts >= 1 and self.multipliers and min(self.multipliers) >= 1,
+             "training length and multipliers must be >= 1")
+        need(self.rl_steps >= 1 and self.eval_every >= 1 and self.rl_steps % self.eval_every == 0,
+             f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        need(min(self.questions_per_step, self.eval_docs, self.eval_docs_long, self.heldout_docs, self.timing_docs) >= 1,
+             "batch sizes must be >= 1")
+
+    @property
+    def reader(self) -> ReaderConfig:
+        """Full-context reader whose window holds exactly the training length."""
+        r = ReaderConfig(window=64, question_tokens=self.agent.question_tokens, answer_tokens=self.agent.answer_tokens)
+        return dataclasses.replace(r, window=r.window - r.doc_budget + self.task.doc_chars)
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(
+        task=LongContextTask(haystack="facts", num_facts=16, facts_per_chunk=4, p_no_answer=0.1),
+        agent=MemAgentConfig(chunk_tokens=28, memory_tokens=4, question_tokens=4, answer_tokens=4),
+        lm=TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=64),
+        sft=SFTConfig(problems=8192, steps=3000, batch_size=256, lr=1e-3),
+        reader_sft=SFTConfig(problems=8192, steps=3000, batch_size=256, lr=1e-3),
+        rl=MultiConvConfig(group_size=16, lr=1e-4), questions_per_step=32, rl_steps=200, eval_every=20,
+        eval_docs=256, eval_docs_long=128, heldout_docs=256, timing_docs=64,
+    ),
+}
+
+
+def _batch(config: Config, mult: int, n: int, stream: int):
+    task = config.task.with_length(config.task.num_facts * mult)
+    return doc_batch(task.generate_batch(np.random.default_rng([config.seed, stream, mult]), n), config.agent)
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    task, agent = config.task, config.agent
+    # (1) SFT warm start on oracle memory updates
+    model = build_model(config.lm, config.seed)
+    sft_loss = sft_warm_start(model, task, agent, config.sft, seed=config.seed)
+    sft_params = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
+    run_dir.save_json("sft_loss.json", {"first": float(sft_loss[0]), "last": float(sft_loss[-10:].mean())})
+
+    # (2) Multi-Conv RL
+    trainer = MultiConvTrainer(config.rl, agent, model)
+    held = _batch(config, 1, config.heldout_docs, 3)
+
+    def held_acc(state):
+        gd, st = nnx.split(trainer.model(state))
+        return evaluate_agent(gd, st, held, agent)["accuracy"]
+
+    def chunk(state):
+        rows = []
+        for _ in range(config.eval_every):
+            s = int(state.step)
+            batch = doc_batch(task.generate_batch(np.random.default_rng([config.seed, 2, s]), config.questions_per_step),
+                              agent)
+            state, m = trainer.step(state, batch, jax.random.fold_in(jax.random.key(config.seed), s))
+            rows.append(jax.device_get(m))
+        run_dir.log(int(state.step), {"eval/accuracy_1x": held_acc(state)})
+        return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+
+    state = trainer.init()
+    if not run_dir.resumed:
+        run_dir.log(0, {"eval/accuracy_1x": held_acc(state)})
+    state = run_chunks(run_dir, state, chunk, config.rl_steps // config.eval_every,
+                       steps_per_chunk=config.eval_every, desc="multiconv-rl")
+    rl_model = trainer.model(state)
+    sft_model = build_model(config.lm, config.seed)
+    nnx.update(sft_model, sft_params)
+
+    # (3) full-context reader baseline (same architecture, window = training length)
+    rcfg = config.reader
+    reader = build_model(dataclasses.replace(config.lm, max_seq_len=rcfg.window), config.seed)
+    rprobs = task.generate_batch(np.random.default_rng([config.seed, 4]), config.reader_sft.problems)
+    train_conversations(reader, conversation_arrays(reader_conversations(rprobs, rcfg), rcfg.window),
+                        config.reader_sft, config.seed)
+    rgd, rst = nnx.split(reader)
+
+    # (4) evaluation vs length
+    rows, splits = [], {"rl": nnx.split(rl_model), "sft": nnx.split(sft_model)}
+    for mult in config.multipliers:
+        n = config.eval_docs if mult < 64 else config.eval_docs_long
+        batch = _batch(config, mult, n, 5)
+        row = {"x": mult, "chunks": -(-batch.doc.shape[1] // agent.chunk_tokens), "doc_tokens": batch.doc.shape[1]}
+        for name, (gd, st) in splits.items():
+            row[f"{name}_acc"] = evaluate_agent(gd, st, batch, agent)["accuracy"]
+        ans, lens = run_reader(rgd, rst, batch, jax.random.key(0), config=rcfg)
+        row["reader_acc"] = float(exact_match(ans, lens, batch.answer, batch.answer_lens).mean())
+        row["reader_fits"] = fits(batch, rcfg)
+        gd, st = splits["rl"]
+        tb = _batch(config, mult, config.timing_docs, 6)
+        mem = agent_memory(gd, st, tb, agent)
+        row.update(temp_bytes=mem["temp"], peak_bytes=mem["peak"], doc_bytes=mem["document"])
+        row["sec_per_doc"] = evaluate_agent(gd, st, tb, agent, timed=True)["seconds_per_doc"]
+        rows.append(row)
+        run_dir.log(mult, {f"length/{k}": v for k, v in row.items() if k != "x"})
+        print(row, flush=True)
+
+    # plots + table
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["x"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for k, lab in (("rl_acc", "MemAgent (SFT + Multi-Conv RL)"), ("sft_acc", "MemAgent (SFT only)"),
+                   ("reader_acc", "full-context reader (truncated past window)")):
+        ax.plot(xs, [r[k] for r in rows], marker="o", label=lab)
+    ax.axvline(1, color="grey", ls=":", lw=0.8)
+    ax.set(xscale="log", xlabel="document length (x training length)", ylabel="exact-match accuracy", ylim=(-0.02, 1.02))
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(run_dir.path / "accuracy_vs_length.png", dpi=100)
+    plt.close(fig)
+    for key, fname, ylab in (("mem", "memory_vs_length.png", "bytes (XLA compiled memory analysis)"),
+                             ("time", "time_vs_length.png", "seconds per document")):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        if key == "mem":
+            for k in ("temp_bytes", "peak_bytes", "doc_bytes"):
+                ax.plot(xs, [r[k] for r in rows], marker="o", label=k.replace("_bytes", ""))
+            ax.set_yscale("log")
+            ax.legend(fontsize=7)
+        else:
+            ax.plot(xs, [r["sec_per_doc"] for r in rows], marker="o", label="measured")
+            ax.plot(xs, [rows[-1]["sec_per_doc"] * x / xs[-1] for x in xs], ls="--", label="linear")
+            ax.set_yscale("log")
+            ax.legend(fontsize=7)
+        ax.set(xscale="log", xlabel="document length (x training length)", ylabel=ylab)
+        fig.tight_layout()
+        fig.savefig(run_dir.path / fname, dpi=100)
+        plt.close(fig)
+    s = lambda k: series(run_dir, k)
+    plot_curves(run_dir.path / "rl_curves.png", {"held-out greedy accuracy (1x)": {"agent": s("eval/accuracy_1x")},
+                                                 "train reward": {"rollouts": s("reward")}},
+                title="Multi-Conv RL")
+    print(run_dir.write_table("results", rows))
+    by = {r["x"]: r for r in rows}
+    first, last = rows[0], rows[-1]
+    summary = {
+        "rl_acc_1x": first["rl_acc"], "sft_acc_1x": first["sft_acc"], "reader_acc_1x": first["reader_acc"],
+        **{f"rl_acc_{m}x": by[m]["rl_acc"] for m in xs}, **{f"sft_acc_{m}x": by[m]["sft_acc"] for m in xs},
+        **{f"reader_acc_{m}x": by[m]["reader_acc"] for m in xs},
+        "temp_bytes_ratio_last_vs_1x": last["temp_bytes"] / first["temp_bytes"],
+        "time_ratio_last_vs_1x": last["sec_per_doc"] / first["sec_per_doc"], "length_ratio": last["x"] / first["x"],
+        "run_dir": str(run_dir.path),
+    }
+    run_dir.save_json("summary.json", summary)
+    return summary
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)

@@ -1,0 +1,261 @@
+"""MemAgent training: SFT warm start on oracle memory updates, then Multi-Conv RL; evaluation and cost.
+
+    sft_warm_start(model, task, agent_cfg, SFTConfig())                    # tiny LM from scratch
+    trainer = MultiConvTrainer(MultiConvConfig(), agent_cfg, model)
+    state = trainer.init()
+    state, metrics = trainer.step(state, batch, key)      # batch: DocBatch of Q questions
+    evaluate_agent(graphdef, model_state, batch, agent_cfg) -> {"accuracy", "overflow_rate", ...}
+    agent_memory(graphdef, model_state, batch, agent_cfg)   -> compiled memory analysis (bytes)
+
+Multi-Conv RL (MemAgent, arXiv 2507.02259): each of the Q questions is rolled out G times with
+sampling; a rollout is n memory-update conversations plus one final-answer conversation. The
+final answer's exact-match reward gives one group advantage per rollout (``group_advantages``:
+mean-centred, std-normalised for "grpo", not for "dr_grpo"), broadcast to *every* conversation of
+that rollout (``broadcast_advantages``); all conversations then enter one clipped policy loss
+(``grpo_loss`` with ``LossConfig``: DAPO clip-higher ``eps_high`` and token-mean aggregation).
+Rollout, reward, advantages and ``epochs`` x ``minibatches`` optimiser steps are one jitted program.
+Old log-probs are recomputed under the sampling temperature (as the GRPO trainer does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgentConfig, run_agent
+from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
+from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
+from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
+from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
+from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
+
+
+# ---------------------------------------------------------------------------------------- SFT
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """Supervised warm start on oracle memory-update and final-answer conversations."""
+
+    problems: int = 512
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 3e-3
+
+    def __post_init__(self):
+        if self.problems < 1 or self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError(f"SFTConfig: problems, steps, batch_size must be >= 1 and lr > 0, got {self}")
+
+
+def sft_warm_start(model, task: LongContextTask, agent: MemAgentConfig, config: SFTConfig, seed: int = 0,
+                   seq_len: int | None = None) -> np.ndarray:
+    """Train ``model`` in place on oracle conversations of ``config.problems`` fresh problems.
+
+    Returns the per-step training loss [steps]."""
+    agent.check_model(model.cfg)
+    problems = task.generate_batch(np.random.default_rng([seed, 1001]), config.problems)
+    data = conversation_arrays(oracle_conversations(task, problems, agent), seq_len or agent.seq_len)
+    return train_conversations(model, data, config, seed)
+
+
+def train_conversations(model, data: dict, config: SFTConfig, seed: int = 0) -> np.ndarray:
+    """Masked next-token SFT on {"tokens", "loss_mask"} rows (LM stack train step); model updated in place."""
+    optimizer = make_optimizer(config.lr, config.steps, warmup_steps=min(20, config.steps // 10))
+    graphdef, state = init_train_state(model, optimizer)
+    step = make_train_step(graphdef, optimizer, chunk=data["tokens"].shape[1])
+    rng = np.random.default_rng([seed, 1002])
+    losses = []
+    for _ in range(config.steps):
+        idx = rng.integers(0, len(data["tokens"]), config.batch_size)
+        state, m = step(state, {k: v[idx] for k, v in data.items()})
+        losses.append(m["nll"])
+    nnx.update(model, state.params, state.rest)
+    return np.asarray(jax.device_get(losses))
+
+
+# ---------------------------------------------------------------------------------------- RL
+@dataclasses.dataclass(frozen=True)
+class MultiConvConfig:
+    group_size: int = 8  # G rollouts per question
+    temperature: float = 1.0
+    lr: float = 3e-4
+    max_grad_norm: float = 1.0
+    epochs: int = 1
+    minibatches: int = 1
+    advantage: str = "grpo"  # "grpo": (r - mean) / std;  "dr_grpo": r - mean
+    loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
+    logprob_chunk: int = 16
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(f"MultiConvConfig: {msg}")
+
+        need(self.group_size >= 2, f"group_size must be >= 2 (group advantages need a group), got {self.group_size}")
+        need(self.temperature > 0, f"temperature must be > 0 for RL sampling, got {self.temperature}")
+        need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
+        need(self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1")
+        need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
+        need(self.logprob_chunk >= 1, "logprob_chunk must be >= 1")
+
+
+@flax.struct.dataclass
+class RLState:
+    params: nnx.State
+    rest: nnx.State
+    opt_state: optax.OptState
+    step: jax.Array
+
+
+def _optimizer(cfg: MultiConvConfig):
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99))
+
+
+def conversations(out, rewards_adv: jax.Array):
+    """Flatten a recorded rollout into one batch of conversations with their broadcast advantages.
+
+    out: AgentOutput(record=True) for R rollouts with n chunks; rewards_adv [R] (one per rollout).
+    -> dict(prompts [C, P], prompt_lens [C], tokens [C, N], mask [C, N], adv [C], index [C]) with
+    C = n*R + R rows (all memory updates, then the final answers), P / N the larger prompt / response.
+    """
+    up, fin = out.updates, out.final
+    n, r = up["prompts"].shape[:2]
+    p = max(up["prompts"].shape[-1], fin["prompts"].shape[-1])
+    t = max(up["tokens"].shape[-1], fin["tokens"].shape[-1])
+    padw = lambda x, w: jnp.pad(x, ((0, 0), (0, w - x.shape[1])))
+    flat = lambda x: x.reshape((n * r,) + x.shape[2:])
+    prompts = jnp.concatenate([padw(flat(up["prompts"]), p), padw(fin["prompts"], p)])
+    tokens = jnp.concatenate([padw(flat(up["tokens"]), t), padw(fin["tokens"], t)])
+    plens = jnp.concatenate([flat(up["prompt_lens"]), fin["prompt_lens"]])
+    lens = jnp.concatenate([flat(up["lengths"]), fin["lengths"]])
+    active = jnp.concatenate([flat(up["active"]), jnp.ones((r,), bool)])
+    index = jnp.concatenate([jnp.tile(jnp.arange(r), n), jnp.arange(r)])
+    mask = ((jnp.arange(t)[None] < lens[:, None]) & active[:, None]).astype(jnp.float32)
+    return dict(prompts=prompts, prompt_lens=plens, tokens=tokens, mask=mask,
+                adv=broadcast_advantages(rewards_adv, index), index=index)
+
+
+class MultiConvTrainer:
+    """Multi-Conv RL on a MemAgent (see the module docstring)."""
+
+    def __init__(self, config: MultiConvConfig, agent: MemAgentConfig, model):
+        agent.check_model(model.cfg)
+        self.config, self.agent = config, agent
+        self.graphdef, self._params, self._rest = nnx.split(model, nnx.Param, ...)
+        self.optimizer = _optimizer(config)
+        self._step = _rl_step_fn(self.graphdef, config, agent)
+
+    def init(self, params: nnx.State | None = None) -> RLState:
+        params = jax.tree.map(jnp.array, self._params if params is None else params)
+        return RLState(params=params, rest=self._rest, opt_state=self.optimizer.init(params), step=jnp.int32(0))
+
+    def step(self, state: RLState, batch: DocBatch, key: jax.Array) -> tuple[RLState, dict]:
+        """One RL step on Q questions (``batch``), each rolled out ``group_size`` times."""
+        rows = len(batch) * self.config.group_size
+        n_conv = rows * (1 + _chunks(batch, self.agent))
+        if n_conv % self.config.minibatches:
+            raise ValueError(f"{n_conv} conversations per step are not divisible by minibatches "
+                             f"{self.config.minibatches}")
+        return self._step(state, batch, key)
+
+    def model(self, state: RLState):
+        return nnx.merge(self.graphdef, state.params, state.rest)
+
+
+def _chunks(batch: DocBatch, agent: MemAgentConfig) -> int:
+    return max(1, -(-batch.doc.shape[1] // agent.chunk_tokens))
+
+
+@functools.lru_cache(maxsize=None)
+def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgentConfig):
+    optimizer = _optimizer(cfg)
+
+    def step(state: RLState, batch: DocBatch, key):
+        k_roll, k_perm = jax.random.split(key)
+        g = cfg.group_size
+        rb = batch.repeat(g)
+        out = run_agent(graphdef, nnx.merge_state(state.params, state.rest), rb, k_roll, config=agent,
+                        temperature=cfg.temperature, record=True)
+        reward = exact_match(out.answer, out.answer_lens, rb.answer, rb.answer_lens)  # [Q*G]
+        adv = group_advantages(reward.reshape(-1, g), cfg.advantage).reshape(-1)
+        conv = conversations(out, adv)
+        n_resp = conv["tokens"].shape[1]
+        seqs = join(conv["prompts"], conv["prompt_lens"], conv["tokens"])
+
+        def logp_fn(params, seqs, plens):
+            return response_logprobs(nnx.merge(graphdef, params, state.rest), seqs, plens, n_resp,
+                                     cfg.temperature, cfg.logprob_chunk)
+
+        old_logp, old_ent = logp_fn(state.params, seqs, conv["prompt_lens"])
+        data = dict(seqs=seqs, plens=conv["prompt_lens"], adv=conv["adv"], mask=conv["mask"], old=old_logp)
+
+        def loss_fn(params, mb):
+            logp, ent = logp_fn(params, mb["seqs"], mb["plens"])
+            return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], entropy=ent, config=cfg.loss)
+
+        def opt_step(carry, mb):
+            params, opt_state = carry
+            (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            m["grad_norm"] = optax.global_norm(grads)
+            return (optax.apply_updates(params, updates), opt_state), m
+
+        def epoch(carry, k):
+            perm = jax.random.permutation(k, seqs.shape[0]).reshape(cfg.minibatches, -1)
+            return jax.lax.scan(opt_step, carry, jax.tree.map(lambda x: x[perm], data))
+
+        (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
+                                              jax.random.split(k_perm, cfg.epochs))
+        grouped = reward.reshape(-1, g)
+        metrics = {k: v.mean() for k, v in m.items()}
+        metrics.update(
+            reward=reward.mean(), overflow_rate=(out.overflow > 0).mean(),
+            zero_variance_groups=(grouped.std(axis=1) == 0).mean(),
+            memory_len=out.memory_lens.mean(), conversations=jnp.float32(seqs.shape[0]),
+            sample_entropy=(old_ent * conv["mask"]).sum() / jnp.maximum(conv["mask"].sum(), 1.0),
+        )
+        return RLState(params=params, rest=state.rest, opt_state=opt_state, step=state.step + 1), metrics
+
+    return jax.jit(step, donate_argnums=0)
+
+
+# ---------------------------------------------------------------------------------------- evaluation
+def evaluate_agent(graphdef, state, batch: DocBatch, agent: MemAgentConfig, key=None, timed: bool = False) -> dict:
+    """Greedy accuracy (exact match), memory-overflow rate; ``timed``: seconds per document of a
+    second (compiled) call."""
+    key = jax.random.key(0) if key is None else key
+    call = lambda: run_agent(graphdef, state, batch, key, config=agent)
+    out = jax.block_until_ready(call())
+    res = {}
+    if timed:
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(call())
+        res["seconds_per_doc"] = (time.perf_counter() - t0) / len(batch)
+    acc = exact_match(out.answer, out.answer_lens, batch.answer, batch.answer_lens)
+    res.update(accuracy=float(acc.mean()), overflow_rate=float((out.overflow > 0).mean()),
+               answer_overflow_rate=float(out.answer_overflow.mean()))
+    return res
+
+
+def agent_memory(graphdef, state, batch: DocBatch, agent: MemAgentConfig) -> dict:
+    """XLA's compiled memory analysis of the greedy agent on this batch shape (bytes).
+
+    ``temp``: working buffers (activations, KV caches, scan carry) -- the part that must not grow
+    with the document; ``argument``: parameters + the document itself; ``peak`` = temp + argument + output.
+    """
+    compiled = run_agent.lower(graphdef, state, batch, jax.random.key(0), config=agent).compile()
+    ma = compiled.memory_analysis()
+    temp, arg, out = int(ma.temp_size_in_bytes), int(ma.argument_size_in_bytes), int(ma.output_size_in_bytes)
+    return {"temp": temp, "argument": arg, "output": out, "peak": temp + arg + out,
+            "document": int(batch.doc.size * batch.doc.dtype.itemsize)}
+
+
+__all__ = ["MultiConvConfig", "MultiConvTrainer", "RLState", "SFTConfig", "agent_memory", "conversations",
+           "evaluate_agent", "sft_warm_start", "train_conversations"]
