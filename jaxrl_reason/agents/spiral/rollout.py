@@ -31,8 +31,8 @@ import numpy as np
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
-from jaxrl_reason.agents.spiral.vocab import BOS, EOS, OFFSET
-from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.agents.spiral.vocab import BOS, EOS, OFFSET, PAD, encode
+from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
 
 GAMES = ("tictactoe", "kuhn_poker", "negotiation")
 
@@ -95,20 +95,53 @@ def _select(done, old, new):
     return jax.tree.map(lambda a, b: jnp.where(done.reshape(done.shape + (1,) * (a.ndim - 1)), a, b), old, new)
 
 
+def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerConfig) -> Callable:
+    """The LM as a responder: ``respond(params, prompts [B, P], key) -> SampleOutput`` (jitted sampler,
+    stops at EOS)."""
+    b = num_episodes
+    stops = jnp.full((b, 1), EOS, jnp.int32)
+    max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
+    plens = jnp.full((b,), prompt_len, jnp.int32)
+
+    def respond(params, prompts, key):
+        return generate(graphdef, params, prompts, plens, key, stops, max_new, config=sampler)
+
+    return respond
+
+
+def canned_responder(answers: tuple[str, ...], num_new: int) -> Callable:
+    """A scripted player: each row answers one of ``answers`` uniformly at random (ignores the
+    prompt; for tests and demos). ``respond(params, prompts, key) -> SampleOutput``."""
+    if not answers or max(len(a) for a in answers) + 1 > num_new:
+        raise ValueError(f"need at least one answer and num_new > the longest answer, got {num_new}")
+    table = np.full((len(answers), num_new), PAD, np.int32)
+    lens = np.zeros(len(answers), np.int32)
+    for i, a in enumerate(answers):
+        ids = np.concatenate([encode(a), [EOS]])
+        table[i, : len(ids)], lens[i] = ids, len(ids)
+
+    def respond(params, prompts, key):
+        del params
+        pick = jax.random.randint(key, (prompts.shape[0],), 0, len(answers))
+        tokens = jnp.asarray(table)[pick]
+        return SampleOutput(tokens=tokens, logprobs=jnp.zeros(tokens.shape, jnp.float32), lengths=jnp.asarray(lens)[pick])
+
+    return respond
+
+
 def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig,
-                 opponent: Callable | None = None) -> Callable:
+                 opponent: Callable | None = None, responder: Callable | None = None) -> Callable:
     """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step).
 
     ``params``: the LM's full ``nnx.State``. ``opponent(key, state, ts) -> action`` acts on one
     unbatched game (``envs.games.opponents``); None = self-play (the LM plays both seats).
+    ``responder(params, prompts, key) -> SampleOutput`` replaces the LM sampler (scripted players in
+    tests); default ``lm_responder``.
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
-    env, b, p = game.env, num_episodes, game.prompt_len
-    sampler.max_new_tokens  # validated by SamplerConfig
-    stops = jnp.full((b, 1), EOS, jnp.int32)
-    max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
-    plens = jnp.full((b,), p, jnp.int32)
+    env, b = game.env, num_episodes
+    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler)
 
     def rollout(params, key) -> Episodes:
         k_reset, k_play = jax.random.split(key)
@@ -122,7 +155,7 @@ def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerCo
             player = ts.current_player
             _, legal = mover_view(ts)
             prompts = _render(game, state, player)
-            out = generate(graphdef, params, prompts, plens, k_lm, stops, max_new, config=sampler)
+            out = respond(params, prompts, k_lm)
             action, status = jax.vmap(game.text.parse, in_axes=(0, 0, None))(out.tokens, legal, OFFSET)
             lm_turn = (lm_seat < 0) | (player == lm_seat)
             if opponent is not None:
@@ -147,14 +180,14 @@ def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerCo
 
 
 def python_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig, params, key,
-                   opponent: Callable | None = None) -> dict:
+                   opponent: Callable | None = None, responder: Callable | None = None) -> dict:
     """The same rollout driven turn by turn from Python (reference for the benchmark and tests).
 
     Per turn: a jitted render + sample call, the answers decoded to strings and parsed on the host
-    (``text.parse_str``, as a text-arena harness does), a jitted env step; stops as soon as every
+    (``parse_text``, as a text-arena harness does), a jitted env step; stops as soon as every
     game has ended. Returns numpy ``{"returns" [B, 2], "forfeit" [B, 2], "status" [T, B]}``."""
     env, b = game.env, num_episodes
-    fns = _python_fns(graphdef, game, b, sampler, opponent)
+    fns = _python_fns(graphdef, game, b, sampler, opponent, responder)
     k_reset, k_play = jax.random.split(key)
     state, ts = fns["reset"](k_reset)
     lm_seat = np.asarray(_mask_lm_seat(b, opponent is not None))
@@ -205,11 +238,9 @@ def parse_text(text: gtext.GameText, answer: str, legal) -> tuple[int, int]:
     return a, (gtext.OK if legal[a] else gtext.ILLEGAL)
 
 
-def _python_fns(graphdef, game: GameSpec, b: int, sampler: SamplerConfig, opponent):
+def _python_fns(graphdef, game: GameSpec, b: int, sampler: SamplerConfig, opponent, responder):
     env = game.env
-    stops = jnp.full((b, 1), EOS, jnp.int32)
-    max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
-    plens = jnp.full((b,), game.prompt_len, jnp.int32)
+    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler)
 
     @jax.jit
     def reset(key):
@@ -218,8 +249,7 @@ def _python_fns(graphdef, game: GameSpec, b: int, sampler: SamplerConfig, oppone
     @jax.jit
     def sample(params, state, ts, k_lm, k_opp):
         _, legal = mover_view(ts)
-        out = generate(graphdef, params, _render(game, state, ts.current_player), plens, k_lm, stops, max_new,
-                       config=sampler)
+        out = respond(params, _render(game, state, ts.current_player), k_lm)
         opp = (jax.vmap(opponent)(jax.random.split(k_opp, b), state, ts) if opponent is not None
                else jnp.zeros((b,), jnp.int32))
         return ts.terminated | ts.truncated, ts.current_player, legal, out.tokens, opp
