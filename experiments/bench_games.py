@@ -1,12 +1,13 @@
 """Benchmark: our TicTacToe / Kuhn Poker vs pgx, and our AlphaZero search vs mctx-on-pgx.
 
 Throughput (BENCHMARKS.md): a jitted ``lax.scan`` of ``steps`` over a vmapped batch taking
-random legal actions, auto-reset, with a checksum of observations and rewards. Both sides use the
-anchor script's exact loop: ``jax.random.categorical`` over the masked logits, a fresh batched
-reset from ``split(k2, B)`` selected where an episode ended (our steps are deterministic, so
-they get the same keys and XLA drops them). ``sampler="both"`` also times both with a cheaper
-sampler (one uniform per environment, the k-th legal action) so the environment cost is less
-hidden by RNG. Search: ``mctx.gumbel_muzero_policy`` with a uniform prior and zero value, the
+random legal actions, auto-reset, with a checksum of observations and rewards. The pgx side is
+the anchor script's loop (``jax.random.categorical`` over the masked logits, a fresh batched
+``init(split(k2, B))`` selected where an episode ended); ours steps ``envs.AutoReset`` with
+``split(k2, B)`` keys (its ``SplitEnvironment`` fast path selects the fresh state and encodes one
+observation). Same games: our TicTacToe flips a coin for the first player, as pgx does.
+``sampler="both"`` also times both with a cheaper sampler (one uniform per environment, the
+k-th legal action) so the environment cost is less hidden by RNG. Search: ``mctx.gumbel_muzero_policy`` with a uniform prior and zero value, the
 model being the real simulator (ours: ``search/alphazero.py``; anchor: the pgx anchor script).
 Measurements are interleaved and the best of ``repeats`` timed calls is kept.
 """
@@ -67,21 +68,23 @@ def _select(done, fresh, old):
     return jax.tree.map(lambda f, s: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s), fresh, old)
 
 
+#: our environment configured as the pgx game it is compared with (pgx flips a coin for X)
+ENV_KWARGS = {"tictactoe": {"first_player": "random"}, "kuhn_poker": {}}
+
+
 def ours_rollout(name, B, T, sampler):
-    env = envs.make(name)
+    """Our env under our ``envs.AutoReset`` (the fast path: one observation encoding per step)."""
+    env = envs.AutoReset(envs.make(name, **ENV_KWARGS[name]))
     reset, step = jax.vmap(env.reset), jax.vmap(env.step)
 
     def body(carry, _):
         key, state, ts = carry
         key, k1, k2 = jax.random.split(key, 3)
-        mask = jnp.where((ts.current_player == 0)[:, None], ts.legal_action_mask[:, 0], ts.legal_action_mask[:, 1])
+        mask = ts.legal_action_mask.any(1)  # only the player to move has legal actions
         a = sampler(k1, mask)
-        keys = jax.random.split(k2, B)
-        state, ts = step(keys, state, a)
-        fresh, fresh_ts = reset(keys)
-        done = ts.done
+        state, ts = step(jax.random.split(k2, B), state, a)
         chk = ts.obs.astype(jnp.float32).sum() + ts.reward.sum()
-        return (key, _select(done, fresh, state), _select(done, fresh_ts, ts)), (done.sum(), chk)
+        return (key, state, ts), (ts.done.sum(), chk)
 
     @jax.jit
     def rollout(key):

@@ -223,10 +223,17 @@ class SelfPlay:
         return jax.lax.scan(lambda s, _: self._update(s), self.init(key), None, self.config.num_updates)
 
 
-def kuhn_exploitability_metric(policy_fn) -> dict:
-    """``metrics_fn`` for Kuhn Poker: exact exploitability of the current policy."""
+def kuhn_policy_table(policy_fn) -> jax.Array:
+    """``[3, 4]`` bet/call probabilities of ``policy_fn(obs, mask) -> probs`` at the 12 infosets."""
     from jaxrl_reason.envs.games import opponents as O
 
     obs, mask = O.kuhn_infoset_obs()
     probs = policy_fn(obs.reshape(12, -1), mask.reshape(12, -1)).reshape(3, 4, -1)
-    return {"exploitability": O.kuhn_exploitability(O.kuhn_table_from_probs(probs))}
+    return O.kuhn_table_from_probs(probs)
+
+
+def kuhn_exploitability_metric(policy_fn) -> dict:
+    """``metrics_fn`` for Kuhn Poker: exact exploitability of the current policy."""
+    from jaxrl_reason.envs.games import opponents as O
+
+    return {"exploitability": O.kuhn_exploitability(kuhn_policy_table(policy_fn))}

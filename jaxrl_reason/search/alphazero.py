@@ -6,11 +6,22 @@ and uses discount ``-1`` (``0`` once the game is over) because turns alternate i
 two-player zero-sum games, so a child's value is from the opponent's point of view.
 
 Training (PureJaxRL style, one jitted ``iteration``): ``num_envs`` self-play games advance
-``rollout_length`` moves with search (auto-reset; moves sampled from the improved policy for
-exploration), policy targets are the search's action
-weights, value targets the final outcome for the mover; then ``sgd_steps`` Adam steps on
-``cross-entropy + value_coef * MSE``. Network: the shared ``MLPActorCritic`` (value passed
-through ``tanh``) on the mover's observation.
+``rollout_length`` moves with search (auto-reset; moves sampled from the improved policy, and
+with probability ``explore_eps`` a uniformly random legal move, for state coverage). Policy
+targets are the search's action weights. Value targets (``value_target``):
+
+- ``"search"`` (default): the best root Q-value among the actions the search visited, i.e. a
+  one-step exact lookahead through the real simulator backed up from the network (and deeper
+  search). Iterated, this is approximate minimax value iteration; it does not depend on how the
+  game continued, so exploratory moves do not bias it.
+- ``"outcome"``: the game's final result for the mover (classic AlphaZero; only steps whose
+  episode ended inside the rollout count). With a small search this can lock into a
+  self-consistent wrong value (e.g. "the first player always wins"), which is what it did on
+  TicTacToe here.
+
+Then ``sgd_steps`` Adam steps on ``cross-entropy + value_coef * MSE``. Network: the shared
+``MLPActorCritic`` (value passed through ``tanh``) on the mover's observation.
+The agent (``AlphaZero.agent``) is network + search at play time.
 
 Env requirements: two players, alternating turns, ``state.current_player`` available, and a
 no-op ``step`` on finished games (TicTacToe, Kuhn Poker and Negotiation here).
@@ -32,6 +43,9 @@ from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.models.policies import make_policy, masked_logits
 
 
+VALUE_TARGETS = ("search", "outcome")
+
+
 @dataclasses.dataclass(frozen=True)
 class AlphaZeroConfig:
     env: str = "tictactoe"
@@ -46,6 +60,9 @@ class AlphaZeroConfig:
     value_coef: float = 1.0
     #: self-play moves are sampled from the search's improved policy (else the Gumbel action)
     sample_actions: bool = True
+    #: probability of a uniformly random legal self-play move (exploration, data only)
+    explore_eps: float = 0.0
+    value_target: str = "search"
     num_iterations: int = 60
     seed: int = 0
 
@@ -56,6 +73,10 @@ class AlphaZeroConfig:
                 raise ValueError(f"AlphaZeroConfig.{f} must be >= 1, got {getattr(self, f)}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0.0 <= self.explore_eps <= 1.0:
+            raise ValueError(f"explore_eps must be in [0, 1], got {self.explore_eps}")
+        if self.value_target not in VALUE_TARGETS:
+            raise ValueError(f"value_target must be one of {VALUE_TARGETS}, got {self.value_target!r}")
         if self.minibatch_size > self.num_envs * self.rollout_length:
             raise ValueError("minibatch_size must be <= num_envs * rollout_length")
 
@@ -179,16 +200,21 @@ class AlphaZero:
             out = search(self.env, self.evaluate, s.params, k_search, env_state, ts,
                          c.num_simulations, c.max_num_considered_actions)
             obs, mask = mover_view(ts)
-            k_env, k_act = jax.random.split(k_env)
+            k_env, k_act, k_eps, k_rand = jax.random.split(k_env, 4)
             action = out.action
             if c.sample_actions:
                 logw = jnp.where(mask, jnp.log(jnp.maximum(out.action_weights, 1e-12)), -1e9)
                 action = jax.random.categorical(k_act, logw)
+            if c.explore_eps > 0:
+                rand = jax.random.categorical(k_rand, jnp.where(mask, 0.0, -1e9))
+                action = jnp.where(jax.random.uniform(k_eps, action.shape) < c.explore_eps, rand, action)
             env_state, nts = jax.vmap(self.auto.step)(jax.random.split(k_env, c.num_envs), env_state, action)
-            rec = (obs, mask, out.action_weights, ts.current_player, nts.reward, nts.done)
+            summary = out.search_tree.summary()
+            q_best = jnp.where(summary.visit_counts > 0, summary.qvalues, -jnp.inf).max(-1)
+            rec = (obs, mask, out.action_weights, ts.current_player, nts.reward, nts.done, q_best)
             return (env_state, nts), rec
 
-        (env_state, ts), (obs, mask, target, mover, reward, done) = jax.lax.scan(
+        (env_state, ts), (obs, mask, target, mover, reward, done, q_best) = jax.lax.scan(
             step, (s.env_state, s.ts), jax.random.split(k_roll, c.rollout_length))
 
         def backward(carry, x):  # final outcome per seat; valid once the episode end is seen
@@ -201,6 +227,9 @@ class AlphaZero:
         init = (jnp.zeros((c.num_envs, 2)), jnp.zeros((c.num_envs,), bool))
         _, (ret, valid) = jax.lax.scan(backward, init, (reward, done), reverse=True)
         z = jnp.where(mover == 0, ret[..., 0], ret[..., 1])
+        seen = valid
+        if c.value_target == "search":
+            z, valid = jnp.clip(q_best, -1.0, 1.0), jnp.ones_like(valid)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])
         data = tuple(map(flat, (obs, mask, target, z, valid.astype(jnp.float32))))
         n = data[0].shape[0]
@@ -216,5 +245,6 @@ class AlphaZero:
         (params, opt_state), (loss, ce, vl) = jax.lax.scan(
             sgd, (s.params, s.opt_state), jax.random.split(k_sgd, c.sgd_steps))
         metrics = {"loss": loss.mean(), "policy_ce": ce.mean(), "value_mse": vl.mean(),
-                   "episodes": done.sum(), "mean_abs_outcome": jnp.abs(ret[..., 0] * valid).sum() / jnp.maximum(valid.sum(), 1)}
+                   "episodes": done.sum(), "mean_abs_outcome": jnp.abs(ret[..., 0] * seen).sum() / jnp.maximum(seen.sum(), 1),
+                   "mean_value_target": z.mean()}
         return AlphaZeroState(params, opt_state, env_state, ts, key, s.iteration + 1), metrics

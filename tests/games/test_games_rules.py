@@ -19,6 +19,11 @@ _step = {e: jax.jit(e.step) for e in (TTT, KUHN, NEG)}
 KEY = jax.random.key(0)
 
 
+def view(env, state):
+    """TimeStep of ``state`` without stepping (zero reward)."""
+    return env.timestep(state, jnp.zeros(2), state.terminated, False, {})
+
+
 def play(env, state, actions):
     ts = None
     for a in actions:
@@ -97,7 +102,7 @@ def test_kuhn_records(cards, actions, reward):
 
 def test_kuhn_masks_and_illegal():
     s = KUHN.init_state((0, 1))
-    ts = KUHN.timestep(s)
+    ts = view(KUHN, s)
     np.testing.assert_array_equal(ts.legal_action_mask[0], [True, True, False, False])
     assert not bool(ts.legal_action_mask[1].any())
     s, ts = play(KUHN, s, [kp.BET])
@@ -113,15 +118,15 @@ def test_kuhn_information_sets_are_distinct_observations():
     for deal in kp.DEALS:
         for hist_actions in ([], [kp.CHECK], [kp.BET], [kp.CHECK, kp.BET]):
             s, ts = play(KUHN, KUHN.init_state(deal), hist_actions) if hist_actions else (
-                KUHN.init_state(deal), KUHN.timestep(KUHN.init_state(deal)))
+                KUHN.init_state(deal), view(KUHN, KUHN.init_state(deal)))
             p = int(ts.current_player)
             key = (int(deal[p]), len(hist_actions), tuple(hist_actions))
             obs = tuple(np.asarray(ts.obs[p]).tolist())
             assert seen.setdefault(obs, key) == key, (obs, key, seen[obs])
     assert len(seen) == 12
     # the opponent's card never shows in a player's observation
-    a = KUHN.timestep(KUHN.init_state((0, 1))).obs[0]
-    b = KUHN.timestep(KUHN.init_state((0, 2))).obs[0]
+    a = view(KUHN, KUHN.init_state((0, 1))).obs[0]
+    b = view(KUHN, KUHN.init_state((0, 2))).obs[0]
     np.testing.assert_array_equal(a, b)
 
 
@@ -230,7 +235,7 @@ def test_random_play_properties(env, seed):
 @settings(max_examples=20, deadline=None)
 @given(cells=st.permutations(list(range(9))))
 def test_ttt_mask_matches_rules(cells):
-    s, ts = TTT.init_state(0), TTT.timestep(TTT.init_state(0))
+    s, ts = TTT.init_state(0), view(TTT, TTT.init_state(0))
     taken = set()
     for c in cells:
         if bool(ts.done):
@@ -252,7 +257,7 @@ def test_tictactoe_matches_pgx():
         pstate = penv.init(jax.random.key(g))
         first = int(pstate.current_player)
         s = TTT.init_state(first)
-        ts = TTT.timestep(s)
+        ts = view(TTT, s)
         while not bool(ts.done):
             legal = np.flatnonzero(np.asarray(pstate.legal_action_mask))
             np.testing.assert_array_equal(np.asarray(ts.legal_action_mask[ts.current_player]), np.asarray(pstate.legal_action_mask))
@@ -278,7 +283,7 @@ def test_kuhn_matches_pgx():
             cards[seat] = deal
             pstate = pstate.replace(_cards=jnp.asarray(cards))
             s = KUHN.init_state(deal)
-            ts = KUHN.timestep(s)
+            ts = view(KUHN, s)
             for ch in seq:
                 facing = bool(ts.legal_action_mask[ts.current_player, kp.CALL])
                 ours = (kp.CALL if facing else kp.BET) if ch == "b" else (kp.FOLD if facing else kp.CHECK)

@@ -17,6 +17,7 @@ under Nash play: ``-1/18``.
   opening one (``[c, 0, 0, 0]``) vs player 1 after a check (``[c, -1, 0, 0]``).
 - Illegal action (or an id outside ``0..3``): the episode terminates, the offender gets
   ``-illegal_action_penalty``, the other player 0. Stepping a finished game is a no-op.
+- A ``SplitEnvironment``: ``AutoReset`` encodes one observation per step.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_reason.envs.core import Environment, TimeStep
+from jaxrl_reason.envs.core import Observation, SplitEnvironment, Transition
 
 CHECK, BET, CALL, FOLD = 0, 1, 2, 3
 ACTION_NAMES = ("check", "bet", "call", "fold")
@@ -53,7 +54,6 @@ class KuhnState:
     cards: jax.Array  # [2] int32 in {0: J, 1: Q, 2: K}
     hist: jax.Array  # int32 public history id (see module docstring)
     terminated: jax.Array  # bool
-    reward: jax.Array  # [2] float32 of the last transition
 
     @property
     def current_player(self) -> jax.Array:
@@ -61,7 +61,7 @@ class KuhnState:
         return ((self.hist == 1) | (self.hist == 2)).astype(jnp.int32)
 
 
-class KuhnPoker(Environment):
+class KuhnPoker(SplitEnvironment):
     def __init__(self, illegal_action_penalty: float = 1.0):
         self.illegal_action_penalty = float(illegal_action_penalty)
         self.num_agents = 2
@@ -70,36 +70,22 @@ class KuhnPoker(Environment):
         self.max_episode_steps = 3
 
     def init_state(self, cards) -> KuhnState:
-        return KuhnState(
-            cards=jnp.asarray(cards, jnp.int32),
-            hist=jnp.int32(0),
-            terminated=jnp.bool_(False),
-            reward=jnp.zeros(2, jnp.float32),
-        )
+        """The opening state for ``cards`` ``[2]`` (player 0's, player 1's)."""
+        return KuhnState(cards=jnp.asarray(cards, jnp.int32), hist=jnp.int32(0), terminated=jnp.bool_(False))
 
-    def timestep(self, s: KuhnState) -> TimeStep:
+    def reset_state(self, key) -> KuhnState:
+        return self.init_state(jnp.asarray(DEALS)[jax.random.randint(key, (), 0, 6)])
+
+    def observe(self, s: KuhnState) -> Observation:
         h = jnp.asarray(_HIST_OBS)[s.hist]  # [3]
         card = (s.cards - 1).astype(jnp.float32)  # [2]
         obs = jnp.concatenate([card[:, None], jnp.broadcast_to(h, (2, 3))], axis=1)
         facing_bet = (s.hist == 2) | (s.hist == 3)
-        legal = jnp.where(facing_bet, jnp.asarray([False, False, True, True]),
-                          jnp.asarray([True, True, False, False])) & ~s.terminated
+        legal = (jnp.arange(4) >= 2) == facing_bet  # check/bet, or call/fold facing a bet
         cp = s.current_player
-        return TimeStep(
-            obs=obs,
-            reward=s.reward,
-            terminated=s.terminated,
-            truncated=jnp.bool_(False),
-            legal_action_mask=(jnp.arange(2) == cp)[:, None] & legal[None, :],
-            current_player=cp,
-        )
+        return Observation(obs, (jnp.arange(2) == cp)[:, None] & (legal & ~s.terminated)[None, :], cp)
 
-    def reset(self, key):
-        deal = jax.random.randint(key, (), 0, 6)
-        s = self.init_state(jnp.asarray(DEALS)[deal])
-        return s, self.timestep(s)
-
-    def step(self, key, state: KuhnState, action):
+    def transition(self, key, state: KuhnState, action) -> Transition:
         del key
         a = jnp.asarray(action, jnp.int32)
         h = jnp.minimum(state.hist, NUM_DECISION_HISTORIES - 1)
@@ -115,6 +101,5 @@ class KuhnPoker(Environment):
             cards=state.cards,
             hist=jnp.where(live, hist, state.hist),
             terminated=state.terminated | ~legal | (hist >= NUM_DECISION_HISTORIES),
-            reward=jnp.where(live, reward, 0.0).astype(jnp.float32),
         )
-        return s, self.timestep(s)
+        return Transition(s, jnp.where(live, reward, 0.0).astype(jnp.float32), s.terminated, jnp.bool_(False), {})

@@ -9,7 +9,8 @@
   ``kuhn_value`` is player 0's expected payoff, ``kuhn_best_response_values`` the values of exact
   best responses (enumerating the 6 deals), ``kuhn_exploitability = (BR_0 + BR_1) / 2``
   (NashConv / 2; 0 exactly at a Nash equilibrium), ``kuhn_nash_policy(alpha)`` the known Nash
-  family (game value -1/18). All are jnp functions, so they run inside training loops.
+  family (game value -1/18). ``kuhn_average_*`` keep the time-averaged (sequence-form) policy of
+  a run of self-play iterates. All are jnp functions, so they run inside training loops.
 - Negotiation: ``negotiation_heuristic_action`` accepts any offer that raises its own inventory
   value and otherwise proposes a random offer that would (else denies).
 
@@ -178,6 +179,36 @@ def kuhn_nash_policy(alpha: float = 0.0) -> jax.Array:
         ],
         jnp.float32,
     )
+
+
+def kuhn_own_reach(pi: jax.Array) -> jax.Array:
+    """``[3, 4]`` probability that the acting player's *own* earlier actions lead to each
+    information set under ``pi`` (1 everywhere except player 0 at ``"pb"``: ``1 - P(bet)``)."""
+    pi = jnp.asarray(pi, jnp.float32)
+    return jnp.ones_like(pi).at[:, 3].set(1.0 - pi[:, 0])
+
+
+def kuhn_average_init() -> tuple[jax.Array, jax.Array]:
+    """Empty accumulator ``(numerator [3, 4], denominator [3, 4])`` of ``kuhn_average_update``."""
+    return jnp.zeros((3, 4), jnp.float32), jnp.zeros((3, 4), jnp.float32)
+
+
+def kuhn_average_update(acc, pi: jax.Array, weight=1.0):
+    """Add policy ``pi`` (weight ``weight``) to the time-averaged policy.
+
+    The average of mixed strategies is taken in sequence form: at each information set the
+    behaviour probabilities are weighted by the player's own reach probability, so the
+    resulting behaviour policy plays exactly the average of the iterates' strategies
+    (the quantity fictitious play and no-regret self-play converge in)."""
+    num, den = acc
+    w = weight * kuhn_own_reach(pi)
+    return num + w * jnp.asarray(pi, jnp.float32), den + w
+
+
+def kuhn_average_policy(acc) -> jax.Array:
+    """``[3, 4]`` time-averaged policy of an accumulator (0.5 where nothing was added)."""
+    num, den = acc
+    return jnp.where(den > 0, num / jnp.maximum(den, 1e-30), 0.5)
 
 
 def kuhn_uniform_policy() -> jax.Array:

@@ -13,6 +13,9 @@ precomputed line masks, so a step is a handful of integer ops (no gathers, no so
 - Illegal action (occupied cell or id outside ``0..8``): the episode terminates, the offender gets
   ``-illegal_action_penalty`` and the other player 0 (the board is not changed).
 - Stepping a finished game is a no-op with zero reward (tree search relies on it).
+
+Written as a ``SplitEnvironment`` (``reset_state`` / ``transition`` / ``observe``), so
+``AutoReset`` encodes one observation per step.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_reason.envs.core import Environment, TimeStep
+from jaxrl_reason.envs.core import Observation, SplitEnvironment, Transition
 
 #: Bit masks of the 8 winning lines (rows, columns, diagonals).
 LINES = tuple(
@@ -40,7 +43,6 @@ class TicTacToeState:
     current_player: jax.Array  # int32
     first_player: jax.Array  # int32, the player who plays X
     terminated: jax.Array  # bool
-    reward: jax.Array  # [2] float32, reward of the last transition
 
 
 def has_line(bits: jax.Array) -> jax.Array:
@@ -53,7 +55,7 @@ def bits_to_cells(bits: jax.Array) -> jax.Array:
     return (bits[..., None] & _CELL_BITS) != 0
 
 
-class TicTacToe(Environment):
+class TicTacToe(SplitEnvironment):
     conformance_variants = ({}, {"first_player": "random"})
 
     def __init__(self, first_player: int | str = 0, illegal_action_penalty: float = 1.0):
@@ -67,39 +69,25 @@ class TicTacToe(Environment):
         self.max_episode_steps = 9
 
     def init_state(self, first_player) -> TicTacToeState:
+        """The empty board with ``first_player`` (int) to move as X."""
         fp = jnp.asarray(first_player, jnp.int32)
         return TicTacToeState(
-            marks=jnp.zeros(2, jnp.int32),
-            current_player=fp,
-            first_player=fp,
-            terminated=jnp.bool_(False),
-            reward=jnp.zeros(2, jnp.float32),
+            marks=jnp.zeros(2, jnp.int32), current_player=fp, first_player=fp, terminated=jnp.bool_(False)
         )
 
-    def timestep(self, s: TicTacToeState) -> TimeStep:
+    def reset_state(self, key) -> TicTacToeState:
+        if self.first_player == "random":
+            return self.init_state(jax.random.bernoulli(key).astype(jnp.int32))
+        return self.init_state(self.first_player)
+
+    def observe(self, s: TicTacToeState) -> Observation:
         m0, m1 = s.marks[0], s.marks[1]
         board0 = ((m0 & _CELL_BITS) != 0).astype(jnp.float32) - ((m1 & _CELL_BITS) != 0)
-        obs = jnp.stack([board0, -board0])
         empty = ((m0 | m1) & _CELL_BITS == 0) & ~s.terminated
         to_move = jnp.arange(2) == s.current_player
-        return TimeStep(
-            obs=obs,
-            reward=s.reward,
-            terminated=s.terminated,
-            truncated=jnp.bool_(False),
-            legal_action_mask=to_move[:, None] & empty[None, :],
-            current_player=s.current_player,
-        )
+        return Observation(jnp.stack([board0, -board0]), to_move[:, None] & empty[None, :], s.current_player)
 
-    def reset(self, key):
-        if self.first_player == "random":
-            fp = jax.random.bernoulli(key).astype(jnp.int32)
-        else:
-            fp = self.first_player
-        s = self.init_state(fp)
-        return s, self.timestep(s)
-
-    def step(self, key, state: TicTacToeState, action):
+    def transition(self, key, state: TicTacToeState, action) -> Transition:
         del key
         a = jnp.asarray(action, jnp.int32)
         p = state.current_player
@@ -114,7 +102,7 @@ class TicTacToe(Environment):
         win_reward = jnp.where(me, 1.0, -1.0)
         reward = jnp.where(
             legal, jnp.where(won, win_reward, 0.0), jnp.where(me, -self.illegal_action_penalty, 0.0)
-        ).astype(jnp.float32)
+        )
         done = ~legal | won | full
         live = ~state.terminated
         s = TicTacToeState(
@@ -122,6 +110,5 @@ class TicTacToe(Environment):
             current_player=jnp.where(live & ~done, 1 - p, p),
             first_player=state.first_player,
             terminated=state.terminated | done,
-            reward=jnp.where(live, reward, 0.0),
         )
-        return s, self.timestep(s)
+        return Transition(s, jnp.where(live, reward, 0.0).astype(jnp.float32), s.terminated, jnp.bool_(False), {})
