@@ -10,7 +10,7 @@ from flax import nnx
 from jaxrl_reason.agents.spiral import vocab as V
 from jaxrl_reason.agents.spiral.advantages import episode_advantages, turn_advantages
 from jaxrl_reason.agents.spiral.evaluation import kuhn_infoset_prompts
-from jaxrl_reason.agents.spiral.rollout import (GameSpec, canned_responder, host_text, make_rollout, parse_text,
+from jaxrl_reason.agents.spiral.rollout import (GameSpec, canned_answers, canned_responder, host_text, make_rollout, parse_text,
                                                 python_rollout)
 from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
 from jaxrl_reason.envs.games import opponents as O
@@ -27,6 +27,12 @@ KUHN_ANSWERS = ("\\boxed{check}", "I bet. \\boxed{ BET }", "\\boxed{call}", "\\b
 @pytest.fixture(scope="module")
 def kuhn():
     return GameSpec.make("kuhn_poker")
+
+
+@pytest.fixture(scope="module")
+def scripted_selfplay(kuhn):
+    """One compiled scripted self-play rollout (the answer table is its ``params``)."""
+    return jax.jit(make_rollout(None, kuhn, 32, SAMPLER, responder=canned_responder))
 
 
 def test_vocab_roundtrip():
@@ -79,11 +85,10 @@ def test_host_parser_matches_device_parser(name):
         assert parse_text(game.text, host_text(ids[i]), legal[i]) == (int(dev[0][i]), int(dev[1][i])), texts[i]
 
 
-def test_scripted_rollout_device_equals_python_loop(kuhn):
-    respond = canned_responder(KUHN_ANSWERS, 24)
-    roll = jax.jit(make_rollout(None, kuhn, 32, SAMPLER, responder=respond))
-    ep = roll(None, jax.random.key(3))
-    py = python_rollout(None, kuhn, 32, SAMPLER, None, jax.random.key(3), responder=respond)
+def test_scripted_rollout_device_equals_python_loop(kuhn, scripted_selfplay):
+    table = canned_answers(KUHN_ANSWERS, 24)
+    ep = scripted_selfplay(table, jax.random.key(3))
+    py = python_rollout(None, kuhn, 32, SAMPLER, table, jax.random.key(3), responder=canned_responder)
     np.testing.assert_allclose(ep.returns, py["returns"])
     np.testing.assert_array_equal(ep.forfeit, py["forfeit"])
     np.testing.assert_array_equal(np.where(ep.turns.active, ep.turns.status, 0), py["status"])
@@ -99,15 +104,15 @@ def test_scripted_rollout_device_equals_python_loop(kuhn):
     assert (np.diff(act.astype(int), axis=0) <= 0).all()
 
 
-def test_forfeit_rules_and_fixed_opponent(kuhn):
-    always_bet = canned_responder(("\\boxed{bet}",), 16)
-    ep = jax.jit(make_rollout(None, kuhn, 4, SAMPLER, responder=always_bet))(None, jax.random.key(0))
+def test_forfeit_rules_and_fixed_opponent(kuhn, scripted_selfplay):
+    ep = scripted_selfplay(canned_answers(("\\boxed{bet}",), 24, slots=len(KUHN_ANSWERS)), jax.random.key(0))
     # player 0 bets (legal), player 1 "bets" facing a bet (illegal): player 1 forfeits
-    np.testing.assert_array_equal(ep.turns.status[:2], [[gtext.OK] * 4, [gtext.ILLEGAL] * 4])
-    np.testing.assert_allclose(ep.returns, [[0.0, -1.0]] * 4)
+    np.testing.assert_array_equal(ep.turns.status[:2], [[gtext.OK] * 32, [gtext.ILLEGAL] * 32])
+    np.testing.assert_allclose(ep.returns, [[0.0, -1.0]] * 32)
     assert np.asarray(ep.forfeit)[:, 1].all() and not np.asarray(ep.forfeit)[:, 0].any()
-    junk = canned_responder(("I check.",), 16)  # no \boxed{}: the LM forfeits on its first turn
-    ep = jax.jit(make_rollout(None, kuhn, 4, SAMPLER, opponent=O.random_action, responder=junk))(None, jax.random.key(1))
+    junk = canned_answers(("I check.",), 16)  # no \\boxed{}: the LM forfeits on its first turn
+    roll = make_rollout(None, kuhn, 4, SAMPLER, opponent=O.random_action, responder=canned_responder)
+    ep = jax.jit(roll)(junk, jax.random.key(1))
     np.testing.assert_array_equal(ep.lm_seat, [0, 1, 0, 1])
     r_lm = np.asarray(ep.returns)[np.arange(4), np.asarray(ep.lm_seat)]
     np.testing.assert_allclose(r_lm, -1.0)

@@ -109,24 +109,27 @@ def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerC
     return respond
 
 
-def canned_responder(answers: tuple[str, ...], num_new: int) -> Callable:
-    """A scripted player: each row answers one of ``answers`` uniformly at random (ignores the
-    prompt; for tests and demos). ``respond(params, prompts, key) -> SampleOutput``."""
+def canned_answers(answers: tuple[str, ...], num_new: int, slots: int | None = None):
+    """Answer table for ``canned_responder``: ``(tokens [K, num_new], lengths [K])`` with the answers
+    (each + EOS) cycled to ``slots`` rows (default ``len(answers)``)."""
     if not answers or max(len(a) for a in answers) + 1 > num_new:
         raise ValueError(f"need at least one answer and num_new > the longest answer, got {num_new}")
-    table = np.full((len(answers), num_new), PAD, np.int32)
-    lens = np.zeros(len(answers), np.int32)
-    for i, a in enumerate(answers):
-        ids = np.concatenate([encode(a), [EOS]])
+    k = slots or len(answers)
+    table = np.full((k, num_new), PAD, np.int32)
+    lens = np.zeros(k, np.int32)
+    for i in range(k):
+        ids = np.concatenate([encode(answers[i % len(answers)]), [EOS]])
         table[i, : len(ids)], lens[i] = ids, len(ids)
+    return jnp.asarray(table), jnp.asarray(lens)
 
-    def respond(params, prompts, key):
-        del params
-        pick = jax.random.randint(key, (prompts.shape[0],), 0, len(answers))
-        tokens = jnp.asarray(table)[pick]
-        return SampleOutput(tokens=tokens, logprobs=jnp.zeros(tokens.shape, jnp.float32), lengths=jnp.asarray(lens)[pick])
 
-    return respond
+def canned_responder(params, prompts, key) -> SampleOutput:
+    """A scripted player for tests and demos: ``params = canned_answers(...)``; each row answers one
+    of the table's answers uniformly at random (the prompt is ignored). Same signature as the LM
+    responder, so one compiled rollout serves every answer table of the same shape."""
+    table, lens = params
+    pick = jax.random.randint(key, (prompts.shape[0],), 0, table.shape[0])
+    return SampleOutput(tokens=table[pick], logprobs=jnp.zeros(table[pick].shape, jnp.float32), lengths=lens[pick])
 
 
 def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig,

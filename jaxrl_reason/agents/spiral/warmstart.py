@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from tqdm.auto import tqdm
 
 from jaxrl_reason.agents.spiral.rollout import GameSpec, _render, _select
 from jaxrl_reason.agents.spiral.vocab import EOS, PAD, encode
@@ -158,7 +159,7 @@ def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConf
     step = make_train_step(graphdef, optimizer, chunk=128)
     rng = np.random.default_rng(seed)
     nll = []
-    for _ in range(cfg.steps):
+    for _ in tqdm(range(cfg.steps), desc="SFT warm start", leave=False):
         idx = rng.integers(0, len(data["tokens"]), cfg.batch_size)
         state, m = step(state, {k: v[idx] for k, v in data.items()})
         nll.append(m["nll"])
