@@ -36,12 +36,12 @@ from jaxrl_reason.utils.experiment import RunDir
 class Config:
     seed: int = 0
     game: str = "kuhn_poker"
-    num_episodes: int = 64
+    num_episodes: int = 32
     max_new_tokens: int = 24
     lm: LMConfig = LMConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128,
                             max_seq_len=512)
-    warm: WarmStartConfig = WarmStartConfig(games_per_game=128, steps=150)
-    repeats: int = 3
+    warm: WarmStartConfig = WarmStartConfig(games_per_game=64, steps=100, batch_size=16)
+    repeats: int = 2
 
     def __post_init__(self):
         GameSpec.make(self.game)

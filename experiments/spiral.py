@@ -66,7 +66,11 @@ class Config:
 
 
 PRESETS = {
-    "cpu": Config(),
+    "cpu": Config(
+        warm=WarmStartConfig(games_per_game=96, steps=120, batch_size=16, lr=3e-3),
+        spiral=SpiralConfig(episodes_per_game=8, max_new_tokens=28, lr=2e-4),
+        steps=12, eval_every=6, eval_episodes=32, final_eval_episodes=64, kuhn_samples=16, transfer_problems=32,
+    ),
     "gpu": Config(
         lm=LMConfig(vocab_size=VOCAB_SIZE, d_model=256, n_layers=4, n_heads=8, n_kv_heads=4, d_ff=768, max_seq_len=512),
         warm=WarmStartConfig(games_per_game=2048, steps=1500, batch_size=128, lr=1e-3),
