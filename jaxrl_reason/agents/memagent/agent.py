@@ -212,8 +212,8 @@ def run_agent(graphdef, state, batch: DocBatch, key, *, config: MemAgentConfig, 
     question = (batch.question, batch.question_lens)
     fields = ("question", "chunk", "memory")
 
-    def update(carry, i):
-        key, mem, mem_lens, overflow = carry
+    def update(carry, _):
+        i, key, mem, mem_lens, overflow = carry
         key, sub = jax.random.split(key)
         # gather the chunk in place (no [n, B, C] copy of the document: the working set stays flat)
         chunk = jnp.take(doc, i * c + jnp.arange(c), axis=1, mode="fill", fill_value=VOCAB.pad)
@@ -226,12 +226,12 @@ def run_agent(graphdef, state, batch: DocBatch, key, *, config: MemAgentConfig, 
         mem_lens = jnp.where(active, new_lens, mem_lens)
         overflow = overflow + (active & over).astype(jnp.int32)
         rec = dict(prompts=prompts, prompt_lens=plens, tokens=toks, lengths=lens, active=active) if record else None
-        return (key, mem, mem_lens, overflow), rec
+        return (i + 1, key, mem, mem_lens, overflow), rec
 
     key, k_final = jax.random.split(key)
     mem, mem_lens = initial_memory(config, b)
-    (_, mem, mem_lens, overflow), updates = jax.lax.scan(
-        update, (key, mem, mem_lens, jnp.zeros((b,), jnp.int32)), jnp.arange(n))
+    (_, _, mem, mem_lens, overflow), updates = jax.lax.scan(  # counter in the carry: no [n] inputs
+        update, (jnp.int32(0), key, mem, mem_lens, jnp.zeros((b,), jnp.int32)), None, length=n)
     fprompts, fplens = build_prompt(config.final_template, ("question", "memory"),
                                     {"question": question, "memory": (mem, mem_lens)}, config.final_prompt_len)
     ans, ans_lens, ans_over, ftoks, flens = _respond(graphdef, state, fprompts, fplens, k_final,
