@@ -233,7 +233,10 @@ def kuhn_policy_table(policy_fn) -> jax.Array:
 
 
 def kuhn_exploitability_metric(policy_fn) -> dict:
-    """``metrics_fn`` for Kuhn Poker: exact exploitability of the current policy."""
+    """``metrics_fn`` for Kuhn Poker: exact exploitability of the current policy and its
+    ``[3, 4]`` table (``policy_table``; feed the stacked tables to
+    ``opponents.kuhn_average_exploitability_curve`` for the time-averaged policy)."""
     from jaxrl_reason.envs.games import opponents as O
 
-    return {"exploitability": O.kuhn_exploitability(kuhn_policy_table(policy_fn))}
+    table = kuhn_policy_table(policy_fn)
+    return {"exploitability": O.kuhn_exploitability(table), "policy_table": table}

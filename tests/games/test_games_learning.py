@@ -21,6 +21,10 @@ def test_kuhn_rae_selfplay_lowers_exploitability():
     assert np.isfinite(np.asarray(metrics["policy_loss"])).all()
     assert final < initial - 0.03, (initial, final)
     assert final < float(O.kuhn_exploitability(O.kuhn_uniform_policy()))
+    # self-play converges in average: the time-averaged policy is less exploitable than the iterates
+    averaged = float(O.kuhn_average_exploitability_curve(metrics["policy_table"])[-1])
+    print("initial, final iterate (mean of 10), time-averaged:", initial, final, averaged)
+    assert averaged < final, (averaged, final)
 
 
 def test_selfplay_and_alphazero_configs_reject_bad_values():
@@ -28,6 +32,10 @@ def test_selfplay_and_alphazero_configs_reject_bad_values():
         SelfPlayConfig(advantage="gae2")
     with pytest.raises(ValueError, match="num_simulations"):
         AlphaZeroConfig(num_simulations=0)
+    with pytest.raises(ValueError, match="value_target"):
+        AlphaZeroConfig(value_target="bootstrap")
+    with pytest.raises(ValueError, match="explore_eps"):
+        AlphaZeroConfig(explore_eps=1.5)
 
 
 @pytest.mark.slow

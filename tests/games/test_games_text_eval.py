@@ -97,6 +97,22 @@ def test_kuhn_exploitability_known_values():
         O.kuhn_nash_policy(0.5)
 
 
+def test_kuhn_time_average_is_sequence_form():
+    nash = O.kuhn_nash_policy(0.2)
+    acc = O.kuhn_average_update(O.kuhn_average_update(O.kuhn_average_init(), nash), nash)
+    np.testing.assert_allclose(O.kuhn_average_policy(acc), nash, atol=1e-6)
+    # A always bets first (never reaches "pb"), B always checks: the average plays B's "pb" call rate
+    a = jnp.zeros((3, 4)).at[:, 0].set(1.0).at[:, 3].set(0.9)
+    b = jnp.zeros((3, 4)).at[:, 3].set(0.1)
+    avg = O.kuhn_average_policy(O.kuhn_average_update(O.kuhn_average_update(O.kuhn_average_init(), a), b))
+    np.testing.assert_allclose(avg[:, 0], 0.5, atol=1e-6)
+    np.testing.assert_allclose(avg[:, 3], 0.1, atol=1e-6)
+    curve = O.kuhn_average_exploitability_curve(jnp.stack([O.kuhn_uniform_policy(), nash, nash, nash]))
+    assert curve.shape == (4,)
+    np.testing.assert_allclose(curve[0], 0.458333, atol=1e-5)
+    assert float(curve[-1]) < float(curve[1]) < float(curve[0])
+
+
 def test_kuhn_infoset_obs_match_env():
     env = envs.make("kuhn_poker")
     obs, mask = O.kuhn_infoset_obs()

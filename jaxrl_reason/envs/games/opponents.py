@@ -211,6 +211,17 @@ def kuhn_average_policy(acc) -> jax.Array:
     return jnp.where(den > 0, num / jnp.maximum(den, 1e-30), 0.5)
 
 
+def kuhn_average_exploitability_curve(tables: jax.Array) -> jax.Array:
+    """``[U]`` exploitability of the running time-averaged policy of ``tables`` ``[U, 3, 4]``
+    (entry ``u`` averages iterates ``0..u``)."""
+
+    def body(acc, pi):
+        acc = kuhn_average_update(acc, pi)
+        return acc, kuhn_exploitability(kuhn_average_policy(acc))
+
+    return jax.lax.scan(body, kuhn_average_init(), jnp.asarray(tables, jnp.float32))[1]
+
+
 def kuhn_uniform_policy() -> jax.Array:
     return jnp.full((3, 4), 0.5, jnp.float32)
 
