@@ -1,5 +1,7 @@
 """LLM intent policy: text rendering of local observations, two-stage interface, SFT data."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,7 +49,9 @@ def test_grpo_finetune_runs_and_logp_matches_sampling_policy():
     from jaxrl_reason.agents.rally import llm_grpo
 
     env = envs.make("swarm", num_agents=2, num_targets=2, max_steps=4)
-    model = Transformer(llm.default_lm_config(), rngs=nnx.Rngs(0))
+    cfg = llm.default_lm_config()
+    model = Transformer(dataclasses.replace(cfg, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=16),
+                        rngs=nnx.Rngs(0))
     _, ts = env.reset(jax.random.key(0))
     prompt = llm.render_prompt(env, ts.obs)
     seq = llm.render_consensus(prompt, jnp.array([1, 4]), ts.info["neighbors"])

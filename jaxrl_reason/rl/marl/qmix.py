@@ -362,7 +362,7 @@ def greedy_action(config: QMIXConfig, env: envs.Environment, q: jax.Array, prior
     proposal is kept unless another action's utility beats it by more than the bonus
     (conservative improvement over the prior)."""
     if config.prior_bonus and prior_action is not None:
-        q = q + config.prior_bonus * jax.nn.one_hot(prior_action, env.num_actions)
+        q = q + config.prior_bonus * jax.nn.one_hot(prior_action, q.shape[-1])
     return jnp.argmax(q, -1).astype(jnp.int32)
 
 
