@@ -1,4 +1,5 @@
-"""Sampler: greedy == argmax of the full forward, stop tokens / per-sequence lengths, filtering."""
+"""The dense (Qwen2-like: GQA, QKV bias, tied embeddings) family: sampler, joined output, chunked
+log-probs and entropy. One model and few compiled shapes are shared by all tests here."""
 
 import jax
 import jax.numpy as jnp
@@ -7,11 +8,17 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
-from jaxrl_reason.models.lm.sampler import SamplerConfig, sample, sampling_logprobs
+from jaxrl_reason.models.lm.sampler import SamplerConfig, sample, sample_joined, sampling_logprobs
+from jaxrl_reason.models.lm.train import token_logprobs, token_logprobs_entropy
 
-CFG = LMConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, qkv_bias=True, tie_embeddings=True)
+CFG = LMConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, qkv_bias=True, tie_embeddings=True)
 PROMPTS = jax.random.randint(jax.random.PRNGKey(0), (3, 6), 1, 64)
 LENS = jnp.array([6, 3, 5])
+N = 6
+GREEDY = SamplerConfig(max_new_tokens=N, temperature=0.0)
+FWD = nnx.jit(lambda m, t: m(t)[0])
+TEMP = 0.7
+LOGPROBS = nnx.jit(lambda m, t: (token_logprobs(m, t, chunk=4), token_logprobs_entropy(m, t, chunk=4, temperature=TEMP)))
 
 
 @pytest.fixture(scope="module")
@@ -21,30 +28,67 @@ def model():
 
 @pytest.fixture(scope="module")
 def greedy(model):
-    return sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), SamplerConfig(max_new_tokens=6, temperature=0.0))
+    return sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY)
 
 
-def test_greedy_equals_argmax_of_full_forward(model, greedy):
-    fwd = nnx.jit(lambda m, t: m(t)[0])
+@pytest.fixture(scope="module")
+def joined(greedy):
+    return greedy.join(PROMPTS, LENS)
+
+
+@pytest.fixture(scope="module")
+def logits(model, joined):
+    return FWD(model, joined.tokens)  # [3, P+N, V]
+
+
+def test_joined_layout(greedy, joined):
     for b in range(3):
         n = int(LENS[b])
-        seq = jnp.concatenate([PROMPTS[b, :n], greedy.tokens[b]])[None]
-        logits = fwd(model, seq)[0]
-        np.testing.assert_array_equal(np.asarray(jnp.argmax(logits[n - 1 : -1], -1)), np.asarray(greedy.tokens[b]))
-        lp = jax.nn.log_softmax(logits[n - 1 : -1])
+        want = np.concatenate([PROMPTS[b, :n], greedy.tokens[b], np.zeros(6 - n, int)])
+        np.testing.assert_array_equal(joined.tokens[b], want)
+        np.testing.assert_array_equal(joined.prompt_mask[b], np.arange(12) < n)
+        np.testing.assert_array_equal(joined.completion_mask[b], (np.arange(12) >= n) & (np.arange(12) < n + N))
+        np.testing.assert_array_equal(joined.logprobs[b, n : n + N], greedy.logprobs[b])
+    assert float(jnp.sum(jnp.where(joined.completion_mask, 0.0, jnp.abs(joined.logprobs)))) == 0.0
+
+
+def test_greedy_equals_argmax_of_full_forward(greedy, joined, logits):
+    for b in range(3):
+        n = int(LENS[b])
+        lg = logits[b, n - 1 : n - 1 + N]
+        np.testing.assert_array_equal(np.asarray(jnp.argmax(lg, -1)), np.asarray(greedy.tokens[b]))
+        lp = jax.nn.log_softmax(lg)
         np.testing.assert_allclose(np.take_along_axis(lp, greedy.tokens[b][:, None], 1)[:, 0], greedy.logprobs[b], atol=1e-5)
 
 
+def test_chunked_logprobs_and_entropy_equal_full(model, joined, logits):
+    """token_logprobs (T=1) and token_logprobs_entropy (T=0.7), chunk 4 over 11 targets (padded to 12)."""
+    lp1, (lpt, ent) = LOGPROBS(model, joined.tokens)
+    tgt = joined.tokens[:, 1:, None]
+    ref1 = jnp.take_along_axis(jax.nn.log_softmax(logits[:, :-1]), tgt, -1)[..., 0]
+    np.testing.assert_allclose(lp1, ref1, atol=1e-5)
+    logq = jax.nn.log_softmax(logits[:, :-1] / TEMP)
+    np.testing.assert_allclose(lpt, jnp.take_along_axis(logq, tgt, -1)[..., 0], atol=1e-5)
+    np.testing.assert_allclose(ent, -jnp.sum(jnp.exp(logq) * logq, -1), atol=1e-5)
+    assert float(jnp.min(ent)) > 0 and float(jnp.max(ent)) <= np.log(64) + 1e-5
+    # RL re-scoring: completion terms of the joined sequence == the sampler's greedy log-probs
+    mask = joined.completion_mask[:, 1:]
+    np.testing.assert_allclose(jnp.where(mask, lp1, 0.0), joined.logprobs[:, 1:], atol=1e-5)
+    with pytest.raises(ValueError, match="temperature"):
+        token_logprobs_entropy(model, joined.tokens, temperature=0.0)
+
+
 def test_stop_tokens_and_per_sequence_lengths(model, greedy):
-    # stop sequence 0 on its 3rd greedy token; give sequence 2 a budget of 2 tokens
-    stop = jnp.array([[int(greedy.tokens[0, 2]), -1], [-1, -1], [-1, -1]])
-    out = sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), SamplerConfig(max_new_tokens=6, temperature=0.0),
-                 stop_tokens=stop, max_new_tokens=jnp.array([6, 6, 2]))
+    # stop sequence 0 on its 3rd greedy token; give sequence 2 a budget of 2 tokens (same shapes: no recompile)
+    stop = jnp.array([[int(greedy.tokens[0, 2])], [-1], [-1]])
+    out = sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY, stop_tokens=stop, max_new_tokens=jnp.array([N, N, 2]))
     first = int(np.argmax(np.asarray(greedy.tokens[0]) == int(greedy.tokens[0, 2])))
-    assert list(np.asarray(out.lengths)) == [first + 1, 6, 2]
+    assert list(np.asarray(out.lengths)) == [first + 1, N, 2]
     np.testing.assert_array_equal(out.tokens[0, : first + 1], greedy.tokens[0, : first + 1])
     assert np.all(np.asarray(out.tokens[0, first + 1 :]) == 0) and np.all(np.asarray(out.logprobs[2, 2:]) == 0)
     np.testing.assert_array_equal(out.tokens[1], greedy.tokens[1])
+    j = out.join(PROMPTS, LENS)
+    np.testing.assert_array_equal(j.completion_mask.sum(1), out.lengths)
 
 
 def test_sampling_logprobs_filters():
@@ -58,9 +102,10 @@ def test_sampling_logprobs_filters():
 
 
 def test_sampled_logprobs_are_of_sampled_tokens(model):
-    cfg = SamplerConfig(max_new_tokens=4, temperature=0.8, top_k=10)
-    out = sample(model, PROMPTS, LENS, jax.random.PRNGKey(2), cfg)
-    assert out.tokens.shape == (3, 4) and np.all(np.asarray(out.logprobs) <= 0)
-    assert np.all(np.asarray(out.logprobs) > np.log(1e-6))  # never a filtered (-inf) token
-    again = sample(model, PROMPTS, LENS, jax.random.PRNGKey(2), cfg)
+    cfg = SamplerConfig(max_new_tokens=N, temperature=0.8, top_k=10)
+    out = sample_joined(model, PROMPTS, LENS, jax.random.PRNGKey(2), cfg)
+    lp = out.logprobs[out.completion_mask]
+    assert out.tokens.shape == (3, 12) and lp.shape == (3 * N,) and np.all(np.asarray(lp) <= 0)
+    assert np.all(np.asarray(lp) > np.log(1e-6))  # never a filtered (-inf) token
+    again = sample_joined(model, PROMPTS, LENS, jax.random.PRNGKey(2), cfg)
     np.testing.assert_array_equal(out.tokens, again.tokens)

@@ -26,6 +26,13 @@ class LMConfig:
     moe_capacity_factor: None = dropless (capacity = tokens per sequence); else tokens routed past
       ceil(factor * T * top_k / E) slots of an expert in one sequence are dropped (their expert
       contribution is zero; the shared experts and the residual still carry them).
+    moe_dispatch: how routed experts run under a mesh with an "expert" axis (see moe.py):
+      "all_to_all" = explicit shard_map all-to-all expert parallelism, "constraint" = sharding
+      constraints only (XLA picks the collectives).
+    fp8: Linear layers (attention/MLA projections, dense and shared-expert SwiGLU, MTP projection,
+      an untied lm_head) and the routed-expert GEMMs run E4M3 matmuls (fp8.py). Kept in
+      cfg.dtype as in DeepSeek-V3: embedding, tied head, router, attention scores/values and the
+      absorbed-MLA W_uk/W_uv einsums.
     """
 
     vocab_size: int = 256
@@ -63,6 +70,7 @@ class LMConfig:
     moe_bias_update_rate: float = 1e-3  # gamma of the aux-loss-free update; 0 disables it
     moe_seq_aux_alpha: float = 0.0  # sequence-wise balance loss weight (DeepSeek-V3: ~1e-4)
     moe_capacity_factor: float | None = None
+    moe_dispatch: str = "all_to_all"  # expert parallelism: "all_to_all" (shard_map) or "constraint"
     # multi-token prediction
     mtp_depth: int = 0  # 0 or 1 extra depth module
     mtp_loss_weight: float = 0.3
@@ -126,6 +134,10 @@ class LMConfig:
             need(
                 self.moe_capacity_factor is None or self.moe_capacity_factor > 0,
                 "moe_capacity_factor must be None (dropless) or > 0",
+            )
+            need(
+                self.moe_dispatch in ("all_to_all", "constraint"),
+                f"moe_dispatch must be 'all_to_all' or 'constraint', got {self.moe_dispatch!r}",
             )
             need(self.moe_bias_update_rate >= 0 and self.moe_seq_aux_alpha >= 0, "MoE rates must be >= 0")
         need(self.mtp_depth in (0, 1), f"mtp_depth must be 0 or 1, got {self.mtp_depth}")

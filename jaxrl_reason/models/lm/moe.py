@@ -11,19 +11,33 @@ Dispatch is GShard-style with one group per sequence: a one-hot dispatch tensor 
 moves tokens to [E, B, C, D] expert buffers, the expert SwiGLUs are batched einsums over E, and a
 combine tensor brings them back. Capacity C = T (dropless: a token picks an expert at most once)
 unless `moe_capacity_factor` is set, in which case assignments past slot C of an expert are dropped.
-Expert parallelism: expert weights are sharded over the mesh axis "expert" (see sharding.py) and
-the expert buffers are constrained to that axis, so XLA's SPMD partitioner inserts the all-to-all.
+Expert parallelism (`LMConfig.moe_dispatch`), active under a mesh (``jax.set_mesh``) whose "expert"
+axis has size n > 1 (expert weights are sharded over it by sharding.py; the batch is split over it
+too, see ``BATCH_AXES``):
+  "all_to_all" (default): explicit. The expert FFN runs in a ``jax.shard_map`` that is manual over
+    "expert" only (data/fsdp/tensor stay automatic): each expert shard holds [E, B/n, C, D] buffers
+    of its own sequences, one ``lax.all_to_all`` sends each expert's slice to the shard that owns
+    it ([E/n, B, C, D]), the local experts run, and a second all-to-all returns the outputs.
+    Needs E % n == 0 and B % n == 0; otherwise it falls back to "constraint" (documented, tested).
+  "constraint": the expert buffers are constrained to P("expert", batch axes) and XLA's SPMD
+    partitioner chooses the collectives.
+Both are tested to equal the single-device result. Without a mesh both are the same computation.
+With `cfg.fp8` the routed-expert GEMMs are FP8 too (``fp8_matmul`` vmapped over experts).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax.sharding import PartitionSpec as P
+
 from jaxrl_reason.models.lm.config import LMConfig
+from jaxrl_reason.models.lm.fp8 import fp8_matmul
 from jaxrl_reason.models.lm.layers import SwiGLU
 from jaxrl_reason.models.lm.sharding import constrain
 
@@ -79,11 +93,7 @@ class MoE(nnx.Module):
         dispatch = disp_k.sum(2)  # [B, T, E, C]
         combine = jnp.einsum("btkec,btk->btec", disp_k, w.astype(dt))
         xe = jnp.einsum("btec,btd->ebcd", dispatch, x.astype(dt))
-        xe = constrain(xe, ("expert", ("data", "fsdp"), None, None))
-        h = jax.nn.silu(jnp.einsum("ebcd,edf->ebcf", xe, self.w_gate[...].astype(dt)))
-        h = h * jnp.einsum("ebcd,edf->ebcf", xe, self.w_up[...].astype(dt))
-        ye = jnp.einsum("ebcf,efd->ebcd", h, self.w_down[...].astype(dt))
-        ye = constrain(ye, ("expert", ("data", "fsdp"), None, None))
+        ye = self.experts(xe)
         y = jnp.einsum("btec,ebcd->btd", combine, ye)
         if self.shared is not None:
             y = y + self.shared(x)
@@ -94,6 +104,43 @@ class MoE(nnx.Module):
         p_i = jnp.mean(scores / jnp.sum(scores, -1, keepdims=True), axis=1)  # [B, E]
         balance = cfg.moe_seq_aux_alpha * jnp.mean(jnp.sum(f_i * p_i, -1))
         return y.astype(dt), {"load": load, "balance_loss": balance}
+
+
+    def experts(self, xe: jax.Array) -> jax.Array:
+        """Routed expert SwiGLUs on dispatched buffers: xe [E, B, C, D] -> [E, B, C, D] (see module doc)."""
+        cfg, dt = self.cfg, self.cfg.jdtype
+        ws = tuple(w[...].astype(dt) for w in (self.w_gate, self.w_up, self.w_down))
+        ffn = functools.partial(_expert_ffn, fp8_block=cfg.fp8_block if cfg.fp8 else 0)
+        mesh = jax.sharding.get_abstract_mesh()
+        n = 1 if mesh.empty else dict(mesh.shape).get("expert", 1)
+        e, b = xe.shape[:2]
+        if n > 1 and cfg.moe_dispatch == "all_to_all" and e % n == 0 and b % n == 0:
+            return _expert_parallel(ffn)(xe, *ws)
+        spec = ("expert", ("data", "fsdp"), None, None)
+        return constrain(ffn(constrain(xe, spec), *ws), spec)
+
+
+def _expert_ffn(xe, w_gate, w_up, w_down, fp8_block: int = 0):
+    """xe [E, B, C, D], w_gate/w_up [E, D, F], w_down [E, F, D] -> [E, B, C, D] (FP8 if fp8_block)."""
+    if fp8_block:
+        e, b, c, d = xe.shape
+        mm = jax.vmap(lambda a, w: fp8_matmul(a.reshape(b * c, -1), w, fp8_block).reshape(b, c, -1))
+        h = jax.nn.silu(mm(xe, w_gate).astype(xe.dtype)) * mm(xe, w_up).astype(xe.dtype)
+        return mm(h, w_down).astype(xe.dtype)
+    h = jax.nn.silu(jnp.einsum("ebcd,edf->ebcf", xe, w_gate)) * jnp.einsum("ebcd,edf->ebcf", xe, w_up)
+    return jnp.einsum("ebcf,efd->ebcd", h, w_down)
+
+
+def _expert_parallel(ffn):
+    """shard_map over the "expert" axis: all-to-all tokens to their experts' shard and back."""
+
+    def local(xe, w_gate, w_up, w_down):  # xe [E, B/n, C, D] (own sequences), w_* [E/n, ...] (own experts)
+        xe = jax.lax.all_to_all(xe, "expert", split_axis=0, concat_axis=1, tiled=True)  # [E/n, B, C, D]
+        ye = ffn(xe, w_gate, w_up, w_down)
+        return jax.lax.all_to_all(ye, "expert", split_axis=1, concat_axis=0, tiled=True)  # [E, B/n, C, D]
+
+    w = P("expert")
+    return jax.shard_map(local, in_specs=(P(None, "expert"), w, w, w), out_specs=P(None, "expert"), axis_names={"expert"})
 
 
 def update_expert_bias(bias: jax.Array, load: jax.Array, rate: float) -> jax.Array:

@@ -11,6 +11,10 @@ positions prompt_lens[b], prompt_lens[b]+1, ... Each sequence stops at any of it
 all have stopped. `logprobs` are under the sampling distribution (temperature, top-k, top-p applied);
 for greedy decoding (temperature 0) they are the model's own log-probabilities of the argmax.
 `generate` is the pure function (graphdef static) for use inside larger jitted programs.
+
+For RL, ``out.join(prompts, prompt_lens)`` (or `sample_joined`) gives a `JoinedSample`: the
+[B, P+N] sequences (each completion right after its own prompt) with prompt / completion masks and
+the sampling log-probs at their positions, ready for `train.token_logprobs_entropy`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,46 @@ class SampleOutput:
     tokens: jax.Array  # [B, N] int32
     logprobs: jax.Array  # [B, N] float32
     lengths: jax.Array  # [B] int32
+
+    def join(self, prompts: jax.Array, prompt_lens: jax.Array, pad_id: int = 0) -> "JoinedSample":
+        """See `join_sample`."""
+        return join_sample(prompts, prompt_lens, self, pad_id)
+
+
+@flax.struct.dataclass
+class JoinedSample:
+    """Prompt + completion in one right-padded [B, P+N] sequence (positions 0..P+N-1).
+
+    tokens: prompt (first prompt_lens[b] slots), then the completion, then pad_id.
+    prompt_mask / completion_mask: bool [B, P+N]; completion_mask covers the lengths[b] generated
+      tokens (stop token included). For next-token terms [B, P+N-1] use completion_mask[:, 1:].
+    logprobs: [B, P+N] sampling log-probs at completion positions, 0 elsewhere.
+    """
+
+    tokens: jax.Array
+    prompt_mask: jax.Array
+    completion_mask: jax.Array
+    logprobs: jax.Array
+    prompt_lens: jax.Array  # [B]
+    lengths: jax.Array  # [B]
+
+
+def join_sample(prompts: jax.Array, prompt_lens: jax.Array, out: SampleOutput, pad_id: int = 0) -> JoinedSample:
+    """prompts [B, P] (right-padded), prompt_lens [B], out (tokens [B, N]) -> JoinedSample [B, P+N]. Jittable."""
+    b, p = prompts.shape
+    n = out.tokens.shape[1]
+    idx = jnp.arange(p + n, dtype=jnp.int32)[None]
+    plens = jnp.asarray(prompt_lens, jnp.int32)[:, None]
+    prompt_mask = idx < plens
+    rel = idx - plens  # index into the completion
+    completion_mask = (rel >= 0) & (rel < out.lengths[:, None])
+    gather = jnp.clip(rel, 0, n - 1)
+    comp = jnp.take_along_axis(out.tokens, gather, axis=1)
+    padded = jnp.pad(jnp.asarray(prompts, jnp.int32), ((0, 0), (0, n)))
+    tokens = jnp.where(prompt_mask, padded, jnp.where(completion_mask, comp, pad_id))
+    logprobs = jnp.where(completion_mask, jnp.take_along_axis(out.logprobs, gather, axis=1), 0.0)
+    return JoinedSample(tokens=tokens, prompt_mask=prompt_mask, completion_mask=completion_mask, logprobs=logprobs,
+                        prompt_lens=plens[:, 0], lengths=out.lengths)
 
 
 def sampling_logprobs(logits: jax.Array, temperature: float, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
@@ -150,3 +194,10 @@ def sample(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=
     graphdef, state = nnx.split(model)
     prompts, prompt_lens, stop_tokens, max_new_tokens = args
     return generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, config=config)
+
+
+def sample_joined(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None) -> JoinedSample:
+    """`sample`, then `join_sample` (pad_id = config.pad_id)."""
+    args = prepare(model.cfg, prompts, prompt_lens, config, stop_tokens, max_new_tokens)
+    out = sample(model, *args[:2], key, config, *args[2:])
+    return join_sample(args[0], args[1], out, config.pad_id)

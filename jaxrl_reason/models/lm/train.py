@@ -18,8 +18,9 @@ from flax import nnx
 from jaxrl_reason.models.lm.moe import ExpertBias, update_expert_bias
 
 
-def chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int = 128) -> jax.Array:
-    """h [B, T, D] (pre final norm), targets [B, T] -> log p(targets) [B, T] float32, chunked over T."""
+def _chunked_head(model, h: jax.Array, targets: jax.Array, chunk: int, fn):
+    """Apply the head to `chunk` steps at a time (rematerialised scan) and reduce each chunk's
+    logits with fn(logits [B, c, V] f32, targets [B, c]) -> tuple of [B, c] arrays; returns [B, T] each."""
     b, t, d = h.shape
     c = min(chunk, t)
     pad = (-t) % c
@@ -28,17 +29,49 @@ def chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int = 128) 
 
     @jax.checkpoint
     def one(hc, tc):
-        logits = model.logits(hc)  # [B, c, V] f32
-        return jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0] - jax.nn.logsumexp(logits, axis=-1)
+        return fn(model.logits(hc), tc)
 
-    _, lp = jax.lax.scan(lambda _, x: (None, one(*x)), None, (hp, tp))
-    return lp.swapaxes(0, 1).reshape(b, -1)[:, :t]
+    _, outs = jax.lax.scan(lambda _, x: (None, one(*x)), None, (hp, tp))
+    return tuple(o.swapaxes(0, 1).reshape(b, -1)[:, :t] for o in outs)
+
+
+def chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int = 128) -> jax.Array:
+    """h [B, T, D] (pre final norm), targets [B, T] -> log p(targets) [B, T] float32, chunked over T."""
+
+    def fn(logits, tc):
+        return (jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0] - jax.nn.logsumexp(logits, axis=-1),)
+
+    return _chunked_head(model, h, targets, chunk, fn)[0]
+
+
+def chunked_logprobs_entropy(model, h: jax.Array, targets: jax.Array, chunk: int = 128, temperature: float = 1.0):
+    """h [B, T, D], targets [B, T] -> (log pi(targets) [B, T], entropy H(pi) [B, T]), float32, where
+    pi = softmax(logits / temperature) (the sampler's distribution without top-k/top-p). Chunked like
+    `chunked_logprobs`: [B, T, V] logits are never all held, forward or backward."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+    def fn(logits, tc):
+        lp = jax.nn.log_softmax(logits / temperature, axis=-1)
+        ent = -jnp.sum(jnp.exp(lp) * lp, axis=-1)
+        return jnp.take_along_axis(lp, tc[..., None], axis=-1)[..., 0], ent
+
+    return _chunked_head(model, h, targets, chunk, fn)
 
 
 def token_logprobs(model, tokens: jax.Array, chunk: int = 128) -> jax.Array:
     """tokens [B, T] -> [B, T-1]: log p(tokens[:, t+1] | tokens[:, :t+1]) (what every RL loss needs)."""
     h, _, _ = model.hidden(tokens)
     return chunked_logprobs(model, h[:, :-1], tokens[:, 1:], chunk)
+
+
+def token_logprobs_entropy(model, tokens: jax.Array, chunk: int = 128, temperature: float = 1.0):
+    """tokens [B, T] -> (logp [B, T-1], entropy [B, T-1]) of next tokens under softmax(logits / temperature).
+
+    With a sampler ``JoinedSample`` j: ``mask = j.completion_mask[:, 1:]`` selects the completion terms.
+    """
+    h, _, _ = model.hidden(tokens)
+    return chunked_logprobs_entropy(model, h[:, :-1], tokens[:, 1:], chunk, temperature)
 
 
 def _masked_mean(x, mask):
@@ -128,9 +161,11 @@ __all__ = [
     "ExpertBias",
     "TrainState",
     "chunked_logprobs",
+    "chunked_logprobs_entropy",
     "init_train_state",
     "make_optimizer",
     "make_train_step",
     "sft_loss",
     "token_logprobs",
+    "token_logprobs_entropy",
 ]
