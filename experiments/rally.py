@@ -54,8 +54,8 @@ class Config:
     rmix_bc_online: float = 1.0
     rmix_margin: float = 0.05
     rmix_roles_only: bool = True  # keep the prior's target, RMIX picks the role (as in RALLY)
-    rmix_td_target: str = "prior"  # evaluate the prior (SARSA); acting greedily improves on it
-    rmix_prior_bonus: float = 0.05  # keep the prior's choice unless a role is better by this much
+    rmix_td_target: str = "max"  # or "prior": evaluate the prior (SARSA), greedy acting = policy improvement
+    rmix_prior_bonus: float = 0.1  # keep the prior's choice unless a role is better by this much
     eval_episodes: int = 512
     llm_sft_steps: int = 200
     llm_trace_envs: int = 16

@@ -7,7 +7,11 @@ head and a role-value head per target. The training recipe is QMIX's trainer
 (``rl.marl.qmix``) with ``agent_net="role"``, a prefill of prior transitions, an
 offline phase with a large-margin loss towards the prior's choices, then online
 epsilon-greedy learning whose exploration partly follows the prior
-(``rmix_config`` sets these fields).
+(``rmix_config`` sets these fields). Two options make it a conservative improvement
+over the prior: ``td_target="prior"`` (the TD target uses the prior's next proposal, so
+the mixer estimates the prior's value and acting greedily is one step of policy
+improvement) and ``prior_bonus`` (keep the prior's choice unless another role's utility
+is higher by more than the bonus).
 """
 
 from __future__ import annotations
