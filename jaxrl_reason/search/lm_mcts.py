@@ -7,12 +7,15 @@ state: the tree's embedding of a node is its token arrays, and an action is the 
 the ``branching`` candidate next steps that were sampled when the node was expanded:
 
 - expansion (``recurrent_fn``): append candidate ``action`` to the parent's response, then, in ONE
-  batched sampler call, draw ``branching`` candidate next steps (stop at a delimiter) and one
-  rollout to an answer (stop at ``</answer>``);
-- prior: the candidates' sequence log-probabilities under the sampling policy (PUCT prior);
-- value: the verifier's reward (exact match) of the rollout's answer, in {0, 1};
-- a step that closes ``</think>`` makes a terminal node: its edge reward is the verifier's reward
-  of its answer and its discount is 0, so nothing below it counts.
+  batched sampler call, draw ``branching`` rollouts to an answer (stop at ``</answer>``); their
+  first steps (cut at the first delimiter) are the new node's candidate next steps, so no token is
+  spent on partial samples that are not also complete answer attempts;
+- prior: the candidate steps' log-probabilities under the sampling policy (PUCT prior);
+- value: the fraction of the rollouts whose answer passes the verifier (exact match);
+- a step that closes ``</think>`` makes a terminal node: its edge reward is ``2 * value - 1``, so a
+  wrong closed answer is a dead end (-1) that ranks below any open prefix, and its discount is 0, so
+  nothing below it counts (expansions below a terminal node are no-ops and are not counted in
+  ``tokens``: a sequential search would skip them, the batched one computes and discards them).
 
 ``mctx.muzero_policy`` runs the simulations (PUCT selection, backup) under jit, batched over
 problems. The result keeps the whole tree for procedure cloning (``search.procedure_cloning``).
@@ -45,7 +48,7 @@ class StepSearchConfig:
     num_simulations: int = 16
     branching: int = 4  # candidate next steps sampled per expanded node
     max_depth: int = 6  # reasoning steps below the root
-    step_tokens: int = 12  # longest step
+    step_tokens: int = 12  # longest step kept as a candidate (longer first steps are cut)
     rollout_tokens: int = 40  # longest rollout from a node to ``</answer>``
     temperature: float = 1.0  # sampling temperature of candidates and rollouts
     pb_c_init: float = 1.25  # PUCT exploration constant
@@ -76,12 +79,13 @@ class Node:
 
     response: jax.Array  # [L] int32: <think> + steps so far (pad after response_len)
     response_len: jax.Array  # int32
-    candidates: jax.Array  # [K, S] int32: next steps sampled at expansion
+    candidates: jax.Array  # [K, S] int32: next steps (first steps of the K rollouts)
     candidate_lens: jax.Array  # [K] int32
-    candidate_logp: jax.Array  # [K] float32: sequence log-prob under the sampling policy
-    rollout: jax.Array  # [R] int32: continuation to an answer
+    candidate_logp: jax.Array  # [K] float32: step log-prob under the sampling policy
+    rollout: jax.Array  # [R] int32: a continuation to an answer (a verified one if any)
     rollout_len: jax.Array  # int32
-    correct: jax.Array  # bool: the rollout's answer passes the verifier
+    correct: jax.Array  # bool: some rollout's answer passes the verifier
+    value: jax.Array  # float32: fraction of the K rollouts that pass the verifier
     terminal: jax.Array  # bool: the response closed </think>
     tokens: jax.Array  # int32: tokens generated to expand this node (candidates + rollout)
 
@@ -99,36 +103,44 @@ def _write(base: jax.Array, seq: jax.Array, start: jax.Array) -> jax.Array:
     return jax.lax.dynamic_update_slice(jnp.pad(base, (0, seq.shape[0])), seq, (start,))[: base.shape[0]]
 
 
+def _first_steps(toks: jax.Array, lens: jax.Array, s: int):
+    """Rollouts [..., R] -> their first steps [..., S] (up to and including the first delimiter) and lengths."""
+    r = toks.shape[-1]
+    pos = jnp.arange(r)
+    delim = jnp.isin(toks, jnp.array([*STEP_DELIMITERS, VOCAB.answer_end], jnp.int32)) & (pos < lens[..., None])
+    first = jnp.where(jnp.any(delim, -1), jnp.argmax(delim, -1) + 1, lens)
+    step_len = jnp.minimum(first, s)
+    step = jnp.where(pos[:s] < step_len[..., None], toks[..., :s], VOCAB.pad)
+    return step, step_len
+
+
 def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len):
-    """Sample K candidate steps and one rollout after ``response`` for every problem of the batch.
+    """Sample K rollouts to an answer after ``response``; their first steps are the K candidate steps.
 
     problem: (prompts [B, P], prompt_lens [B], answers [B, A], answer_lens [B]);
-    response [B, L], response_len [B] -> the expansion fields of ``Node`` (each [B, ...]).
+    response [B, L], response_len [B] -> the expansion fields of ``Node`` (each [B, ...]). The value is
+    the fraction of verified rollouts; the stored rollout is a verified one when there is one.
     """
     prompts, prompt_lens, answers, answer_lens = problem
     b, k, s, r = prompts.shape[0], cfg.branching, cfg.step_tokens, cfg.rollout_tokens
-    n = max(s, r)
     ctx = jax.vmap(_write)(jnp.pad(jnp.where(jnp.arange(prompts.shape[1]) < prompt_lens[:, None], prompts, VOCAB.pad),
                                    ((0, 0), (0, response.shape[1]))), response, prompt_lens)
-    ctx_len = prompt_lens + response_len
-    rows = lambda x: jnp.repeat(x, k + 1, axis=0)  # row b*(K+1)+j: candidate j < K, rollout j = K
-    is_rollout = jnp.tile(jnp.arange(k + 1) == k, b)
-    delims = jnp.array([*STEP_DELIMITERS, VOCAB.answer_end], jnp.int32)
-    stops = jnp.where(is_rollout[:, None], jnp.array([VOCAB.answer_end, -1, -1], jnp.int32), delims)
-    budget = jnp.where(is_rollout, r, s)
-    out = generate(graphdef, model_state, rows(ctx), rows(ctx_len), key, stops, budget,
-                   config=SamplerConfig(max_new_tokens=n, temperature=cfg.temperature, pad_id=VOCAB.pad))
-    toks = out.tokens.reshape(b, k + 1, n)
-    lens = out.lengths.reshape(b, k + 1)
-    logp = out.logprobs.reshape(b, k + 1, n).sum(-1)
-    rollout, rollout_len = toks[:, k, :r], lens[:, k]
-    full = jax.vmap(_write)(jnp.pad(response, ((0, 0), (0, r))), rollout, response_len)  # [B, L+R]
-    full = full[:, : response.shape[1] + r]
-    parsed = parse_response(full, response_len + rollout_len)
-    correct = exact_match(full, parsed, answers, answer_lens)
-    return dict(candidates=toks[:, :k, :s], candidate_lens=lens[:, :k], candidate_logp=logp[:, :k],
-                rollout=rollout, rollout_len=rollout_len, correct=correct,
-                tokens=lens.sum(-1).astype(jnp.int32))
+    rows = lambda x: jnp.repeat(x, k, axis=0)  # row b*K+j: rollout j of problem b
+    out = generate(graphdef, model_state, rows(ctx), rows(prompt_lens + response_len), key,
+                   jnp.full((b * k, 1), VOCAB.answer_end, jnp.int32), jnp.full((b * k,), r, jnp.int32),
+                   config=SamplerConfig(max_new_tokens=r, temperature=cfg.temperature, pad_id=VOCAB.pad))
+    full = jax.vmap(_write)(jnp.pad(rows(response), ((0, 0), (0, r))), out.tokens, rows(response_len))
+    correct = exact_match(full, parse_response(full, rows(response_len) + out.lengths), rows(answers),
+                          rows(answer_lens)).reshape(b, k)
+    toks, lens = out.tokens.reshape(b, k, r), out.lengths.reshape(b, k)
+    step, step_len = _first_steps(toks, lens, s)
+    pos = jnp.arange(r)
+    step_logp = jnp.sum(jnp.where(pos < step_len[..., None], out.logprobs.reshape(b, k, r), 0.0), -1)
+    keep = jnp.argmax(correct, axis=-1)  # a verified rollout if any, else the first
+    take = lambda x: jnp.take_along_axis(x, keep.reshape((b,) + (1,) * (x.ndim - 1)), axis=1)[:, 0]
+    return dict(candidates=step, candidate_lens=step_len, candidate_logp=step_logp,
+                rollout=take(toks), rollout_len=take(lens), correct=jnp.any(correct, -1),
+                value=jnp.mean(correct, -1), tokens=lens.sum(-1).astype(jnp.int32))
 
 
 def make_step_search(graphdef, cfg: StepSearchConfig):
@@ -150,9 +162,11 @@ def make_step_search(graphdef, cfg: StepSearchConfig):
         child = jax.tree.map(lambda old, new: jnp.where(
             node.terminal.reshape((-1,) + (1,) * (new.ndim - 1)), old, new), node, child)
         child = child.replace(tokens=jnp.where(node.terminal, 0, child.tokens))  # copied, not generated
-        reward = jnp.where(closes & ~node.terminal, child.correct, 0.0).astype(jnp.float32)
+        # a closed wrong answer is a dead end (-1), below an open prefix's rollout value (0 or 1), so PUCT
+        # does not spend simulations re-selecting it
+        reward = jnp.where(closes & ~node.terminal, 2.0 * child.value - 1.0, 0.0).astype(jnp.float32)
         discount = jnp.where(child.terminal, 0.0, 1.0).astype(jnp.float32)
-        value = jnp.where(child.terminal, 0.0, child.correct).astype(jnp.float32)
+        value = jnp.where(child.terminal, 0.0, child.value).astype(jnp.float32)
         out = mctx.RecurrentFnOutput(reward=reward, discount=discount, prior_logits=child.candidate_logp, value=value)
         return out, child
 
@@ -166,7 +180,7 @@ def make_step_search(graphdef, cfg: StepSearchConfig):
         fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len)
         root_node = Node(response=response, response_len=response_len, terminal=jnp.zeros((b,), bool), **fields)
         root = mctx.RootFnOutput(prior_logits=root_node.candidate_logp,
-                                 value=root_node.correct.astype(jnp.float32), embedding=root_node)
+                                 value=root_node.value, embedding=root_node)
         out = mctx.muzero_policy(
             (model_state, problem), search_key, root, recurrent_fn, cfg.num_simulations,
             max_depth=cfg.max_depth, pb_c_init=cfg.pb_c_init, dirichlet_fraction=cfg.dirichlet_fraction,
