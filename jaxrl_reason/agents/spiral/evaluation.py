@@ -57,8 +57,10 @@ def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sample
     def run(params, key):
         e = roll(params, key)
         r = jnp.take_along_axis(e.returns, e.lm_seat[:, None], 1)[:, 0]
+        r_opp = jnp.take_along_axis(e.returns, 1 - e.lm_seat[:, None], 1)[:, 0]
         act = e.turns.active.astype(jnp.float32)
-        return {"win": (r > 0).mean(), "draw": (r == 0).mean(), "loss": (r < 0).mean(), "mean_return": r.mean(),
+        return {"win": (r > r_opp).mean(), "draw": (r == r_opp).mean(), "loss": (r < r_opp).mean(),
+                "mean_return": r.mean(),
                 "forfeit": e.forfeit.any(1).mean(),
                 "format_error": ((e.turns.status != gtext.OK) * act).sum() / jnp.maximum(act.sum(), 1.0)}
 

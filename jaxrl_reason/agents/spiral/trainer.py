@@ -160,7 +160,7 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
             params, opt_state = carry
             (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, b)
             updates, opt_state = optimizer.update(grads, opt_state, params)
-            m["grad_norm"] = optax.global_norm(grads)
+            m["grad_norm"] = optax.tree.norm(grads)
             return (optax.apply_updates(params, updates), opt_state), m
 
         (params, opt_state), m = jax.lax.scan(opt_step, (state.params, state.opt_state), batches)
@@ -181,10 +181,11 @@ def _game_metrics(name: str, e, baseline) -> dict:
     n_act = jnp.maximum(act.sum(), 1.0)
     lm = jnp.where(e.lm_seat < 0, 0, e.lm_seat)
     r_lm = jnp.take_along_axis(e.returns, lm[:, None], 1)[:, 0]
-    m = {
-        "win0": (e.returns[:, 0] > 0).mean(),  # seat 0's wins (self-play) / LM seat wins (fixed)
-        "win_lm": (r_lm > 0).mean(),
-        "draw": (e.returns[:, 0] == 0).mean(),
+    r_other = jnp.take_along_axis(e.returns, 1 - lm[:, None], 1)[:, 0]
+    m = {  # a forfeit (offender -1, opponent 0) counts as a win of the opponent
+        "win0": (e.returns[:, 0] > e.returns[:, 1]).mean(),  # seat 0 (self-play)
+        "win_lm": (r_lm > r_other).mean(),  # the LM's seat (fixed opponent; seat 0 in self-play)
+        "draw": (e.returns[:, 0] == e.returns[:, 1]).mean(),
         "forfeit": e.forfeit.any(1).mean(),
         "format_error": ((t.status != gtext.OK) * act).sum() / n_act,
         "response_length": (t.lengths * act).sum() / n_act,
