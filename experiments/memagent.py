@@ -40,13 +40,16 @@ class Config:
     task: LongContextTask = LongContextTask(haystack="noise", num_facts=8, facts_per_chunk=2, p_no_answer=0.1)
     agent: MemAgentConfig = MemAgentConfig(chunk_tokens=14, memory_tokens=4, question_tokens=4, answer_tokens=4)
     lm: TinyLM = TinyLM(d_model=64, n_layers=2, n_heads=4, d_ff=256, max_seq_len=32)
-    sft: SFTConfig = SFTConfig(problems=1024, steps=300, batch_size=32, lr=3e-3)
-    rl: MultiConvConfig = MultiConvConfig(group_size=8, lr=3e-4, temperature=1.0,
+    # deliberately partial SFT (about 70% at 1x for seed 0; 150 steps already gives ~100%) so RL has headroom
+    sft: SFTConfig = SFTConfig(problems=1024, steps=115, batch_size=32, lr=3e-3)
+    # T = 1 rollouts of the partial-SFT model are almost never exactly right (5 sampled turns): groups
+    # carry no signal and RL drifted into memory overflow; T = 0.5 keeps sampled accuracy near greedy
+    rl: MultiConvConfig = MultiConvConfig(group_size=8, lr=5e-4, temperature=0.5,
                                           loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean"))
     questions_per_step: int = 8
     rl_steps: int = 40
     eval_every: int = 10
-    reader_sft: SFTConfig = SFTConfig(problems=1024, steps=300, batch_size=32, lr=3e-3)
+    reader_sft: SFTConfig = SFTConfig(problems=1024, steps=200, batch_size=32, lr=3e-3)
     multipliers: tuple[int, ...] = (1, 4, 16, 64, 256)
     eval_docs: int = 64
     eval_docs_long: int = 32  # for multipliers >= 64 (each document is >= 256 chunks)

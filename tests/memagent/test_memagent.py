@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.agents.memagent.agent import (
-    DocBatch, MemAgentConfig, build_prompt, decode_rows, num_chunks, parse_template, render, run_agent)
+    AgentOutput, DocBatch, MemAgentConfig, build_prompt, decode_rows, num_chunks, parse_template, render, run_agent)
 from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch, oracle_conversations
 from jaxrl_reason.agents.memagent.reader import ReaderConfig, fits, reader_conversations, run_reader
 from jaxrl_reason.agents.memagent.trainer import (
@@ -181,20 +181,26 @@ def test_multiconv_advantage_broadcast_and_step():
     model = Transformer(LM, rngs=nnx.Rngs(1))
     probs = TASK.generate_batch(np.random.default_rng(0), 2)
     batch = doc_batch(probs, AGENT)
-    gd, st = nnx.split(model)
-    out = run_agent(gd, st, batch.repeat(2), jax.random.key(0), config=AGENT, temperature=1.0, record=True)
-    adv = jnp.asarray([1.0, -1.0, 0.5, -0.5])
-    conv = conversations(out, adv)
-    n = TASK.num_chunks
-    assert conv["prompts"].shape[0] == (n + 1) * 4
+    n, r = TASK.num_chunks, 4  # a recorded rollout's layout: n chunks x r rollouts, then r final answers
+    z = lambda *shape: jnp.zeros(shape, jnp.int32)
+    lens = jnp.arange(n * r).reshape(n, r) % 6
+    out = AgentOutput(answer=z(r, 4), answer_lens=z(r), answer_overflow=z(r) > 0, memory=z(r, 4), memory_lens=z(r),
+                      overflow=z(r), final=dict(prompts=z(r, 12), prompt_lens=z(r) + 3, tokens=z(r, 5), lengths=z(r) + 2),
+                      updates=dict(prompts=z(n, r, 20), prompt_lens=z(n, r) + 9, tokens=z(n, r, 5), lengths=lens,
+                                   active=(jnp.arange(n) < n - 1)[:, None] | (lens < 0)))
+    conv = conversations(out, jnp.asarray([1.0, -1.0, 0.5, -0.5]))
+    assert conv["prompts"].shape == ((n + 1) * r, 20) and conv["tokens"].shape == ((n + 1) * r, 5)
     assert conv["adv"].tolist() == [1.0, -1.0, 0.5, -0.5] * (n + 1)  # every conversation of rollout r: adv[r]
-    assert conv["index"].tolist() == list(range(4)) * (n + 1)
+    assert conv["index"].tolist() == list(range(r)) * (n + 1)
+    mask = np.asarray(conv["mask"])
+    assert mask[: (n - 1) * r].sum(1).tolist() == np.minimum(np.asarray(lens[: n - 1]).reshape(-1), 5).tolist()
+    assert mask[(n - 1) * r: n * r].sum() == 0 and mask[n * r:].sum(1).tolist() == [2] * r  # inactive chunks masked
     trainer = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2), AGENT, model)
     state = trainer.init()
     before = jax.tree.map(jnp.copy, state.params)
     state, m = trainer.step(state, batch, jax.random.key(1))
     assert int(state.step) == 1 and np.isfinite(float(m["policy_loss"]))
-    assert float(m["conversations"]) == (n + 1) * 8
+    assert float(m["conversations"]) == (n + 1) * 8  # 2 questions x G=4
     if float(m["zero_variance_groups"]) < 1.0:
         assert any(float(jnp.abs(a - b).max()) > 0 for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(state.params)))
     with pytest.raises(ValueError, match="minibatches"):

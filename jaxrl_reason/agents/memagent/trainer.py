@@ -204,7 +204,7 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgentConfig):
             params, opt_state = carry
             (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
             updates, opt_state = optimizer.update(grads, opt_state, params)
-            m["grad_norm"] = optax.global_norm(grads)
+            m["grad_norm"] = optax.tree.norm(grads)
             return (optax.apply_updates(params, updates), opt_state), m
 
         def epoch(carry, k):
