@@ -1,6 +1,10 @@
 """LM stack benchmark: sampler decode tokens/s (vs HF transformers `generate` on the same weights,
 side by side in one process), prefill tokens/s, train-step tokens/s and MFU, KV-cache bytes/token
-for MHA / GQA / MLA, and (GPU preset) decode as a fraction of the memory-bandwidth roofline.
+for MHA / GQA / MLA, FP8-vs-bf16 training loss curves of a tiny model (plot `fp8_vs_bf16.png`),
+and (GPU preset) decode as a fraction of the memory-bandwidth roofline.
+MFU: against `peak_flops` when given (GPU preset: H200 dense bf16); with peak_flops=0 (CPU) it is
+reported against the measured throughput of one large jitted matmul in the same dtype
+(`train_mfu_vs_matmul`), since a CPU's nominal peak is not known here.
 
     python experiments/bench_lm.py --preset cpu        # tiny Qwen2 of shared/anchors/bench_hf_generate.py
     python experiments/bench_lm.py --preset gpu        # ~300M dense train MFU, ~1B decode at batch 1
@@ -55,10 +59,15 @@ class Config:
     remat: bool = False
     peak_flops: float = 0.0  # device peak FLOP/s for MFU (0: MFU not reported)
     peak_bandwidth: float = 0.0  # device bytes/s for the decode roofline (0: not reported)
+    # FP8 vs bf16 loss curves (tiny dense model, counting task); 0 steps: skipped
+    fp8_steps: int = 40
+    fp8_block: int = 32
 
     def __post_init__(self):
         if min(self.batch, self.prompt_len, self.new_tokens, self.repeats, self.train_steps) < 1:
             raise ValueError("batch, prompt_len, new_tokens, repeats, train_steps must be >= 1")
+        if self.fp8_steps < 0 or self.fp8_block < 1:
+            raise ValueError(f"fp8_steps must be >= 0 and fp8_block >= 1, got {self.fp8_steps}, {self.fp8_block}")
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError("n_heads must divide d_model and be a multiple of n_kv_heads")
 
@@ -173,7 +182,56 @@ def bench_train(c: Config) -> dict:
     out = {"train_tokens_per_s": tps, "train_params": param_count(model), "train_tflops_per_s": tps * flops_per_token / 1e12}
     if c.peak_flops:
         out["train_mfu"] = tps * flops_per_token / c.peak_flops
+    else:
+        peak = _matmul_flops(cfg.jdtype)
+        out["matmul_peak_tflops_per_s"] = peak / 1e12
+        out["train_mfu_vs_matmul"] = tps * flops_per_token / peak
     return out
+
+
+def _matmul_flops(dtype, n: int = 1024) -> float:
+    """Measured FLOP/s of one jitted n x n x n matmul (the reference 'peak' when none is given)."""
+    a = jnp.ones((n, n), dtype)
+    f = jax.jit(lambda x: x @ x)
+    return 2 * n**3 / _timed(lambda: f(a), 5)
+
+
+def bench_fp8(c: Config, run_dir: RunDir) -> dict:
+    """Train the same tiny dense model (bf16 activations) with bf16 and with FP8 matmuls; log and plot
+    both next-token NLL curves (same init, same data)."""
+    base = LMConfig(vocab_size=64, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, dtype="bfloat16",
+                    fp8_block=c.fp8_block, max_seq_len=32)
+    curves = {}
+    for name, cfg in (("bf16", base), ("fp8", dataclasses.replace(base, fp8=True))):
+        opt = make_optimizer(2e-2, c.fp8_steps, warmup_steps=5)
+        graphdef, state = init_train_state(Transformer(cfg, rngs=nnx.Rngs(c.seed)), opt)
+        step = make_train_step(graphdef, opt, chunk=16)
+        key, hist = jax.random.PRNGKey(c.seed), []
+        for _ in range(c.fp8_steps):
+            key, sub = jax.random.split(key)
+            toks = (jax.random.randint(sub, (8, 1), 0, cfg.vocab_size) + jnp.arange(32)) % cfg.vocab_size
+            state, met = step(state, {"tokens": toks, "loss_mask": jnp.ones((8, 31))})
+            hist.append(float(met["nll"]))
+        curves[name] = np.array(hist)
+    for i in range(c.fp8_steps):
+        run_dir.log(i, {"bf16_nll": curves["bf16"][i], "fp8_nll": curves["fp8"][i]})
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for name, y in curves.items():
+        ax.plot(y, label=f"{name} matmuls")
+    ax.set_xlabel("step")
+    ax.set_ylabel("next-token NLL")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir.path / "fp8_vs_bf16.png", dpi=100)
+    plt.close(fig)
+    gap = np.abs(curves["fp8"] - curves["bf16"])
+    return {"fp8_nll_first": curves["fp8"][0], "bf16_nll_last": curves["bf16"][-1], "fp8_nll_last": curves["fp8"][-1],
+            "fp8_max_gap_over_initial_nll": float(gap.max() / curves["bf16"][0])}
 
 
 def kv_bytes_table(c: Config) -> list[dict]:
@@ -198,6 +256,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
     summary = {"device": str(jax.devices()[0].device_kind), "backend": jax.default_backend()}
     summary.update(bench_sampler(config))
     summary.update(bench_train(config))
+    if config.fp8_steps:
+        summary.update(bench_fp8(config, run_dir))
     table = run_dir.write_table("kv_cache_bytes", kv_bytes_table(config))
     print(table)
     rows = [{"metric": k, "value": v} for k, v in summary.items()]
