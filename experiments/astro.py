@@ -1,8 +1,9 @@
 """ASTRO at small scale: step-level MCTS over a tiny LM -> procedure cloning -> SFT -> GRPO.
 
 1. base policy: a tiny char-level LM with a short, partial SFT on gold RandomCalculation traces;
-2. search vs sampling: on held-out problems, MCTS with the base policy vs best-of-N sampling with
-   (at least) the same number of generated tokens; solved = a verified-correct answer was found;
+2. search vs sampling: on held-out multi-step problems (where one greedy pass often fails), MCTS
+   with the base policy vs best-of-N sampling with (at least) the same number of generated tokens;
+   solved = a verified-correct answer was found (both use the same verifier);
 3. search on training problems -> linear chains of thought: ASTRO traces (failed branch, reflection,
    "back to step i", the good step) and direct traces (successful path only);
 4. three arms, each then GRPO with the verifier reward: base, SFT on ASTRO traces, SFT on direct
@@ -43,7 +44,7 @@ class Config:
     d_model: int = 64
     n_layers: int = 2
     base_sft: recipes.WarmStart = recipes.WarmStart(problems=2048, steps=300, batch_size=32, lr=3e-3, seq_len=64)
-    search: StepSearchConfig = StepSearchConfig(num_simulations=12, branching=3, max_depth=4, step_tokens=10,
+    search: StepSearchConfig = StepSearchConfig(num_simulations=12, branching=4, max_depth=4, step_tokens=10,
                                                 rollout_tokens=32, temperature=1.0)
     search_batch: int = 32  # problems searched per jitted call
     search_problems: int = 256  # training problems searched for traces
@@ -153,8 +154,11 @@ def run(config: Config, run_dir: RunDir) -> dict:
     search = make_step_search(graphdef, config.search)
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
 
-    # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out problems
-    compare = held.take(range(config.compare_problems))
+    # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems
+    multi = np.flatnonzero(np.asarray(held.difficulty) >= min(2, config.task.max_difficulty))
+    if len(multi) < config.compare_problems:
+        raise ValueError(f"only {len(multi)} held-out multi-step problems for compare_problems={config.compare_problems}")
+    compare = held.take(multi[: config.compare_problems])
     _, mcts = search_traces(config, search, params, compare)
     per_sample = config.grpo.max_new_tokens
     bon_solved, bon_tokens = [], []
@@ -172,10 +176,15 @@ def run(config: Config, run_dir: RunDir) -> dict:
             n = int(np.ceil(n * budget / max(float(np.asarray(tok).mean()), 1.0))) + 1
         bon_solved.append(np.asarray(ok))
         bon_tokens.append(np.asarray(tok))
-    comparison = {"mcts_solved": float(mcts["solved"].mean()), "mcts_tokens": float(mcts["tokens"].mean()),
-                  "best_of_n_solved": float(np.concatenate(bon_solved).mean()),
-                  "best_of_n_tokens": float(np.concatenate(bon_tokens).mean())}
-    print(run_dir.write_table("search_vs_sampling", [comparison]))
+    bon_solved = np.concatenate(bon_solved)
+    diff = np.asarray(compare.difficulty)
+    table = [{"difficulty": "all", "problems": len(diff), "mcts_solved": float(mcts["solved"].mean()),
+              "mcts_tokens": float(mcts["tokens"].mean()), "best_of_n_solved": float(bon_solved.mean()),
+              "best_of_n_tokens": float(np.concatenate(bon_tokens).mean())}]
+    table += [{"difficulty": int(d), "problems": int((diff == d).sum()), "mcts_solved": float(mcts["solved"][diff == d].mean()),
+               "best_of_n_solved": float(bon_solved[diff == d].mean())} for d in np.unique(diff)]
+    print(run_dir.write_table("search_vs_sampling", table))
+    comparison = {k: table[0][k] for k in ("mcts_solved", "mcts_tokens", "best_of_n_solved", "best_of_n_tokens")}
 
     # 3. search on training problems -> ASTRO and direct traces
     train = make_batch(tasks, np.random.default_rng([config.seed, 17]), config.search_problems, config.prompt_len,
