@@ -115,6 +115,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     sampler = SamplerConfig(max_new_tokens=config.spiral.max_new_tokens, temperature=config.spiral.temperature)
     key = jax.random.key(config.seed + 1)
     rows = [{"variant": "sft (warm start)", **evaluate_model(config, graphdef, full, model, all_games, sampler, key)}]
+    run_dir.write_table("results", rows)  # rewritten after every variant, so partial runs leave a table
     curves = {}
     for variant in config.variants:
         vcfg = config.variant_config(variant)
@@ -146,6 +147,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
             row[f"{g}/train_format_error_last5"] = float(np.mean([h[f"{g}/format_error"] for h in hist[-5:]]))
         row.update(evaluate_model(config, graphdef, full, model, vcfg.games, sampler, key))
         rows.append(row)
+        run_dir.write_table("results", rows)
+        _compare_plot(run_dir, curves)
     _compare_plot(run_dir, curves)
     # one table per game keeps the markdown readable
     md = run_dir.write_table("results", rows)
