@@ -29,11 +29,11 @@ class Config:
     variants: tuple[str, ...] = ("correct", "random", "inverted", "wrong_label")
     task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
     lm: recipes.TinyLM = recipes.TinyLM()
-    warm_start: recipes.WarmStart = recipes.WarmStart(problems=4096, steps=200)
-    grpo: GRPOConfig = GRPOConfig(group_size=8, prompts_per_step=16, lr=3e-4, temperature=0.7, max_new_tokens=20,
+    warm_start: recipes.WarmStart = recipes.WarmStart(problems=4096, steps=100)  # same start as r1_zero
+    grpo: GRPOConfig = GRPOConfig(group_size=8, prompts_per_step=32, lr=3e-4, temperature=0.7, max_new_tokens=20,
                                   loss=LossConfig(eps_low=0.2, eps_high=0.28))
     random_p: float = 0.5
-    rl_steps: int = 100
+    rl_steps: int = 120
     eval_every: int = 20
     heldout_problems: int = 256
     contamination_demo: bool = True

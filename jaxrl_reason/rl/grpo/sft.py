@@ -10,6 +10,7 @@ Returns the trained nnx.Param state; the model object is updated in place as wel
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import jax
@@ -20,6 +21,13 @@ from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_
 from jaxrl_reason.tasks.base import Problem, sft_batch
 
 
+@functools.lru_cache(maxsize=16)
+def _sft_step(graphdef, lr: float, steps: int, seq_len: int):
+    """(optimizer, jitted train step), cached so repeated warm starts with equal settings compile once."""
+    optimizer = make_optimizer(lr, steps, warmup_steps=min(20, steps // 10))
+    return optimizer, make_train_step(graphdef, optimizer, chunk=seq_len)
+
+
 def sft_warm_start(model, problems: Sequence[Problem], steps: int, batch_size: int, seq_len: int, lr: float,
                    seed: int = 0, prompt_loss: bool = False, with_trace: bool = True):
     if steps < 1 or batch_size < 1 or not problems:
@@ -27,9 +35,9 @@ def sft_warm_start(model, problems: Sequence[Problem], steps: int, batch_size: i
     data = sft_batch(problems, seq_len, with_trace)
     if prompt_loss:
         data["loss_mask"] = (data["tokens"][:, 1:] != 0).astype(np.float32)
-    optimizer = make_optimizer(lr, steps, warmup_steps=min(20, steps // 10))
-    graphdef, state = init_train_state(model, optimizer)
-    train_step = make_train_step(graphdef, optimizer, chunk=seq_len)
+    graphdef = nnx.graphdef(model)
+    optimizer, train_step = _sft_step(graphdef, lr, steps, seq_len)
+    _, state = init_train_state(model, optimizer)
     rng = np.random.default_rng(seed)
     for _ in range(steps):
         idx = rng.integers(0, len(problems), batch_size)

@@ -36,6 +36,7 @@ import optax
 from flax import nnx
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
 from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss, overlong_penalty
 from jaxrl_reason.tasks.base import make_batch
@@ -120,26 +121,14 @@ def response_logprobs(model, tokens, prompt_lens, n: int, temperature: float, ch
     """log pi(response token) and entropy of pi at each response position, pi = softmax(logits / T).
 
     tokens [B, P+N] (``join``), prompt_lens [B] -> (logp [B, n], entropy [B, n]). The head runs on
-    ``chunk`` positions at a time under remat, so [B, n, V] logits are never all held at once.
+    ``chunk`` positions at a time under remat (the LM stack's ``chunked_logprobs_entropy``), so
+    [B, n, V] logits are never all held at once; only the response positions go through the head.
     """
     h, _, _ = model.hidden(tokens[:, :-1])
     idx = response_positions(prompt_lens, n)
     h = jnp.take_along_axis(h, idx[..., None], axis=1)  # [B, n, D]
     targets = jnp.take_along_axis(tokens, idx + 1, axis=1)
-    c = min(chunk, n)
-    pad = (-n) % c
-    hs = jnp.pad(h, ((0, 0), (0, pad), (0, 0))).reshape(h.shape[0], -1, c, h.shape[-1]).swapaxes(0, 1)
-    ts = jnp.pad(targets, ((0, 0), (0, pad))).reshape(h.shape[0], -1, c).swapaxes(0, 1)
-
-    @jax.checkpoint
-    def one(hc, tc):
-        lp = jax.nn.log_softmax(model.logits(hc) / temperature, axis=-1)
-        ent = -jnp.sum(jnp.exp(lp) * lp, axis=-1)
-        return jnp.take_along_axis(lp, tc[..., None], axis=-1)[..., 0], ent
-
-    _, (lp, ent) = jax.lax.scan(lambda _, x: (None, one(*x)), None, (hs, ts))
-    fix = lambda x: x.swapaxes(0, 1).reshape(h.shape[0], -1)[:, :n]
-    return fix(lp), fix(ent)
+    return chunked_logprobs_entropy(model, h, targets, chunk, temperature)
 
 
 def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Array, jax.Array]:
