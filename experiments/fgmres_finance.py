@@ -59,6 +59,7 @@ PRESETS = {
     "cpu": Config(),
     "smoke": Config(heston_ns=16, bs_n=200, markowitz_n=50, train_ns=8, train_systems=4, train_steps=20,
                     maxiter=300),
+    "target": Config(heston_ns=128, train_ns=32, block_sizes=(16, 128)),  # the n = 16,384, dt = 2
     "gpu": Config(heston_ns=128, train_ns=32, train_systems=64, train_steps=500, rl_timesteps=500_000),
 }
 
