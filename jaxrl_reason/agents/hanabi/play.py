@@ -102,9 +102,7 @@ def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
         raise ValueError(f"{len(seats)} agents for a {env.num_agents}-player game")
     cfg = env.config
     state, actions = _game_runner(env, tuple(seats), num_games)(key)
-    deck, dealt, counts = (np.asarray(x) for x in (state.deck, state.num_dealt, state.deck_counts))
-    rest = lambda i: np.repeat(np.arange(cfg.num_cards), counts[i])
-    decks = np.stack([np.concatenate([deck[i, : dealt[i]], rest(i)]) for i in range(num_games)]).astype(np.int32)
+    decks = np.asarray(state.deck, np.int32)  # drawn cards in draw order, then the undrawn rest
     return {"scores": np.asarray(state.score), "actions": np.asarray(actions), "decks": decks}
 
 

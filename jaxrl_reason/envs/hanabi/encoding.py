@@ -74,10 +74,6 @@ def obs_size(cfg: GameConfig, mode: str = "canonical") -> int:
     return sum(section_sizes(cfg, mode).values())
 
 
-def _thermometer(value, size):
-    return (jnp.arange(size) < value).astype(jnp.float32)
-
-
 def _discard_index(cfg: GameConfig):
     """Static ``[C*sum(copies)]`` card kind and copy number of each discard bit."""
     kinds, copy = [], []
@@ -94,8 +90,139 @@ def remaining_counts(cfg: GameConfig, state: GameState) -> jax.Array:
     return jnp.asarray(cfg.card_counts()) - state.discards - played.reshape(-1)
 
 
+# ---------------------------------------------------------------------------
+# canonical / belief: bit-packed words, expanded section by section
+# ---------------------------------------------------------------------------
+# Every canonical feature is a bit of a small int32 word (one-hot card ids as
+# ``1 << card``, the 25 plausible cards of a slot as one mask, the last move's
+# fields packed together) or a threshold test ``value > t`` (thermometers).
+# ``_words`` packs the state (a few dozen int32); each section is then one
+# broadcast shift-and-mask, the per-observer rotation is a static slice, and
+# nothing builds one-hots over big tensors or gathers. The result is
+# materialised once (optimization barrier) so that consumers (a network, a
+# checksum) read it rather than re-fusing the encoder into their own loops.
+
+
+def _misc_bits(cfg: GameConfig) -> dict[str, int]:
+    """Bit offsets inside the packed last-move word."""
+    c, r, h = cfg.num_colours, cfg.num_ranks, cfg.hand_size
+    return {"move": 0, "colour": 4, "rank": 4 + c, "reveal": 4 + c + r, "slot": 4 + c + r + h,
+            "scored": 4 + c + r + 2 * h, "info_added": 5 + c + r + 2 * h}
+
+
+def _pack(flags: jax.Array, shift=0) -> jax.Array:
+    """Pack bool ``flags [..., m]`` into int32 words, flag j at bit ``shift + j``."""
+    return jnp.sum(flags.astype(jnp.int32) << (shift + jnp.arange(flags.shape[-1], dtype=jnp.int32)), -1)
+
+
+def _one_bit(index, valid) -> jax.Array:
+    """``1 << index`` where ``valid`` (and ``index >= 0``), else 0 (int32)."""
+    valid = valid & (index >= 0)
+    return jnp.where(valid, jnp.left_shift(1, jnp.where(valid, index, 0)), 0).astype(jnp.int32)
+
+
+def _unpack(words: jax.Array, nbits: int, shift: int = 0) -> jax.Array:
+    """``[...]`` int32 -> ``[..., nbits]`` bool, bits ``shift .. shift + nbits - 1``."""
+    return (words[..., None] >> (shift + jnp.arange(nbits, dtype=jnp.int32))) & 1 > 0
+
+
+def _words(cfg: GameConfig, state: GameState) -> dict[str, jax.Array]:
+    """The state packed into int32 words: per slot ``hand`` / ``plaus`` / ``revealed`` ``[N, H]``,
+    per player bits ``missing``, and the last move (``actor``, ``target``, ``misc``, ``card``)."""
+    h, c, r = cfg.hand_size, cfg.num_colours, cfg.num_ranks
+    mb = _misc_bits(cfg)
+    hands = state.hands
+    has = hands >= 0
+    a = state.last_action
+    valid = a >= 0
+    is_discard, is_play = a < h, (a >= h) & (a < 2 * h)
+    is_col = (a >= cfg.colour_hint_start) & (a < cfg.rank_hint_start)
+    is_rank = (a >= cfg.rank_hint_start) & (a < cfg.noop)
+    is_hint, moves = is_col | is_rank, is_discard | is_play
+    misc = (
+        _pack(jnp.stack([is_play, is_discard, is_col, is_rank]), mb["move"])
+        | _one_bit(mb["colour"] + (a - cfg.colour_hint_start) % c, is_col)
+        | _one_bit(mb["rank"] + (a - cfg.rank_hint_start) % r, is_rank)
+        | jnp.where(is_hint, _pack(state.last_reveal, mb["reveal"]), 0)
+        | _one_bit(mb["slot"] + a % h, moves)
+        | (state.last_scored.astype(jnp.int32) << mb["scored"])
+        | (state.last_info_added.astype(jnp.int32) << mb["info_added"])
+    )
+    rank_mask = _pack(state.rank_plausible)  # [N, H]
+    plaus = jnp.sum(jnp.where(state.colour_plausible, rank_mask[..., None] << (r * jnp.arange(c)), 0), -1)
+    return {
+        "hand": _one_bit(hands, has),
+        "missing": _pack(~has.all(axis=1)),
+        "plaus": plaus.astype(jnp.int32),
+        "revealed": _one_bit(hands // r, state.colour_hinted & has) | _one_bit(c + hands % r, state.rank_hinted & has),
+        "actor": _one_bit(state.last_actor, valid),
+        "target": _one_bit(state.last_target, valid & is_hint),
+        "misc": jnp.where(valid, misc, 0),
+        "card": _one_bit(state.last_card, valid & moves),
+    }
+
+
+def _canonical(cfg: GameConfig, state: GameState) -> jax.Array:
+    """``[N, F]`` bool canonical observation of every observer."""
+    n, h, c, r, k = cfg.num_players, cfg.hand_size, cfg.num_colours, cfg.num_ranks, cfg.num_cards
+    w = _words(cfg, state)
+    mb = _misc_bits(cfg)
+    rel = jnp.asarray(cfg.rel_players())  # observer i, relative seat j -> absolute seat
+    fw = state.fireworks
+    board = jnp.concatenate([
+        cfg.deck_size - state.num_dealt > jnp.arange(cfg.deck_size - n * h),
+        (fw[:, None] == jnp.arange(1, r + 1)).reshape(-1),
+        state.info_tokens > jnp.arange(cfg.max_info_tokens),
+        state.life_tokens > jnp.arange(cfg.max_life_tokens),
+    ])
+    per_kind = state.discards.reshape(c, r)
+    discards = jnp.concatenate([per_kind[:, j, None] > jnp.arange(m) for j, m in enumerate(cfg.copies)], 1)
+    shared = jnp.concatenate([
+        board, discards.reshape(-1),
+    ])
+    tail = jnp.concatenate([
+        _unpack(w["misc"], mb["scored"] - mb["colour"], mb["colour"]),  # colour, rank, reveal, slot
+        _unpack(w["card"], k),
+        _unpack(w["misc"], 2, mb["scored"]),  # scored, info added
+    ])
+    know = jnp.concatenate([_unpack(w["plaus"], k), _unpack(w["revealed"], c + r)], -1)  # [N, H, K+C+R]
+    bcast = lambda x: jnp.broadcast_to(x[None], (n, x.shape[0]))
+    return jnp.concatenate([
+        _unpack(cfg.rotate(w["hand"])[:, 1:], k).reshape(n, -1),  # 1. the others' cards
+        (w["missing"] >> rel) & 1 > 0,
+        bcast(shared),  # 2-3. board, discards
+        (w["actor"] >> rel) & 1 > 0,  # 4. last move
+        bcast(_unpack(w["misc"], 4, mb["move"])),
+        (w["target"] >> rel) & 1 > 0,
+        bcast(tail),
+        cfg.rotate(know).reshape(n, -1),  # 5. card knowledge
+    ], axis=1)
+
+
+def encode(cfg: GameConfig, state: GameState, mode: str = "canonical") -> jax.Array:
+    """``[N, obs_size]`` float32: every player's observation (row i = player i's view)."""
+    if mode not in OBS_MODES:
+        raise ValueError(f"unknown observation mode {mode!r}; choose one of {OBS_MODES}")
+    if mode == "compact":
+        return _compact(cfg, state)
+    obs = _canonical(cfg, state).astype(jnp.float32)
+    if mode == "belief":
+        n, h, k = cfg.num_players, cfg.hand_size, cfg.num_cards
+        start = section_slices(cfg)["knowledge"].start
+        know = obs[:, start:].reshape(n, n * h, -1)
+        plaus = know[..., :k] * remaining_counts(cfg, state).astype(jnp.float32)
+        denom = plaus.sum(-1, keepdims=True)
+        plaus = jnp.where(denom > 0, plaus / jnp.where(denom > 0, denom, 1.0), 0.0)
+        know = jnp.concatenate([plaus, know[..., k:]], -1).reshape(n, -1)
+        obs = jnp.concatenate([obs[:, :start], know], axis=1)
+    return jax.lax.optimization_barrier(obs)
+
+
+# ---------------------------------------------------------------------------
+# compact
+# ---------------------------------------------------------------------------
 def _last_action(cfg: GameConfig, state: GameState) -> jax.Array:
-    """``[N, last]`` last-action section for every observer."""
+    """``[N, last]`` last-action section for every observer (compact mode)."""
     n, h, c, r, k = cfg.num_players, cfg.hand_size, cfg.num_colours, cfg.num_ranks, cfg.num_cards
     a = state.last_action
     valid = a >= 0
@@ -124,8 +251,8 @@ def _last_action(cfg: GameConfig, state: GameState) -> jax.Array:
     return (jnp.concatenate(parts, axis=1) & valid).astype(jnp.float32)
 
 
-def encode(cfg: GameConfig, state: GameState, mode: str = "canonical") -> jax.Array:
-    """``[N, obs_size]`` float32: every player's observation (row i = player i's view)."""
+def _compact(cfg: GameConfig, state: GameState) -> jax.Array:
+    """``[N, obs_size(cfg, "compact")]`` float32."""
     n, h, c, r, k = cfg.num_players, cfg.hand_size, cfg.num_colours, cfg.num_ranks, cfg.num_cards
     f32 = jnp.float32
     hands = state.hands
@@ -133,47 +260,21 @@ def encode(cfg: GameConfig, state: GameState, mode: str = "canonical") -> jax.Ar
     hand_1h = (hands[..., None] == jnp.arange(k)).astype(f32)  # [N, H, K]
     other = cfg.rotate(hand_1h)[:, 1:].reshape(n, -1)
     missing = cfg.rotate(~has.all(axis=1)).astype(f32)
-    card_col = jnp.where(has, hands // r, -1)
-    card_rank = jnp.where(has, hands % r, -1)
-    col_rev = (card_col[..., None] == jnp.arange(c)) & state.colour_hinted[..., None]
-    rank_rev = (card_rank[..., None] == jnp.arange(r)) & state.rank_hinted[..., None]
     remaining = cfg.deck_size - state.num_dealt
     fireworks_1h = (state.fireworks[:, None] == jnp.arange(1, r + 1)[None, :]).reshape(-1).astype(f32)
-
-    if mode == "compact":
-        board = jnp.concatenate(
-            [
-                jnp.stack([remaining / cfg.deck_size, state.info_tokens / cfg.max_info_tokens,
-                           state.life_tokens / cfg.max_life_tokens]).astype(f32),
-                fireworks_1h,
-            ]
-        )
-        discards = state.discards.astype(f32) / jnp.asarray(cfg.card_counts(), f32)
-        know = jnp.concatenate(
-            [state.colour_plausible, state.rank_plausible,
-             (state.colour_hinted & has)[..., None], (state.rank_hinted & has)[..., None]],
-            axis=-1,
-        ).astype(f32)
-    else:
-        board = jnp.concatenate(
-            [
-                _thermometer(remaining, cfg.deck_size - n * h),
-                fireworks_1h,
-                _thermometer(state.info_tokens, cfg.max_info_tokens),
-                _thermometer(state.life_tokens, cfg.max_life_tokens),
-            ]
-        )
-        per_kind = state.discards.reshape(c, r)
-        discards = jnp.concatenate(
-            [per_kind[:, j, None] > jnp.arange(m) for j, m in enumerate(cfg.copies)], axis=1
-        ).reshape(-1).astype(f32)
-        plaus = (state.colour_plausible[..., :, None] & state.rank_plausible[..., None, :]).reshape(n, h, k)
-        if mode == "belief":
-            weighted = plaus * remaining_counts(cfg, state).astype(f32)
-            denom = weighted.sum(-1, keepdims=True)
-            plaus = jnp.where(denom > 0, weighted / jnp.where(denom > 0, denom, 1.0), 0.0)
-        know = jnp.concatenate([plaus.astype(f32), col_rev.astype(f32), rank_rev.astype(f32)], axis=-1)
-
+    board = jnp.concatenate(
+        [
+            jnp.stack([remaining / cfg.deck_size, state.info_tokens / cfg.max_info_tokens,
+                       state.life_tokens / cfg.max_life_tokens]).astype(f32),
+            fireworks_1h,
+        ]
+    )
+    discards = state.discards.astype(f32) / jnp.asarray(cfg.card_counts(), f32)
+    know = jnp.concatenate(
+        [state.colour_plausible, state.rank_plausible,
+         (state.colour_hinted & has)[..., None], (state.rank_hinted & has)[..., None]],
+        axis=-1,
+    ).astype(f32)
     knowledge = cfg.rotate(know).reshape(n, -1)
     shared = jnp.broadcast_to(jnp.concatenate([board, discards])[None, :], (n, board.shape[0] + discards.shape[0]))
     return jnp.concatenate([other, missing, shared, _last_action(cfg, state), knowledge], axis=1)

@@ -1,10 +1,12 @@
 """``Hanabi``: the thin Environment-protocol wrapper over ``game.py`` and ``encoding.py``.
 
-Turn-based: ``action`` is the current player's int32 move. The reward is
-shared (every player gets the change of score). An illegal move (including the
-no-op by the player to move) ends the episode with ``-illegal_action_penalty``
-to the offender and leaves the game state untouched otherwise; stepping a
-finished game is a no-op that reports ``terminated`` again.
+A ``SplitEnvironment``: ``transition`` runs the rules, ``observe`` encodes the
+observation, so ``AutoReset`` encodes once per step. Turn-based: ``action`` is
+the current player's int32 move. The reward is shared (every player gets the
+change of score). An illegal move (including the no-op by the player to move)
+ends the episode with ``-illegal_action_penalty`` to the offender and leaves
+the game state untouched otherwise; stepping a finished game is a no-op that
+reports ``terminated`` again. ``info["score"]`` is the current score.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxrl_reason.envs.core import Environment, TimeStep, illegal_action_outcome
+from jaxrl_reason.envs.core import Observation, SplitEnvironment, Transition, illegal_action_outcome
 from jaxrl_reason.envs.hanabi import encoding, game
 from jaxrl_reason.envs.hanabi.game import GameConfig, GameState
 
 
-class Hanabi(Environment):
+class Hanabi(SplitEnvironment):
     turn_based = True
     illegal_action_rule = "penalty"
     conformance_variants = ({"num_players": 2}, {"num_players": 5, "obs_mode": "compact"})
@@ -38,40 +40,33 @@ class Hanabi(Environment):
     def name(self) -> str:
         return f"Hanabi{self.num_agents}p"
 
-    # -- protocol -----------------------------------------------------------
-    def timestep(self, state: GameState, reward, terminated) -> TimeStep:
+    # -- SplitEnvironment pieces ---------------------------------------------
+    def reset_state(self, key) -> GameState:
+        return game.init_random(self.config, key)
+
+    def reset_info(self, state: GameState) -> dict:
+        return {"score": state.score}
+
+    def observe(self, state: GameState) -> Observation:
         # Materialise the (small) state before encoding: otherwise XLA fuses the
         # whole transition into every one of the ~1300 observation elements.
         state = jax.lax.optimization_barrier(state)
-        return TimeStep(
-            obs=encoding.encode(self.config, state, self.obs_mode),
-            reward=reward,
-            terminated=jnp.asarray(terminated, bool),
-            truncated=jnp.bool_(False),
-            legal_action_mask=game.legal_moves(self.config, state),
-            current_player=state.cur_player,
-            info={"score": state.score},
-        )
+        return Observation(encoding.encode(self.config, state, self.obs_mode),
+                           game.legal_moves(self.config, state), state.cur_player)
 
-    def reset(self, key):
-        state = game.init_random(self.config, key)
-        return state, self.timestep(state, jnp.zeros((self.num_agents,), jnp.float32), False)
-
-    def reset_from_deck(self, deck):
-        """Start from a fixed deck order (``[D]`` card ids, top first)."""
-        state = game.init_from_deck(self.config, deck)
-        return state, self.timestep(state, jnp.zeros((self.num_agents,), jnp.float32), False)
-
-    def step(self, key, state: GameState, action):
+    def transition(self, key, state: GameState, action) -> Transition:
         action = jnp.asarray(action, jnp.int32)
-        legal = game.legal_moves(self.config, state)
-        p = state.cur_player
-        mine = jnp.sum(jnp.where(jnp.arange(self.num_agents)[:, None] == p, legal, False), axis=0)
-        is_legal = jnp.any(mine & (jnp.arange(self.num_actions) == action))
+        is_legal = game.is_legal(self.config, state, action)
         new, reward = game.step(self.config, state, action, key)
         frozen = state.terminal | ~is_legal
         new = jax.tree.map(lambda a, b: jnp.where(frozen, a, b), state.replace(terminal=jnp.bool_(True)), new)
         shared = jnp.full((self.num_agents,), reward, jnp.float32)
-        penalty = illegal_action_outcome(self.num_agents, p, self.illegal_action_penalty)
+        penalty = illegal_action_outcome(self.num_agents, state.cur_player, self.illegal_action_penalty)
         reward = jnp.where(state.terminal, 0.0, jnp.where(is_legal, shared, penalty))
-        return new, self.timestep(new, reward, new.terminal)
+        return Transition(new, reward, new.terminal, jnp.bool_(False), {"score": new.score})
+
+    def reset_from_deck(self, deck):
+        """Start from a fixed deck order (``[D]`` card ids, top first)."""
+        state = game.init_from_deck(self.config, deck)
+        zeros = jnp.zeros((self.num_agents,), jnp.float32)
+        return state, self.timestep(state, zeros, False, False, self.reset_info(state))

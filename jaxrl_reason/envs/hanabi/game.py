@@ -22,12 +22,14 @@ then rank hints likewise, then a no-op. The no-op is kept so that the layout
 always has a legal action: it is the only legal action of the players who are
 not to move, and illegal for the player to move.
 
-Dealing. ``init_from_deck`` plays a given deck order (records, golden games,
-differential tests). ``init_random`` draws lazily: each new card is sampled
-from the remaining deck composition at the moment it is drawn, which yields
-exactly the distribution of a uniformly shuffled deck but costs a 25-way
-categorical instead of a 50-element sort at every (auto-)reset. The cards drawn
-so far are written into ``state.deck`` so a finished game can be recorded.
+Dealing. ``state.deck`` always holds all D cards, those drawn so far first
+(in draw order). ``init_from_deck`` plays a given deck order (records, golden
+games, differential tests). ``init_random`` shuffles lazily: each draw swaps a
+uniformly chosen undrawn card into the next position (one step of a
+Fisher-Yates shuffle), which yields exactly the distribution of a uniformly
+shuffled deck but costs a few passes over D elements per draw instead of a
+full shuffle at every (auto-)reset. A finished game's ``deck`` can be recorded
+as is.
 """
 
 from __future__ import annotations
@@ -128,7 +130,8 @@ class GameConfig:
 class GameState:
     """One Hanabi game. Shapes: N players, H slots, C colours, R ranks, D deck, K = C*R.
 
-    deck: ``[D]`` int32 deck order (fixed decks) or the cards drawn so far.
+    deck: ``[D]`` int32 every card, the drawn ones first in draw order (random decks: the
+      undrawn rest in an arbitrary order, each draw picks uniformly among them).
     fixed_deck: bool, draw from ``deck`` rather than sampling.
     deck_counts: ``[K]`` int32 undrawn copies of each card kind.
     num_dealt: int32 cards drawn so far (next draw index).
@@ -172,19 +175,22 @@ class GameState:
 # ---------------------------------------------------------------------------
 # dealing
 # ---------------------------------------------------------------------------
-def _sample_card(bits: jax.Array, counts: jax.Array) -> jax.Array:
-    """Draw one card kind with probability proportional to ``counts`` ``[K]``.
+def _draw_position(cfg: GameConfig, bits: jax.Array, num_dealt, fixed) -> jax.Array:
+    """Deck position of the next card: ``num_dealt`` for a fixed deck, else uniform over the
+    undrawn positions. ``bits`` is one uint32 random word; ``bits % n`` has a modulo bias
+    below ``n / 2**32`` (< 2e-8), far below anything a game can measure, and costs one
+    random word instead of ``randint``'s two."""
+    left = jnp.maximum(cfg.deck_size - num_dealt, 1).astype(jnp.uint32)
+    return num_dealt + jnp.where(fixed, 0, (bits % left).astype(jnp.int32))
 
-    ``bits`` is one uint32 random word; ``bits % total`` has a modulo bias below
-    ``total / 2**32`` (< 2e-8), far below anything a game can measure, and costs
-    one random word instead of ``randint``'s two.
-    """
-    total = jnp.maximum(counts.sum(), 1).astype(jnp.uint32)
-    u = (bits % total).astype(jnp.float32)
-    k = counts.shape[-1]
-    upper = jnp.asarray(np.triu(np.ones((k, k), np.float32)))  # cumsum as a tiny matmul
-    cum = jnp.dot(counts.astype(jnp.float32), upper)  # exact: integers < 2**24
-    return jnp.sum(cum <= u).astype(jnp.int32)
+
+def _swap_draw(deck: jax.Array, num_dealt, j) -> tuple[jax.Array, jax.Array]:
+    """Swap ``deck[j]`` into position ``num_dealt``; returns ``(card, deck)`` (one-hot selects)."""
+    pos = jnp.arange(deck.shape[-1])
+    at_j, at_n = pos == j, pos == num_dealt
+    card = jnp.sum(jnp.where(at_j, deck, 0))
+    displaced = jnp.sum(jnp.where(at_n, deck, 0))
+    return card, jnp.where(at_n, card, jnp.where(at_j, displaced, deck))
 
 
 def _initial_state(cfg: GameConfig, deck: jax.Array, fixed: bool, hands_flat: jax.Array) -> GameState:
@@ -192,7 +198,6 @@ def _initial_state(cfg: GameConfig, deck: jax.Array, fixed: bool, hands_flat: ja
     dealt = n * h
     onehot = hands_flat[:, None] == jnp.arange(cfg.num_cards)
     counts = jnp.asarray(cfg.card_counts()) - onehot.sum(0).astype(jnp.int32)
-    deck = deck.at[:dealt].set(hands_flat) if not fixed else deck
     return GameState(
         deck=deck.astype(jnp.int32),
         fixed_deck=jnp.bool_(fixed),
@@ -231,29 +236,22 @@ def init_from_deck(cfg: GameConfig, deck: jax.Array) -> GameState:
 
 
 def init_random(cfg: GameConfig, key: jax.Array) -> GameState:
-    """Start a game with a uniformly random deck, dealt lazily (no shuffle of the deck)."""
-    counts = jnp.asarray(cfg.card_counts())
-    bits = jax.random.bits(key, (cfg.num_players * cfg.hand_size,), jnp.uint32)
+    """Start a game with a uniformly random deck: the hands are dealt by the first steps of a
+    Fisher-Yates shuffle of the sorted deck, the rest is shuffled lazily as it is drawn."""
+    m = cfg.num_players * cfg.hand_size
+    deck = jnp.asarray(cfg.sorted_deck())
+    bits = jax.random.bits(key, (m,), jnp.uint32)
     cards = []
-    for i in range(cfg.num_players * cfg.hand_size):  # static unroll, one random word per card
-        card = _sample_card(bits[i], counts)
-        counts = counts - (jnp.arange(cfg.num_cards) == card)
+    for i in range(m):  # static unroll, one random word per card
+        card, deck = _swap_draw(deck, i, _draw_position(cfg, bits[i], i, False))
         cards.append(card)
-    return _initial_state(cfg, jnp.full((cfg.deck_size,), -1, jnp.int32), False, jnp.stack(cards))
+    return _initial_state(cfg, deck, False, jnp.stack(cards))
 
 
 def complete_deck(cfg: GameConfig, state: GameState) -> np.ndarray:
-    """A full deck order consistent with the game so far (host-side, one game).
-
-    Drawn cards keep their order; the undrawn rest follows in sorted order
-    (any order is equally likely for cards nobody has seen).
-    """
-    deck = np.asarray(state.deck)
-    if bool(state.fixed_deck):
-        return deck.copy()
-    n = int(state.num_dealt)
-    rest = np.repeat(np.arange(cfg.num_cards), np.asarray(state.deck_counts))
-    return np.concatenate([deck[:n], rest]).astype(np.int32)
+    """The full deck order of a game (host-side, one game): drawn cards in draw order, then the
+    undrawn rest (any order of unseen cards is equally likely)."""
+    return np.asarray(state.deck, np.int32).copy()
 
 
 # ---------------------------------------------------------------------------
@@ -317,6 +315,27 @@ def legal_moves(cfg: GameConfig, state: GameState) -> jax.Array:
     return jnp.where(is_cur, mover, noop_only[None, :])
 
 
+def is_legal(cfg: GameConfig, state: GameState, action: jax.Array) -> jax.Array:
+    """bool scalar: ``action`` is legal for the player to move (the no-op never is).
+
+    Equals ``legal_moves(cfg, state)[state.cur_player, action]`` without building the mask.
+    """
+    n, r = cfg.num_players, cfg.num_ranks
+    a = jnp.asarray(action, jnp.int32)
+    kind, slot, target, value = decode_action(cfg, state.cur_player, a)
+    mine = jnp.sum(jnp.where((jnp.arange(n) == state.cur_player)[:, None], state.hands, 0), 0)
+    theirs = jnp.sum(jnp.where((jnp.arange(n) == target)[:, None], state.hands, 0), 0)
+    has_slot = jnp.any((jnp.arange(cfg.hand_size) == slot) & (mine >= 0))
+    match = jnp.where(kind == 2, theirs // r, theirs % r) == value
+    touches = jnp.any(match & (theirs >= 0))
+    ok = jnp.select(
+        [kind == 0, kind == 1, kind < 4],
+        [has_slot & (state.info_tokens < cfg.max_info_tokens), has_slot, touches & (state.info_tokens > 0)],
+        False,
+    )
+    return ok & (a >= 0) & (a < cfg.num_actions)
+
+
 # ---------------------------------------------------------------------------
 # transition
 # ---------------------------------------------------------------------------
@@ -362,12 +381,10 @@ def step(cfg: GameConfig, state: GameState, action: jax.Array, key: jax.Array) -
 
     # draw a replacement card
     can_draw = moves_card & (state.num_dealt < cfg.deck_size)
-    ptr_1h = jnp.arange(cfg.deck_size) == state.num_dealt
-    from_deck = jnp.sum(jnp.where(ptr_1h, state.deck, 0))
-    sampled = _sample_card(jax.random.bits(key, (), jnp.uint32), state.deck_counts)
-    new_card = jnp.where(state.fixed_deck, from_deck, sampled)
-    new_card = jnp.where(can_draw, new_card, -1)
-    deck = jnp.where(ptr_1h & can_draw, new_card, state.deck)
+    j = _draw_position(cfg, jax.random.bits(key, (), jnp.uint32), state.num_dealt, state.fixed_deck)
+    drawn, swapped = _swap_draw(state.deck, state.num_dealt, j)
+    new_card = jnp.where(can_draw, drawn, -1)
+    deck = jnp.where(can_draw, swapped, state.deck)
     deck_counts = state.deck_counts - ((jnp.arange(k) == new_card) & can_draw)
     num_dealt = state.num_dealt + can_draw
 
