@@ -198,7 +198,8 @@ def features(matvec, P, diag: jax.Array, num_probes: int = 4) -> jax.Array:
 
 
 class CoefficientNet(nnx.Module):
-    """features ``[F]`` -> polynomial coefficients ``[degree+1]`` (starts at the Neumann series)."""
+    """features ``[F]`` -> polynomial coefficients ``[degree+1]``; starts at ``c = e_0`` (``M = P``,
+    the base preconditioner itself), so training can only move away from it where the loss gains."""
 
     def __init__(self, degree: int = 4, hidden: Sequence[int] = (32, 32), *, rngs: nnx.Rngs):
         sizes = [NUM_FEATURES, *hidden, degree + 1]
@@ -213,7 +214,7 @@ class CoefficientNet(nnx.Module):
             x = layer(x)
             if i < len(self.layers) - 1:
                 x = jnp.tanh(x)
-        return 1.0 + x
+        return x.at[0].add(1.0)
 
 
 def base_preconditioner(T: BlockTridiagonal, levels: int | None) -> CyclicReduction:

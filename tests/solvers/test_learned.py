@@ -96,7 +96,7 @@ def test_ilu0_bad_input():
 
 
 @pytest.mark.slow
-def test_learned_coefficients_beat_neumann_start_on_held_out_systems():
+def test_learned_coefficients_beat_the_base_preconditioner_on_held_out_systems():
     def stack(seeds, ns):
         ts = [learned.block_tridiagonal(finance.to_jax(finance.heston(s, ns=ns, dt=1.5).A), ns) for s in seeds]
         return jax.tree.map(lambda *a: jnp.stack(a), *ts)
