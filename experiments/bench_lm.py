@@ -46,6 +46,7 @@ class Config:
     new_tokens: int = 128
     repeats: int = 3
     hf: bool = True  # time HF generate side by side (needs the `hf` extra)
+    torch_threads: int = 0  # 0: torch's default; 1 is fairer on a heavily shared CPU (spinning threads)
     scan_layers: bool = True  # False: unroll the layer scan in the sampler model
     # train step
     train_batch: int = 8
@@ -112,6 +113,8 @@ def bench_sampler(c: Config) -> dict:
 
         from jaxrl_reason.models.lm.hf_import import load_hf_model
 
+        if c.torch_threads:
+            torch.set_num_threads(c.torch_threads)
         hf = _hf_model(c)
         with tempfile.TemporaryDirectory() as d:
             hf.save_pretrained(d, safe_serialization=True)
