@@ -93,7 +93,7 @@ PRESETS = {
         lm=TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=64),
         sft=SFTConfig(problems=8192, steps=3000, batch_size=256, lr=1e-3),
         reader_sft=SFTConfig(problems=8192, steps=3000, batch_size=256, lr=1e-3),
-        rl=MultiConvConfig(group_size=16, lr=1e-4), questions_per_step=32, rl_steps=200, eval_every=20,
+        rl=MultiConvConfig(group_size=16, lr=1e-4, temperature=0.3, advantage="dr_grpo"), questions_per_step=32, rl_steps=200, eval_every=20,
         eval_docs=256, eval_docs_long=128, heldout_docs=256, timing_docs=64,
     ),
 }
