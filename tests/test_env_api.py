@@ -179,3 +179,27 @@ def test_autoreset_split_fast_path_equals_generic_path():
     # the final observation differs from the fresh episode's one exactly at resets
     changed = (np.asarray(fast.info["final_obs"]) != np.asarray(fast.obs)).any((-1, -2))
     assert (changed == term).all()
+
+
+def test_deterministic_transition_claim_holds(env):
+    """An env that declares ``deterministic_transition`` really ignores the step key."""
+    if not (isinstance(env, envs.SplitEnvironment) and env.deterministic_transition):
+        return
+    state, ts = env.reset(jax.random.key(0))
+    action = envs.random_legal_action(jax.random.key(1), env, ts)
+    a = jax.jit(env.transition)(jax.random.key(2), state, action)
+    b = jax.jit(env.transition)(jax.random.key(3), state, action)
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_autoreset_gives_the_whole_key_to_reset_when_transition_is_deterministic():
+    class DeterministicCatch(type(envs.make("catch"))):
+        deterministic_transition = True
+
+    env = DeterministicCatch(rows=2, columns=5)  # every step ends the episode
+    auto = envs.AutoReset(env)
+    state, _ = auto.reset(jax.random.key(0))
+    key = jax.random.key(42)
+    new_state, ts = auto.step(key, state, 1)
+    assert bool(ts.terminated)
+    jax.tree.map(np.testing.assert_array_equal, new_state, env.reset_state(key))

@@ -131,6 +131,10 @@ class SplitEnvironment(Environment):
     and shapes as ``reset_info(state)`` (default: no keys).
     """
 
+    #: True when ``transition`` ignores its key (all chance happens in ``reset_state``): ``AutoReset``
+    #: then hands its whole key to ``reset_state`` instead of splitting it every step.
+    deterministic_transition: ClassVar[bool] = False
+
     @abc.abstractmethod
     def reset_state(self, key: PRNGKey) -> State:
         """A fresh episode's state."""

@@ -65,9 +65,11 @@ class AutoReset(Wrapper):
         return state, self._with_final_obs(ts, ts.obs)
 
     def step(self, key, state, action):
-        step_key, reset_key = jax.random.split(key)
         if isinstance(self.env, SplitEnvironment):
-            return self._split_step(step_key, reset_key, state, action)
+            if self.env.deterministic_transition:  # transition ignores its key: no split needed
+                return self._split_step(key, key, state, action)
+            return self._split_step(*jax.random.split(key), state, action)
+        step_key, reset_key = jax.random.split(key)
         state, ts = self.env.step(step_key, state, action)
         new_state, new_ts = jax.lax.cond(
             ts.done, lambda: self.env.reset(reset_key), lambda: (state, ts)

@@ -62,6 +62,8 @@ class KuhnState:
 
 
 class KuhnPoker(SplitEnvironment):
+    deterministic_transition = True  # all chance is in reset_state
+
     def __init__(self, illegal_action_penalty: float = 1.0):
         self.illegal_action_penalty = float(illegal_action_penalty)
         self.num_agents = 2

@@ -56,6 +56,7 @@ def bits_to_cells(bits: jax.Array) -> jax.Array:
 
 
 class TicTacToe(SplitEnvironment):
+    deterministic_transition = True  # all chance is in reset_state
     conformance_variants = ({}, {"first_player": "random"})
 
     def __init__(self, first_player: int | str = 0, illegal_action_penalty: float = 1.0):
