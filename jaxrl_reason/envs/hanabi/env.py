@@ -25,10 +25,14 @@ class Hanabi(SplitEnvironment):
     conformance_variants = ({"num_players": 2}, {"num_players": 5, "obs_mode": "compact"})
 
     def __init__(self, num_players: int = 2, obs_mode: str = "canonical", hand_size: int | None = None,
+                 num_colours: int = 5, max_info_tokens: int = 8, max_life_tokens: int = 3,
                  illegal_action_penalty: float = 1.0):
+        """Defaults are the full game; e.g. ``num_colours=1, hand_size=2, max_info_tokens=3,
+        max_life_tokens=1`` is HLE's "Hanabi-Very-Small" (used by the fast learning test)."""
         if obs_mode not in encoding.OBS_MODES:
             raise ValueError(f"unknown obs_mode {obs_mode!r}; choose one of {encoding.OBS_MODES}")
-        self.config = GameConfig(num_players=num_players, hand_size=hand_size)
+        self.config = GameConfig(num_players=num_players, hand_size=hand_size, num_colours=num_colours,
+                                 max_info_tokens=max_info_tokens, max_life_tokens=max_life_tokens)
         self.obs_mode = obs_mode
         self.num_agents = num_players
         self.num_actions = self.config.num_actions
