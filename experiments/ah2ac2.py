@@ -6,6 +6,8 @@
    (loss = (1-lambda) PPO + lambda KL(pi_BC || pi)) started from the BC policy.
 3. Evaluation with a held-out bot (colour_cautious, never in the data) and a random
    partner: mean score +- standard error over ``eval_games`` games per pairing.
+4. 3-player cross-play (``crossplay_3p``): the convention bots and a random agent with the
+   held-out bot and the data bots as partners (the learned policies above are 2-player).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Config:
     ippo: ippo.IPPOConfig = ippo.IPPOConfig()
     hdr_lambda: float = 0.25
     eval_games: int = 1000
+    crossplay_3p: bool = True
 
     def __post_init__(self):
         if self.num_records < self.bc.batch_games:
@@ -99,7 +102,21 @@ def run(config: Config, run_dir: RunDir) -> dict:
     print(run_dir.write_table("crossplay", rows))
     run_dir.save_json("crossplay", {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in res.items()})
     held = res["mean"][:, 0]
-    return {
+    summary = {}
+    if config.crossplay_3p:
+        env3 = Hanabi(num_players=3)
+        bots3 = {name: play.bot_agent(env3, BOTS[name]) for name in ("cautious", "discard_oldest", "colour_cautious")}
+        rows3 = [play.random_agent(), bots3["cautious"], bots3["discard_oldest"]]
+        partners3 = [bots3["colour_cautious"], bots3["cautious"], bots3["discard_oldest"]]
+        res3 = play.cross_play(env3, rows3, keys[4], config.eval_games, partners=partners3)
+        play.plot_matrix(res3, run_dir.path / "crossplay_3p.png", title="3-player cross-play mean score")
+        rows = [{"agent": a, **{f"with 2x {p}": f"{res3['mean'][i, j]:.2f} ± {res3['sem'][i, j]:.2f}"
+                                for j, p in enumerate(res3["partners"])}} for i, a in enumerate(res3["names"])]
+        print(run_dir.write_table("crossplay_3p", rows))
+        run_dir.save_json("crossplay_3p", {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in res3.items()})
+        summary = {"3p_heldout_random": float(res3["mean"][0, 0]), "3p_heldout_cautious": float(res3["mean"][1, 0]),
+                   "3p_heldout_discard_oldest": float(res3["mean"][2, 0]), "3p_games_per_pair": res3["games"]}
+    return {**summary,
         "records_valid": len(games.ids), "records_mean_score": float(data["scores"].mean()),
         "bc_accuracy": float(bc_m["accuracy"][-1]),
         "ippo_selfplay_first": float(np.nanmean(ippo_m["episode_score"][:5])),
