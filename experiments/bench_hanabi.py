@@ -2,8 +2,11 @@
 
 Both run a jitted ``lax.scan`` of T steps over a vmapped batch of B games
 taking uniformly random legal actions, with auto-reset, consuming a checksum
-of observations and rewards; one warm-up call, then one timed call.
-steps/s = B*T / seconds. JaxMARL is optional (the ``bench`` extra).
+of observations and rewards (the whole obs is summed, so nothing is dead code).
+Every implementation is compiled and warmed up first, then all are timed in turn
+(ours and JaxMARL alternately, ``repeats`` rounds) and the median call is reported:
+timing one after the other on a shared machine makes the ratio depend on the load.
+steps/s = B*T / median seconds. JaxMARL is optional (the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_reason import envs
 from jaxrl_reason.utils.experiment import RunDir
@@ -24,7 +28,7 @@ class Config:
     steps: int = 100
     num_players: int = 2
     obs_modes: tuple[str, ...] = ("canonical", "belief", "compact")
-    repeats: int = 1  # timed calls per measurement (the best is kept)
+    repeats: int = 5  # interleaved timed rounds (the median call is reported)
     jaxmarl: bool = True
 
     def __post_init__(self):
@@ -36,7 +40,7 @@ class Config:
 
 PRESETS = {
     "cpu": Config(),
-    "gpu": Config(batch_sizes=(4096, 65536), steps=100, repeats=3),
+    "gpu": Config(batch_sizes=(4096, 65536), steps=100, repeats=5),
 }
 
 
@@ -90,39 +94,47 @@ def jaxmarl_rollout(num_players: int, batch: int, steps: int):
     return rollout
 
 
-def time_rollout(rollout, batch: int, steps: int, repeats: int) -> tuple[float, int]:
-    jax.block_until_ready(rollout(jax.random.key(0)))  # compile + warm-up
-    best, episodes = float("inf"), 0
+def time_interleaved(rollouts: dict, repeats: int) -> dict[str, list[float]]:
+    """Compiles + warms every rollout, then times them in turn, ``repeats`` rounds: a load
+    change on a shared machine hits all implementations alike. Returns seconds per call."""
+    for ro in rollouts.values():
+        jax.block_until_ready(ro(jax.random.key(0)))  # compile + warm-up
+    times = {name: [] for name in rollouts}
     for i in range(repeats):
-        t = time.perf_counter()
-        n, _ = jax.block_until_ready(rollout(jax.random.key(i + 1)))
-        best = min(best, time.perf_counter() - t)
-        episodes = int(n)
-    return batch * steps / best, episodes
+        for name, ro in rollouts.items():
+            t = time.perf_counter()
+            jax.block_until_ready(ro(jax.random.key(i + 1)))
+            times[name].append(time.perf_counter() - t)
+    return times
 
 
 def run(config: Config, run_dir: RunDir | None = None) -> dict:
-    rows, summary = [], {"device": jax.devices()[0].platform}
+    rows, summary = [], {"device": jax.devices()[0].platform, "repeats": config.repeats}
     for batch in config.batch_sizes:
-        ref = None
+        rollouts = {}
         if config.jaxmarl:
             try:
-                ref, _ = time_rollout(jaxmarl_rollout(config.num_players, batch, config.steps),
-                                      batch, config.steps, config.repeats)
-                rows.append({"impl": "jaxmarl", "obs": "belief", "B": batch, "steps_per_s": ref, "ratio": 1.0})
+                rollouts["jaxmarl"] = jaxmarl_rollout(config.num_players, batch, config.steps)
             except ImportError:
                 print("jaxmarl is not installed (pip install '.[bench]'): measuring ours only")
         for mode in config.obs_modes:
             env = envs.make("hanabi", num_players=config.num_players, obs_mode=mode)
-            sps, _ = time_rollout(ours_rollout(env, batch, config.steps), batch, config.steps, config.repeats)
-            ratio = sps / ref if ref else float("nan")
-            rows.append({"impl": "ours", "obs": mode, "B": batch, "steps_per_s": sps, "ratio": ratio})
-            summary[f"ours_{mode}_B{batch}"] = sps
-            summary[f"ratio_{mode}_B{batch}"] = ratio
-        if ref:
-            summary[f"jaxmarl_B{batch}"] = ref
+            rollouts[mode] = ours_rollout(env, batch, config.steps)
+        times = time_interleaved(rollouts, config.repeats)
+        sps = {name: batch * config.steps / float(np.median(ts)) for name, ts in times.items()}
+        ref = sps.get("jaxmarl")
+        for name, value in sps.items():
+            ratio = value / ref if ref else float("nan")
+            impl, obs = ("jaxmarl", "belief") if name == "jaxmarl" else ("ours", name)
+            rows.append({"impl": impl, "obs": obs, "B": batch, "steps_per_s": value, "ratio": ratio,
+                         "min_s": min(times[name]), "max_s": max(times[name])})
+            key = f"jaxmarl_B{batch}" if name == "jaxmarl" else f"ours_{name}_B{batch}"
+            summary[key] = value
+            if name != "jaxmarl":
+                summary[f"ratio_{name}_B{batch}"] = ratio
     for r in rows:
-        print(f"{r['impl']:8s} {r['obs']:9s} B={r['B']:6d} {r['steps_per_s']:14,.0f} steps/s  ratio {r['ratio']:.2f}")
+        print(f"{r['impl']:8s} {r['obs']:9s} B={r['B']:6d} {r['steps_per_s']:14,.0f} steps/s (median)  "
+              f"ratio {r['ratio']:.2f}  call {r['min_s']:.2f}-{r['max_s']:.2f} s")
     if run_dir is not None:
         run_dir.write_table("throughput", rows)
     return summary
