@@ -23,6 +23,7 @@ from flax import nnx
 from jaxrl_reason.agents.rally import llm
 from jaxrl_reason.rl.grpo.advantages import grpo_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
+from jaxrl_reason.rl.grpo.update import gradient_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,18 +119,15 @@ def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: GRPOConfi
         old = jax.lax.stop_gradient(logp_fn(params, seqs))
         ref = jax.lax.stop_gradient(logp_fn(ref_params, seqs))
 
+        def loss_fn(params, idx):
+            logp = logp_fn(params, seqs[idx])
+            return grpo_loss(logp, old[idx], adv_u[idx], jnp.ones_like(logp), ref_logp=ref[idx], config=config.loss)
+
+        step = gradient_step(loss_fn, tx)
+
         def update(carry, key):
-            params, opt_state = carry
             idx = jax.random.choice(key, seqs.shape[0], (config.minibatch,), p=valid_u / valid_u.sum())
-
-            def loss_fn(params):
-                logp = logp_fn(params, seqs[idx])
-                return grpo_loss(logp, old[idx], adv_u[idx], jnp.ones_like(logp), ref_logp=ref[idx],
-                                 config=config.loss)
-
-            grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), metrics
+            return step(carry, idx)
 
         (params, opt_state), m = jax.lax.scan(update, (params, opt_state), jax.random.split(k_upd, config.updates))
         metrics = {k: v.mean() for k, v in m.items()}

@@ -17,7 +17,6 @@ token-mean aggregation) on the stored per-turn token sequences. Metrics are glob
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import flax
 import jax
@@ -33,6 +32,7 @@ from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
+from jaxrl_reason.rl.grpo.update import gradient_step
 from jaxrl_reason.rl.rae import init_baseline
 
 OPPONENTS = ("random",)
@@ -156,14 +156,8 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
             logp, ent = response_logprobs(model, b["seqs"], b["plens"], n, cfg.temperature, cfg.logprob_chunk)
             return grpo_loss(logp, b["logprobs"], b["adv"], b["mask"], entropy=ent, config=cfg.loss)
 
-        def opt_step(carry, b):
-            params, opt_state = carry
-            (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, b)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            m["grad_norm"] = optax.tree.norm(grads)
-            return (optax.apply_updates(params, updates), opt_state), m
-
-        (params, opt_state), m = jax.lax.scan(opt_step, (state.params, state.opt_state), batches)
+        (params, opt_state), m = jax.lax.scan(gradient_step(loss_fn, optimizer),
+                                              (state.params, state.opt_state), batches)
         metrics.update({k: v.mean() for k, v in m.items()})
         metrics["active_turns"] = data["active"].sum()
         metrics["mean_abs_adv"] = (jnp.abs(data["adv"]) * data["active"]).sum() / jnp.maximum(data["active"].sum(), 1)

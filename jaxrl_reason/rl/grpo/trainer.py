@@ -39,6 +39,7 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
 from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss, overlong_penalty
+from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.base import make_batch
 from jaxrl_reason.tasks.rewards import RewardConfig, combine_rewards, score
 from jaxrl_reason.tasks.vocab import VOCAB
@@ -265,19 +266,8 @@ def _update_fn(graphdef, cfg: GRPOConfig):
             logp, ent = logp_fn(params, mb["seqs"], mb["plens"])
             return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], ref_logp=mb["ref"], entropy=ent, config=cfg.loss)
 
-        def opt_step(carry, mb):
-            params, opt_state = carry
-            (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            m["grad_norm"] = optax.global_norm(grads)
-            return (optax.apply_updates(params, updates), opt_state), m
-
-        def epoch(carry, k):
-            perm = jax.random.permutation(k, adv.shape[0]).reshape(cfg.minibatches, -1)
-            return jax.lax.scan(opt_step, carry, jax.tree.map(lambda x: x[perm], data))
-
-        (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
-                                              jax.random.split(key, cfg.epochs))
+        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, key,
+                                                  cfg.epochs, cfg.minibatches)
         step = state.step + 1
         reset = (reset_every > 0) & (step % jnp.maximum(reset_every, 1) == 0)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(reset, x, y), a, b)

@@ -1,0 +1,46 @@
+"""The policy-update loop shared by every GRPO-style trainer (GRPO, SPIRAL, MemAgent, RALLY's LLM).
+
+    step = gradient_step(loss_fn, optimizer)          # loss_fn(params, batch) -> (loss, metrics)
+    (params, opt_state), metrics = step((params, opt_state), batch)
+    (params, opt_state), metrics = minibatch_epochs(loss_fn, optimizer, params, opt_state, data, key,
+                                                    epochs=2, minibatches=4)
+
+Both are pure and meant to be called inside a jitted update; ``metrics`` gains ``grad_norm`` (before
+clipping) and comes back stacked over the steps taken.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import optax
+
+
+def gradient_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
+    """-> ``step((params, opt_state), batch) -> ((params, opt_state), metrics)``, scan-compatible."""
+
+    def step(carry, batch):
+        params, opt_state = carry
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
+        return (optax.apply_updates(params, updates), opt_state), metrics
+
+    return step
+
+
+def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation, params, opt_state, data, key,
+                     epochs: int, minibatches: int):
+    """``epochs`` passes over ``data`` (pytree of [N, ...] rows, N divisible by ``minibatches``), each a
+    fresh shuffle split into ``minibatches`` gradient steps. -> ((params, opt_state), metrics [E, M])."""
+    n = jax.tree.leaves(data)[0].shape[0]
+    if n % minibatches:
+        raise ValueError(f"minibatch_epochs: {n} rows do not split into {minibatches} minibatches")
+    step = gradient_step(loss_fn, optimizer)
+
+    def epoch(carry, k):
+        perm = jax.random.permutation(k, n).reshape(minibatches, -1)
+        return jax.lax.scan(step, carry, jax.tree.map(lambda x: x[perm], data))
+
+    return jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, epochs))
