@@ -36,6 +36,7 @@ from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
+from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
 
 
@@ -200,19 +201,8 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgentConfig):
             logp, ent = logp_fn(params, mb["seqs"], mb["plens"])
             return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], entropy=ent, config=cfg.loss)
 
-        def opt_step(carry, mb):
-            params, opt_state = carry
-            (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            m["grad_norm"] = optax.tree.norm(grads)
-            return (optax.apply_updates(params, updates), opt_state), m
-
-        def epoch(carry, k):
-            perm = jax.random.permutation(k, seqs.shape[0]).reshape(cfg.minibatches, -1)
-            return jax.lax.scan(opt_step, carry, jax.tree.map(lambda x: x[perm], data))
-
-        (params, opt_state), m = jax.lax.scan(epoch, (state.params, state.opt_state),
-                                              jax.random.split(k_perm, cfg.epochs))
+        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm,
+                                                  cfg.epochs, cfg.minibatches)
         grouped = reward.reshape(-1, g)
         metrics = {k: v.mean() for k, v in m.items()}
         metrics.update(
