@@ -218,16 +218,19 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgentConfig):
 
 # ---------------------------------------------------------------------------------------- evaluation
 def evaluate_agent(graphdef, state, batch: DocBatch, agent: MemAgentConfig, key=None, timed: bool = False) -> dict:
-    """Greedy accuracy (exact match), memory-overflow rate; ``timed``: seconds per document of a
-    second (compiled) call."""
+    """Greedy accuracy (exact match), memory-overflow rate; ``timed``: seconds per document of the
+    fastest of three compiled calls."""
     key = jax.random.key(0) if key is None else key
     call = lambda: run_agent(graphdef, state, batch, key, config=agent)
     out = jax.block_until_ready(call())
     res = {}
-    if timed:
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(call())
-        res["seconds_per_doc"] = (time.perf_counter() - t0) / len(batch)
+    if timed:  # best of 3 compiled calls: the least disturbed by other load on the machine
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(call())
+            times.append(time.perf_counter() - t0)
+        res["seconds_per_doc"] = min(times) / len(batch)
     acc = exact_match(out.answer, out.answer_lens, batch.answer, batch.answer_lens)
     res.update(accuracy=float(acc.mean()), overflow_rate=float((out.overflow > 0).mean()),
                answer_overflow_rate=float(out.answer_overflow.mean()))

@@ -1,0 +1,41 @@
+"""MemAgent cost vs document length: seconds per document and XLA working memory at 1x..256x.
+
+Uses the ``cpu`` preset's agent and model shapes with untrained weights: an untrained model never
+stops a conversation early, so every memory update runs to its full length (the worst case), and
+time per document should be exactly linear in the number of chunks. Time is the fastest of three
+compiled calls; memory is XLA's compiled memory analysis (working buffers, excluding the input).
+
+    python experiments/bench_memagent_scaling.py
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from flax import nnx
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import memagent  # noqa: E402  (the experiment's presets and batch builder)
+
+from jaxrl_reason.agents.memagent.trainer import agent_memory, evaluate_agent  # noqa: E402
+
+
+def main(mults=(1, 4, 16, 64, 256), docs: int = 8) -> list[dict]:
+    config = memagent.PRESETS["cpu"]
+    graphdef, state = nnx.split(memagent.build_model(config.lm, config.seed))
+    rows = []
+    for mult in mults:
+        batch = memagent._batch(config, mult, docs, stream=5)
+        seconds = evaluate_agent(graphdef, state, batch, config.agent, timed=True)["seconds_per_doc"]
+        memory = agent_memory(graphdef, state, batch, config.agent)
+        rows.append({"x": mult, "sec_per_doc": seconds, "sec_per_doc_per_x": seconds / mult, **memory})
+    keys = list(rows[0])
+    print(" | ".join(keys))
+    for r in rows:
+        print(" | ".join(f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]) for k in keys))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
