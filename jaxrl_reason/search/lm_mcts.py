@@ -36,6 +36,7 @@ import mctx
 from flax import struct
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.rl.grpo.trainer import join
 from jaxrl_reason.tasks.rewards import exact_match, parse_response
 from jaxrl_reason.tasks.vocab import VOCAB
 
@@ -99,7 +100,7 @@ class SearchResult:
 
 
 def _write(base: jax.Array, seq: jax.Array, start: jax.Array) -> jax.Array:
-    """Write ``seq`` [N] into ``base`` [L] at ``start`` (clipped to the capacity)."""
+    """Write ``seq`` [N] into ``base`` [L] at ``start``, keeping the capacity L (``join`` widens instead)."""
     return jax.lax.dynamic_update_slice(jnp.pad(base, (0, seq.shape[0])), seq, (start,))[: base.shape[0]]
 
 
@@ -123,13 +124,12 @@ def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response
     """
     prompts, prompt_lens, answers, answer_lens = problem
     b, k, s, r = prompts.shape[0], cfg.branching, cfg.step_tokens, cfg.rollout_tokens
-    ctx = jax.vmap(_write)(jnp.pad(jnp.where(jnp.arange(prompts.shape[1]) < prompt_lens[:, None], prompts, VOCAB.pad),
-                                   ((0, 0), (0, response.shape[1]))), response, prompt_lens)
+    ctx = join(prompts, prompt_lens, response)  # [B, P+L]
     rows = lambda x: jnp.repeat(x, k, axis=0)  # row b*K+j: rollout j of problem b
     out = generate(graphdef, model_state, rows(ctx), rows(prompt_lens + response_len), key,
                    jnp.full((b * k, 1), VOCAB.answer_end, jnp.int32), jnp.full((b * k,), r, jnp.int32),
                    config=SamplerConfig(max_new_tokens=r, temperature=cfg.temperature, pad_id=VOCAB.pad))
-    full = jax.vmap(_write)(jnp.pad(rows(response), ((0, 0), (0, r))), out.tokens, rows(response_len))
+    full = join(rows(response), rows(response_len), out.tokens)  # [B*K, L+R]
     correct = exact_match(full, parse_response(full, rows(response_len) + out.lengths), rows(answers),
                           rows(answer_lens)).reshape(b, k)
     toks, lens = out.tokens.reshape(b, k, r), out.lengths.reshape(b, k)
