@@ -1,0 +1,273 @@
+"""JoyAgents-R1 training: SFT warm start on scripted traces, then joint GRPO of all agents, either plain
+(whole-trajectory groups) or node-wise Monte Carlo with marginal-benefit (top-K) selection, with or
+without memory evolution; greedy evaluation per request type.
+
+    models = build_models(lm, cfg, seed)                                # 1 (shared) or 4 LMs
+    sft_warm_start(models, requests, cfg, TraceNoise(...), SFTConfig())
+    trainer = JoyTrainer(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models)
+    state = trainer.init()
+    state, metrics = trainer.step(state, req, key)        # req: Requests of Q training requests
+    evaluate(trainer, state, req_heldout) -> {"accuracy", "accuracy/<type>", "route_accuracy", ...}
+
+Plain joint GRPO (``mode="joint"``): each request is rolled out G times; the trajectory reward's
+group advantage (``rl.grpo.advantages.group_advantages``) is broadcast to every active node of the
+trajectory (``broadcast_advantages``), and all agents are updated from it.
+
+Node-wise Monte Carlo (``mode="nodewise"``): one trajectory per request is sampled; then at each node
+k (route, step 1, step 2, final) G actions are resampled with nodes < k fixed (``run_system(start=k,
+fixed=...)``) and each continuation runs to the end and is scored. Each (request, node) group gives
+group advantages for the G resampled actions of node k only. Marginal-benefit selection keeps, per
+request, the ``top_k`` active nodes whose groups have the largest reward variance; only those rows
+enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the shared
+``minibatch_epochs``) per RL step, so "updates" are comparable; the node-wise step samples
+1 + 4G trajectories (continuations) per request against G for the plain one, which the metrics
+report (``trajectories``).
+
+Memory (``memory=True``): the route hint of every request is retrieved from the shared memory
+(``memory.retrieve``) and after each step the route groups (the plain groups, or the node-0 groups of
+node-wise sampling) are written into it (``memory.write``). Rollout, rewards, selection, memory and
+the update are one jitted program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxrl_reason.agents.joyagents.data import TraceNoise, scripted_conversations
+from jaxrl_reason.agents.joyagents.memory import Memory, init_memory, retrieve, write
+from jaxrl_reason.agents.joyagents.system import (
+    AGENTS, NO_HINT, NUM_NODES, NodeRecord, Requests, SystemConfig, run_system)
+from jaxrl_reason.agents.memagent.data import conversation_arrays
+from jaxrl_reason.agents.memagent.trainer import SFTConfig, train_conversations
+from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
+from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
+from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
+from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
+from jaxrl_reason.rl.grpo.update import minibatch_epochs
+from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
+from jaxrl_reason.tasks.vocab import VOCAB
+
+MODES = ("joint", "nodewise")
+
+
+def build_models(lm: TinyLM, config: SystemConfig, seed: int) -> list:
+    """One LM (shared weights) or one per agent, each seeded differently."""
+    models = [build_model(lm, seed + i) for i in range(config.num_models)]
+    config.check_model(models[0].cfg)
+    return models
+
+
+def sft_warm_start(models: Sequence, requests: Sequence[AssistantRequest], config: SystemConfig, noise: TraceNoise,
+                   sft: SFTConfig, seed: int = 0) -> list[np.ndarray]:
+    """Train the model(s) in place on scripted conversations; separate models see their own agent's
+    conversations only. Returns the per-step loss of each model."""
+    if len(models) != config.num_models:
+        raise ValueError(f"sft_warm_start: config.shared={config.shared} needs {config.num_models} model(s), "
+                         f"got {len(models)}")
+    convs = scripted_conversations(requests, config, noise, np.random.default_rng([seed, 2001]))
+    losses = []
+    for i, model in enumerate(models):
+        mine = [(p, r) for p, r, a in convs if config.shared or a == i]
+        losses.append(train_conversations(model, conversation_arrays(mine, config.seq_len), sft, seed + i))
+    return losses
+
+
+@dataclasses.dataclass(frozen=True)
+class JoyConfig:
+    mode: str = "nodewise"  # "joint" (plain joint GRPO) | "nodewise" (node-wise MC + top-K selection)
+    group_size: int = 8  # G
+    top_k: int = 2  # nodes updated per request (node-wise)
+    memory: bool = True
+    memory_slots: int = 8
+    memory_rate: float = 0.5
+    temperature: float = 1.0
+    lr: float = 3e-4
+    max_grad_norm: float = 1.0
+    advantage: str = "grpo"
+    loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
+    logprob_chunk: int = 8
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(f"JoyConfig: {msg}")
+
+        need(self.mode in MODES, f"mode must be one of {MODES}, got {self.mode!r}")
+        need(self.group_size >= 2, f"group_size must be >= 2 (group advantages need a group), got {self.group_size}")
+        need(1 <= self.top_k <= NUM_NODES, f"top_k must be in [1, {NUM_NODES}] (there are {NUM_NODES} nodes), "
+                                           f"got {self.top_k}")
+        need(self.memory_slots >= 1, f"memory_slots must be >= 1, got {self.memory_slots}")
+        need(0 < self.memory_rate <= 1, f"memory_rate must be in (0, 1], got {self.memory_rate}")
+        need(self.temperature > 0, f"temperature must be > 0 for RL sampling, got {self.temperature}")
+        need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
+        need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
+
+
+@flax.struct.dataclass
+class JoyState:
+    params: tuple  # per model nnx.State
+    rest: tuple
+    opt_state: optax.OptState
+    memory: Memory
+    step: jax.Array
+
+
+def _no_hint(n: int) -> jax.Array:
+    return jnp.full((n,), VOCAB.encode(NO_HINT)[0], jnp.int32)
+
+
+def hints_for(cfg: JoyConfig, memory: Memory, kinds: jax.Array) -> jax.Array:
+    return retrieve(memory, kinds) if cfg.memory else _no_hint(kinds.shape[0])
+
+
+def flat_nodes(rec: NodeRecord, nodes: Sequence[int] | None = None) -> dict:
+    """NodeRecord [4, B, ...] (or the chosen nodes) -> rows [n*B, ...] (node-major)."""
+    nodes = list(range(NUM_NODES)) if nodes is None else list(nodes)
+    take = lambda x: jnp.concatenate([x[n] for n in nodes])
+    return {f.name: take(getattr(rec, f.name)) for f in dataclasses.fields(rec)}
+
+
+def select_top_k(variance: jax.Array, active: jax.Array, k: int) -> jax.Array:
+    """Marginal-benefit selection: variance, active [Q, N] -> bool [Q, N], True on the ``k`` active nodes
+    of each request with the largest group reward variance (inactive nodes are never chosen)."""
+    score = jnp.where(active, variance, -jnp.inf)
+    idx = jax.lax.top_k(score, k)[1]
+    chosen = jnp.zeros(score.shape, bool).at[jnp.arange(score.shape[0])[:, None], idx].set(True)
+    return chosen & active
+
+
+class JoyTrainer:
+    def __init__(self, config: JoyConfig, system: SystemConfig, models: Sequence):
+        if len(models) != system.num_models:
+            raise ValueError(f"JoyTrainer: system.shared={system.shared} needs {system.num_models} model(s), "
+                             f"got {len(models)}")
+        system.check_model(models[0].cfg)
+        self.config, self.system = config, system
+        splits = [nnx.split(m, nnx.Param, ...) for m in models]
+        self.graphdef = splits[0][0]
+        self._params = tuple(s[1] for s in splits)
+        self._rest = tuple(s[2] for s in splits)
+        self.optimizer = _optimizer(config)
+        self._step = _step_fn(self.graphdef, config, system)
+
+    def init(self, params: tuple | None = None) -> JoyState:
+        params = jax.tree.map(jnp.array, self._params if params is None else params)
+        return JoyState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
+                        memory=init_memory(self.config.memory_slots), step=jnp.int32(0))
+
+    def step(self, state: JoyState, req: Requests, key: jax.Array) -> tuple[JoyState, dict]:
+        return self._step(state, req, key)
+
+    def states(self, state: JoyState) -> tuple:
+        return tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
+
+
+def _optimizer(cfg: JoyConfig):
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99))
+
+
+@functools.lru_cache(maxsize=None)
+def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
+    optimizer = _optimizer(cfg)
+    g = cfg.group_size
+
+    def step(state: JoyState, req: Requests, key):
+        k_base, k_roll, k_perm = jax.random.split(key, 3)
+        states = tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
+        q = len(req)
+        hints = hints_for(cfg, state.memory, req.kind)
+        rep, rep_hints = req.repeat(g), jnp.repeat(hints, g)
+        roll = functools.partial(run_system, graphdef, states, config=system, temperature=cfg.temperature)
+        if cfg.mode == "joint":
+            out = roll(rep, rep_hints, k_roll)
+            reward = out.reward.reshape(q, g)
+            adv = group_advantages(reward, cfg.advantage).reshape(-1)
+            rows = flat_nodes(out.record)
+            rows["adv"] = broadcast_advantages(adv, jnp.tile(jnp.arange(q * g), NUM_NODES))
+            rows["use"] = rows["active"]
+            route_groups, route_rewards = out.route.reshape(q, g), reward
+            extra = {"selected_nodes": jnp.float32(NUM_NODES), "trajectories": jnp.float32(q * g)}
+            final_reward = reward
+        else:
+            base = roll(req, hints, k_base)
+            fixed = base.record.repeat(g)
+            parts, variances, rewards = [], [], []
+            for k in range(NUM_NODES):
+                out = roll(rep, rep_hints, jax.random.fold_in(k_roll, k), start=k, fixed=fixed)
+                reward = out.reward.reshape(q, g)
+                row = flat_nodes(out.record, [k])
+                row["adv"] = group_advantages(reward, cfg.advantage).reshape(-1)
+                parts.append(row)
+                variances.append(reward.var(axis=1))
+                rewards.append(reward)
+                if k == 0:
+                    route_groups, route_rewards = out.route.reshape(q, g), reward
+            active = base.record.active.T  # [Q, 4]: whether node k exists on the base trajectory
+            chosen = select_top_k(jnp.stack(variances, 1), active, cfg.top_k)  # [Q, 4]
+            rows = {key_: jnp.concatenate([p[key_] for p in parts]) for key_ in parts[0]}
+            rows["use"] = rows["active"] & jnp.repeat(chosen.T, g, axis=1).reshape(-1)
+            extra = {"selected_nodes": chosen.sum(1).mean().astype(jnp.float32),
+                     "trajectories": jnp.float32(q * (1 + NUM_NODES * g)),
+                     **{f"selected/{n}": chosen[:, i].mean() for i, n in enumerate(("route", "step1", "step2", "final"))},
+                     **{f"variance/{n}": jnp.where(active[:, i], variances[i], 0).mean()
+                        for i, n in enumerate(("route", "step1", "step2", "final"))}}
+            final_reward = base.reward
+        n_resp = rows["tokens"].shape[1]
+        seqs = join(rows["prompts"], rows["prompt_lens"], rows["tokens"])
+        mask = ((jnp.arange(n_resp)[None] < rows["lengths"][:, None]) & rows["use"][:, None]).astype(jnp.float32)
+        model_of = jnp.zeros_like(rows["agent"]) if system.shared else jnp.maximum(rows["agent"], 0)
+
+        def logp_fn(params, seqs, plens, model_of):
+            out = [response_logprobs(nnx.merge(graphdef, p, r), seqs, plens, n_resp, cfg.temperature,
+                                     cfg.logprob_chunk) for p, r in zip(params, state.rest)]
+            if len(out) == 1:
+                return out[0]
+            pick = lambda xs: jnp.choose(model_of[:, None], xs, mode="clip")
+            return pick([o[0] for o in out]), pick([o[1] for o in out])
+
+        old_logp, old_ent = logp_fn(state.params, seqs, rows["prompt_lens"], model_of)
+        data = dict(seqs=seqs, plens=rows["prompt_lens"], adv=rows["adv"], mask=mask, old=old_logp, model=model_of)
+
+        def loss_fn(params, mb):
+            logp, ent = logp_fn(params, mb["seqs"], mb["plens"], mb["model"])
+            return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], entropy=ent, config=cfg.loss)
+
+        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm, 1, 1)
+        memory = (write(state.memory, req.kind, route_groups, route_rewards, cfg.memory_rate) if cfg.memory
+                  else state.memory)
+        metrics = {k: v.mean() for k, v in m.items()}
+        metrics.update(reward=final_reward.mean(), trained_rows=rows["use"].sum().astype(jnp.float32),
+                       memory_entries=(memory.kind >= 0).sum().astype(jnp.float32),
+                       zero_variance_route_groups=(route_rewards.std(axis=1) == 0).mean(), **extra)
+        return JoyState(params=params, rest=state.rest, opt_state=opt_state, memory=memory,
+                        step=state.step + 1), metrics
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def evaluate(trainer: JoyTrainer, state: JoyState, req: Requests, use_memory: bool | None = None) -> dict:
+    """Greedy accuracy overall and per request type; route accuracy needs the correct route = the type."""
+    use = trainer.config.memory if use_memory is None else use_memory
+    hints = retrieve(state.memory, req.kind) if use else _no_hint(len(req))
+    out = run_system(trainer.graphdef, trainer.states(state), req, hints, jax.random.key(0), config=trainer.system)
+    reward, route, kind = (np.asarray(x) for x in (out.reward, out.route, req.kind))
+    res = {"accuracy": float(reward.mean()), "route_accuracy": float((route == kind).mean())}
+    for i, name in enumerate(TYPES):
+        sel = kind == i
+        if sel.any():
+            res[f"accuracy/{name}"] = float(reward[sel].mean())
+            res[f"route_accuracy/{name}"] = float((route[sel] == i).mean())
+    return res
+
+
+__all__ = ["JoyConfig", "JoyState", "JoyTrainer", "MODES", "build_models", "evaluate", "flat_nodes", "hints_for",
+           "select_top_k", "sft_warm_start"]
