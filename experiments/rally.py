@@ -2,7 +2,8 @@
 vs LLM + consensus (SFT on prior traces, then GRPO on episode return), at one
 environment-step budget with fixed seeds.
 
-Every learner gets ``budget`` environment steps (RMIX's prior-collected prefill counts);
+Every learner takes exactly ``budget`` environment steps (checked; RMIX's prior-collected
+prefill counts);
 the LLM rows report their own (smaller) count: SFT trace steps, plus GRPO episode steps.
 Each method is then evaluated on the same ``eval_episodes`` episodes (same key): mean
 episode return (mean over agents), mean urgency-weighted coverage, targets served, UAVs
@@ -71,6 +72,10 @@ class Config:
         if self.ppo.total_timesteps != self.budget or self.qmix.total_timesteps != self.budget:
             raise ValueError(f"ppo.total_timesteps ({self.ppo.total_timesteps}) and qmix.total_timesteps "
                              f"({self.qmix.total_timesteps}) must equal budget ({self.budget})")
+        ppo_steps = self.ppo.num_updates * self.ppo.num_envs * self.ppo.num_steps
+        if ppo_steps != self.budget:  # PPO rounds up to whole chunks: the budget must fit them exactly
+            raise ValueError(f"PPO would take {ppo_steps} env steps, not budget={self.budget}: make budget a "
+                             "multiple of ppo.num_envs * ppo.num_steps * ppo.updates_per_chunk")
         if "llm_grpo" in self.methods and "llm_sft" not in self.methods:
             raise ValueError("method 'llm_grpo' fine-tunes the 'llm_sft' policy: list both")
 
@@ -134,7 +139,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
             trainer = module.make_chunked(config.ppo, env)
             state = train(run_dir, name, trainer, k_train, config.ppo.num_chunks, config.ppo.updates_per_chunk)
             policies[name] = module.evaluation_policy(env, trainer.graphdef, state.params, greedy=False)
-            env_steps[name] = config.budget
+            env_steps[name] = int(state.update) * config.ppo.num_envs * config.ppo.num_steps
     if "qmix" in config.methods:
         trainer = qmix.make_chunked(config.qmix, env)
         state = train(run_dir, "qmix", trainer, k_train, config.qmix.num_chunks, config.qmix.iters_per_chunk)
@@ -147,6 +152,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
         policies["rmix"] = rmix.greedy_policy(cfg, env, trainer.graphdef, state.params, prior,
                                               roles_only=config.rmix_roles_only)
         env_steps["rmix"] = int(state.env_steps)
+    for name in LEARNERS:
+        if name in env_steps and env_steps[name] != config.budget:
+            raise RuntimeError(f"{name} took {env_steps[name]} env steps, not the budget {config.budget}")
     if "llm_sft" in config.methods:
         from jaxrl_reason.agents.rally import llm
 
@@ -202,7 +210,8 @@ def _plot_curves(run_dir: RunDir, methods, budget):
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for name in methods:
         rows = RunDir(run_dir.path / name, resumed=True).read_metrics()
-        pts = sorted((r["env_steps"], r["episode_return"]) for r in rows if "episode_return" in r)
+        pts = sorted((r["env_steps"], r["episode_return"]) for r in rows  # rows where episodes ended
+                     if "episode_return" in r and r.get("episodes", 1) > 0)
         if pts:
             x, y = map(np.asarray, zip(*pts))
             k = max(1, len(y) // 20)

@@ -90,6 +90,25 @@ def test_prior_beats_random(random_return):
     assert float(stats["return"].mean()) > random_return + 1.0
 
 
+def test_qmix_takes_exactly_the_env_step_budget():
+    # prefill 40 -> 10 per env; 23 per env in all -> 6 online iterations of 2 steps, prefill rounded up
+    # to 11; 4 iterations per chunk -> the second chunk is partial and must not overrun the budget
+    cfg = qmix.QMIXConfig(num_envs=4, rollout_steps=2, total_timesteps=92, prefill_steps=40, iters_per_chunk=4,
+                          batch_size=8, buffer_size=400, hidden=8, mixer_embed=4)
+    assert (cfg.num_iters, cfg.prefill_rollout, cfg.num_chunks) == (6, 11, 2)
+    trainer = qmix.make_chunked(cfg, ENV)
+    state = jax.jit(trainer.init)(jax.random.key(0))
+    update = jax.jit(trainer.update_chunk)
+    state, _ = update(state)
+    state, metrics = update(state)
+    assert int(state.env_steps) == 92 and int(state.iteration) == 6
+    assert int(state.buffer.current_index) == 23  # steps actually added per environment
+    np.testing.assert_array_equal(np.asarray(metrics["env_steps"]), [84, 92, 92, 92])
+    assert int(np.asarray(metrics["episodes"])[2:].sum()) == 0
+    with pytest.raises(ValueError, match="multiple of num_envs"):
+        qmix.QMIXConfig(num_envs=16, total_timesteps=20_001)
+
+
 def test_mappo_chunk_runs():
     cfg = ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64, updates_per_chunk=2, num_minibatches=2)
     trainer = mappo.make_chunked(cfg, ENV)

@@ -13,7 +13,9 @@ QMIX, a prior for RMIX), then ``offline_updates`` gradient steps on that data al
 with an optional large-margin loss on the prior's actions (DQfD style,
 ``bc_margin``), then online learning where a fraction ``prior_explore`` of exploratory
 actions come from the prior. Every environment step, prefill included, counts
-towards ``total_timesteps``.
+towards ``total_timesteps``, and the trainer takes exactly that many: the prefill is
+rounded up so that the online phase is a whole number of iterations, and iterations
+past ``num_iters`` in the last (partial) chunk are no-ops.
 
 Replay uses ``flashbax.make_flat_buffer`` (a maintained JAX buffer; pairs of
 consecutive steps per environment, so ``second`` is the next step).
@@ -76,13 +78,17 @@ class QMIXConfig:
                      "batch_size", "buffer_size", "hidden", "mixer_embed"):
             if getattr(self, name) < 1:
                 raise ValueError(f"QMIXConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.total_timesteps % self.num_envs:
+            raise ValueError(f"QMIXConfig.total_timesteps={self.total_timesteps} must be a multiple of "
+                             f"num_envs={self.num_envs} (every environment takes the same steps)")
         if self.prefill_steps < 2 * self.num_envs:
             raise ValueError(f"QMIXConfig.prefill_steps={self.prefill_steps} must be >= 2 * num_envs "
                              f"({2 * self.num_envs}) so the buffer can be sampled")
-        if self.total_timesteps < self.prefill_steps + self.num_envs * self.rollout_steps:
+        if self.num_iters < 1:
             raise ValueError("QMIXConfig.total_timesteps leaves no online iteration after the prefill")
-        if self.buffer_size < self.prefill_steps:
-            raise ValueError("QMIXConfig.buffer_size must hold at least the prefill")
+        if self.buffer_size < self.prefill_rollout * self.num_envs:
+            raise ValueError(f"QMIXConfig.buffer_size must hold at least the prefill "
+                             f"({self.prefill_rollout * self.num_envs} steps)")
         for name in ("eps_start", "eps_end", "eps_decay_frac", "tau", "prior_explore", "gamma"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"QMIXConfig.{name} must be in [0, 1], got {getattr(self, name)}")
@@ -94,13 +100,16 @@ class QMIXConfig:
             raise ValueError("offline_updates, bc_margin, bc_online and prior_bonus must be >= 0")
 
     @property
-    def prefill_rollout(self) -> int:
-        return -(-self.prefill_steps // self.num_envs)
+    def num_iters(self) -> int:
+        """Online iterations (``num_envs * rollout_steps`` env steps each)."""
+        online = self.total_timesteps // self.num_envs - -(-self.prefill_steps // self.num_envs)
+        return online // self.rollout_steps
 
     @property
-    def num_iters(self) -> int:
-        online = self.total_timesteps - self.prefill_rollout * self.num_envs
-        return online // (self.num_envs * self.rollout_steps)
+    def prefill_rollout(self) -> int:
+        """Prefill steps per environment: ``prefill_steps`` rounded up so that prefill plus
+        ``num_iters`` iterations is exactly ``total_timesteps``."""
+        return self.total_timesteps // self.num_envs - self.num_iters * self.rollout_steps
 
     @property
     def num_chunks(self) -> int:
@@ -330,8 +339,19 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
                         state.env_steps + E * config.rollout_steps, state.iteration + 1)
         return new, metrics
 
+    def maybe_iteration(state: QMIXState, _):
+        """``iteration`` while ``state.iteration < num_iters``, else a no-op (the last chunk may be
+        partial): no environment step and no update, so the budget is never overrun."""
+        shapes = jax.eval_shape(iteration, state, None)[1]
+
+        def skip(state):
+            metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            return state, {**metrics, "env_steps": state.env_steps}
+
+        return jax.lax.cond(state.iteration < config.num_iters, lambda s: iteration(s, None), skip, state)
+
     def update_chunk(state: QMIXState):
-        return jax.lax.scan(iteration, state, None, length=config.iters_per_chunk)
+        return jax.lax.scan(maybe_iteration, state, None, length=config.iters_per_chunk)
 
     return ChunkedQMIX(init, update_chunk, graphdef)
 
