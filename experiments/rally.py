@@ -48,7 +48,7 @@ class Config:
     max_steps: int = 50
     budget: int = 100_000  # environment steps per learner
     ppo: ppo.PPOConfig = ppo.PPOConfig(num_envs=32, num_steps=25, total_timesteps=100_000,
-                                       updates_per_chunk=10, lr=1e-3)
+                                       updates_per_chunk=5, lr=1e-3)
     qmix: qmix.QMIXConfig = qmix.QMIXConfig(num_envs=16, total_timesteps=100_000, prefill_steps=4096,
                                             iters_per_chunk=100)
     rmix_offline_updates: int = 500
@@ -91,10 +91,10 @@ PRESETS = {
                                          iters_per_chunk=100),
                     rmix_offline_updates=200, eval_episodes=128, llm_sft_steps=50,
                     llm_grpo=llm_grpo.GRPOConfig(iterations=3, updates=4)),
-    "gpu": Config(budget=5_000_000, num_agents=8, num_targets=4,
-                  ppo=ppo.PPOConfig(num_envs=1024, num_steps=25, total_timesteps=5_000_000,
+    "gpu": Config(budget=5_120_000, num_agents=8, num_targets=4,
+                  ppo=ppo.PPOConfig(num_envs=1024, num_steps=25, total_timesteps=5_120_000,
                                     updates_per_chunk=20, lr=1e-3, hidden=128),
-                  qmix=qmix.QMIXConfig(num_envs=256, total_timesteps=5_000_000, prefill_steps=100_000,
+                  qmix=qmix.QMIXConfig(num_envs=256, total_timesteps=5_120_000, prefill_steps=100_000,
                                        buffer_size=1_000_000, batch_size=1024, iters_per_chunk=200,
                                        hidden=128),
                   rmix_offline_updates=5000, eval_episodes=4096, llm_sft_steps=2000,
