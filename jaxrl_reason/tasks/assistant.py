@@ -3,15 +3,15 @@
 Four request types, each with an exact answer and the scripted route that solves it:
 
     type        request (difficulty 1)   route   sub-agent steps                    answer
-    "math"      "7+5"                    m       math: "12"                         "12"
-    "lookup"    "k=3,b=7 b?"             q       QA: "7"                            "7"
+    "math"      "3+4"                    m       math: "7"                          "7"
+    "lookup"    "k=3,b=2 b?"             q       QA: "2"                            "2"
     "call"      "do g 3 4"               f       call: "g(3,4)" -> tool -> "13"     "13"
-    "two_step"  "k=3,b=7 b+5"            t       QA: "7", then math: "12"           "12"
+    "two_step"  "k=3,b=2 b+4"            t       QA: "2", then math: "6"            "6"
 
 The knowledge table of lookup / two-step requests is given in the request (``key=value`` pairs,
 lower-case one-letter keys). Function calls are executed by a pure-JAX tool (``execute_call``,
 jittable): ``f(a,b) = a*b``, ``g(a,b) = a*a+b``, ``h(a,b) = a*b+a+b``; a malformed call returns
-``None``-like invalid results. Difficulty d >= 1 widens the operand range to [0, 10*d) and the
+``None``-like invalid results. Difficulty d in [1, 3] widens the operand range to [0, 5*d) and the
 table to d+1 pairs.
 
 Splits: a request belongs to the held-out split iff ``crc32(request) % heldout_mod == 0``, so the
@@ -73,26 +73,31 @@ class AssistantTask:
             raise ValueError(f"AssistantTask: heldout_mod must be >= 2, got {self.heldout_mod}")
 
     @property
+    def operand_range(self) -> int:
+        """Operands and table values are drawn from [0, 5 * difficulty)."""
+        return 5 * self.difficulty
+
+    @property
     def request_chars(self) -> int:
         """Longest request text (two-step at this difficulty)."""
         d = self.difficulty
-        num = len(str(10 * d - 1))
+        num = len(str(self.operand_range - 1))
         return max((d + 1) * (2 + num) + d + 3 + num, 5 + 2 * num)  # two-step (pairs, commas, ' k+b') or call
 
     @property
     def answer_chars(self) -> int:
-        m = 10 * self.difficulty - 1
+        m = self.operand_range - 1
         return len(str(max(m * m + m, m * m + 2 * m)))
 
     @property
     def call_chars(self) -> int:
-        return 4 + 2 * len(str(10 * self.difficulty - 1))
+        return 4 + 2 * len(str(self.operand_range - 1))
 
     def split_of(self, text: str) -> str:
         return "heldout" if zlib.crc32(text.encode()) % self.heldout_mod == 0 else "train"
 
     def _draw(self, rng: np.random.Generator, kind: int) -> AssistantRequest:
-        hi = 10 * self.difficulty
+        hi = self.operand_range
         a, b = int(rng.integers(0, hi)), int(rng.integers(0, hi))
         if kind == 0:
             if rng.random() < 0.5:

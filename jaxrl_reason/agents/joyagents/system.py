@@ -24,7 +24,9 @@ inactive and the trajectory's reward 0. Every node is one call of the KV-cache s
 (``models.lm.sampler.generate``) for the whole batch: no Python per token or per row.
 
 ``start=k`` with ``fixed`` (a NodeRecord of the same batch) replays nodes < k from ``fixed`` (the
-prefix stays exactly as sampled) and samples nodes >= k: node-wise Monte Carlo continuations.
+prefix stays exactly as sampled) and samples nodes >= k: node-wise Monte Carlo continuations. The
+nodes are one ``lax.scan`` and ``start`` is a traced value, so the sampler compiles once for every
+node and every ``start``.
 """
 
 from __future__ import annotations
@@ -154,16 +156,18 @@ class SystemOutput:
     record: NodeRecord
 
 
-def content(tokens: jax.Array, lengths: jax.Array, limit: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Sampled response tokens [B, T] -> (content [B, limit] before the first <eos>, lens [B], ended [B]):
-    ``ended`` is False when no <eos> came within limit+1 tokens (an overlong, malformed output)."""
+def content(tokens: jax.Array, lengths: jax.Array, limit) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Sampled response tokens [B, T] -> (content [B, T-1] before the first <eos>, at most ``limit`` tokens;
+    lens [B]; ended [B]: False when no <eos> came within limit+1 tokens, an overlong, malformed output).
+    ``limit`` may be traced."""
+    w = tokens.shape[1] - 1
     pos = jnp.arange(tokens.shape[1])[None]
     is_eos = (tokens == VOCAB.eos) & (pos < lengths[:, None])
     has = jnp.any(is_eos, axis=1)
     n = jnp.where(has, jnp.argmax(is_eos, axis=1), lengths)
     ended = has & (n <= limit)
     n = jnp.minimum(n, limit)
-    out = jnp.where(pos[:, :limit] < n[:, None], tokens[:, :limit], VOCAB.pad)
+    out = jnp.where(pos[:, :w] < n[:, None], tokens[:, :w], VOCAB.pad)
     return out, n.astype(jnp.int32), ended
 
 
@@ -179,8 +183,6 @@ def _sample(graphdef, states, agent, prompts, plens, key, budget, temperature: f
     lens = jnp.zeros((prompts.shape[0],), jnp.int32)
     for i, st in enumerate(states):
         mine = agent == i
-        if i == MASTER and len(states) != len(AGENTS):
-            raise ValueError(f"separate models need {len(AGENTS)} states, got {len(states)}")
         out = generate(graphdef, st, prompts, plens, jax.random.fold_in(key, i), stop, jnp.where(mine, budget, 0),
                        config=cfg)
         toks = jnp.where(mine[:, None], out.tokens, toks)
@@ -188,85 +190,97 @@ def _sample(graphdef, states, agent, prompts, plens, key, budget, temperature: f
     return toks, lens
 
 
-def _const(b: int, ids) -> tuple[jax.Array, jax.Array]:
-    return jnp.broadcast_to(jnp.asarray(ids, jnp.int32), (b, len(ids))), jnp.full((b,), len(ids), jnp.int32)
+def empty_record(b: int, config: SystemConfig) -> NodeRecord:
+    """An all-pad NodeRecord [4, B, ...] (the ``fixed`` argument when nothing is replayed)."""
+    z = jnp.zeros((NUM_NODES, b), jnp.int32)
+    return NodeRecord(prompts=jnp.zeros((NUM_NODES, b, config.prompt_len), jnp.int32), prompt_lens=z,
+                      tokens=jnp.zeros((NUM_NODES, b, config.response_len), jnp.int32), lengths=z,
+                      active=z.astype(bool), agent=z - 1)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "config", "temperature", "start"))
+def _step_result(a, out, lens, ended, width: int):
+    """What a step returns: its output, or the tool's value for a call ("?" when malformed).
+    -> (tokens [B, width], lens [B], well-formed call [B])."""
+    value, valid = execute_call(out, lens)
+    valid = valid & ended
+    v_tok, v_len = encode_int(value, width)
+    err_tok = jnp.zeros_like(out).at[:, 0].set(_ERROR)
+    is_call = a == CALL
+    tok = jnp.where((is_call & valid)[:, None], v_tok, jnp.where(is_call[:, None], err_tok, out))
+    return tok, jnp.where(is_call, jnp.where(valid, v_len, 1), lens), is_call & valid
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "config", "temperature"))
 def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *, config: SystemConfig,
-               temperature: float = 0.0, start: int = 0, fixed: NodeRecord | None = None) -> SystemOutput:
+               temperature: float = 0.0, start=0, fixed: NodeRecord | None = None) -> SystemOutput:
     """All four nodes for a batch of requests; hints [B] (a route token or the "?" token). See the module
-    docstring. ``start`` > 0 needs ``fixed``; nodes < start are replayed from it."""
-    if not 0 <= start < NUM_NODES:
+    docstring. ``start`` (int, may be traced) > 0 needs ``fixed``; nodes < start are replayed from it.
+
+    The nodes run in one ``lax.scan`` (one compiled sampler for all of them): the node index selects the
+    prompt, the acting agent and the token limit; replayed nodes get a zero budget (no decoding)."""
+    if isinstance(start, int) and not 0 <= start < NUM_NODES:
         raise ValueError(f"start must be in [0, {NUM_NODES}), got {start}")
-    if start > 0 and fixed is None:
+    if fixed is None and not (isinstance(start, int) and start == 0):
         raise ValueError("start > 0 (node-wise resampling) needs the fixed prefix record")
     if len(states) != config.num_models:
         raise ValueError(f"config.shared={config.shared} needs {config.num_models} model state(s), got {len(states)}")
     if req.text.shape[1] > config.request_tokens:
         raise ValueError(f"requests are {req.text.shape[1]} tokens wide > request_tokens {config.request_tokens}")
     b = len(req)
-    p, t = config.prompt_len, config.response_len
-    keys = jax.random.split(key, NUM_NODES)
+    fixed = empty_record(b, config) if fixed is None else fixed
+    p, t, w = config.prompt_len, config.response_len, config.step_tokens
     request = (req.text, req.text_lens)
-    rec = {k: [] for k in ("prompts", "prompt_lens", "tokens", "lengths", "active", "agent")}
-    model_of = (lambda a: jnp.zeros_like(a)) if config.shared else (lambda a: jnp.maximum(a, 0))
-
-    def node(n, template, fields, values, agent, active):
-        prompts, plens = build_prompt(template, fields, values, p)
-        limit = config.limits()[n]
-        if n < start:
-            toks, lens = fixed.tokens[n], fixed.lengths[n]
-        else:
-            budget = jnp.where(active, limit + 1, 0)
-            toks, lens = _sample(graphdef, states, model_of(agent), prompts, plens, keys[n], budget, temperature, t)
-        for k, v in zip(rec, (prompts, plens, toks, lens, active, jnp.where(active, agent, -1))):
-            rec[k].append(v)
-        return content(toks, lens, limit)
-
-    everyone = jnp.ones((b,), bool)
-    master = jnp.full((b,), MASTER, jnp.int32)
-    # node 0: route
-    r_out, r_len, r_ok = node(0, config.route_template, ("hint", "request"),
-                              {"hint": (hints[:, None].astype(jnp.int32), jnp.ones((b,), jnp.int32)), "request": request},
-                              master, everyone)
-    hit = r_out[:, :1] == jnp.asarray(ROUTE_TOKENS)[None]
-    route = jnp.where(r_ok & (r_len == 1) & jnp.any(hit, 1), jnp.argmax(hit, 1), -1).astype(jnp.int32)
-    table = jnp.asarray(ROUTE_AGENTS, jnp.int32)
-    a1 = jnp.where(route >= 0, table[route, 0], -1)
-    a2 = jnp.where(route >= 0, table[route, 1], -1)
-    roles = jnp.asarray([_tok(c) for c in ROLE_CHARS], jnp.int32)
-    role = lambda a: (roles[jnp.maximum(a, 0)][:, None], jnp.ones((b,), jnp.int32))
-    fields = ("role", "request", "prev")
-
-    def result(a, out, lens, ended):
-        """What a step returns: its output, or the tool's value for a call ("?" when malformed)."""
-        value, valid = execute_call(out, lens)
-        valid = valid & ended
-        v_tok, v_len = encode_int(value, config.step_tokens)
-        err_tok, err_len = _const(b, [_ERROR])
-        err_tok = jnp.pad(err_tok, ((0, 0), (0, config.step_tokens - 1)))
-        is_call = a == CALL
-        tok = jnp.where((is_call & valid)[:, None], v_tok, jnp.where(is_call[:, None], err_tok, out))
-        return tok, jnp.where(is_call, jnp.where(valid, v_len, err_len), lens), is_call & valid
-
-    # node 1: first step
+    ones = jnp.ones((b,), jnp.int32)
+    hint = (hints[:, None].astype(jnp.int32), ones)
     empty = (jnp.zeros((b, 1), jnp.int32), jnp.zeros((b,), jnp.int32))
-    s1, s1_len, s1_ok = node(1, config.step_template, fields, {"role": role(a1), "request": request, "prev": empty},
-                             a1, a1 >= 0)
-    res1, res1_len, call1 = result(a1, s1, s1_len, s1_ok)
-    # node 2: second step (two-step routes)
-    s2, s2_len, s2_ok = node(2, config.step_template, fields,
-                             {"role": role(a2), "request": request, "prev": (res1, res1_len)}, a2, a2 >= 0)
-    res2, res2_len, _ = result(a2, s2, s2_len, s2_ok)
-    two = a2 >= 0
-    res = jnp.where(two[:, None], res2, res1)
-    res_len = jnp.where(two, res2_len, jnp.where(a1 >= 0, res1_len, 0))
-    # node 3: final answer
-    ans, ans_len, ans_ok = node(3, config.final_template, ("request", "prev"), {"request": request, "prev": (res, res_len)},
-                                master, everyone)
+    roles = jnp.asarray([_tok(c) for c in ROLE_CHARS], jnp.int32)
+    role = lambda a: (roles[jnp.maximum(a, 0)][:, None], ones)
+    table = jnp.asarray(ROUTE_AGENTS, jnp.int32)
+    limits = jnp.asarray(config.limits(), jnp.int32)
+    master = jnp.full((b,), MASTER, jnp.int32)
+    everyone = jnp.ones((b,), bool)
+    step_fields = ("role", "request", "prev")
+
+    def node(carry, n):
+        route, res1, res1_len, res, res_len, call1 = carry
+        a1 = jnp.where(route >= 0, table[jnp.maximum(route, 0), 0], -1)
+        a2 = jnp.where(route >= 0, table[jnp.maximum(route, 0), 1], -1)
+        built = [build_prompt(config.route_template, ("hint", "request"), {"hint": hint, "request": request}, p),
+                 build_prompt(config.step_template, step_fields, {"role": role(a1), "request": request, "prev": empty}, p),
+                 build_prompt(config.step_template, step_fields,
+                              {"role": role(a2), "request": request, "prev": (res1, res1_len)}, p),
+                 build_prompt(config.final_template, ("request", "prev"), {"request": request, "prev": (res, res_len)}, p)]
+        prompts = jnp.stack([x[0] for x in built])[n]
+        plens = jnp.stack([x[1] for x in built])[n]
+        agent = jnp.stack([master, a1, a2, master])[n]
+        active = jnp.stack([everyone, a1 >= 0, a2 >= 0, everyone])[n]
+        limit = limits[n]
+        sampled = n >= start
+        budget = jnp.where(active & sampled, limit + 1, 0)
+        model_of = jnp.zeros_like(agent) if config.shared else jnp.maximum(agent, 0)
+        toks, lens = _sample(graphdef, states, model_of, prompts, plens, jax.random.fold_in(key, n), budget,
+                             temperature, t)
+        toks = jnp.where(sampled, toks, fixed.tokens[n])
+        lens = jnp.where(sampled, lens, fixed.lengths[n])
+        out, olen, ended = content(toks, lens, limit)
+        hit = out[:, :1] == jnp.asarray(ROUTE_TOKENS)[None]
+        new_route = jnp.where(ended & (olen == 1) & jnp.any(hit, 1), jnp.argmax(hit, 1), -1).astype(jnp.int32)
+        r_tok, r_len, r_call = _step_result(agent, out, olen, ended, w)
+        route = jnp.where(n == 0, new_route, route)
+        res1, res1_len = jnp.where(n == 1, r_tok, res1), jnp.where(n == 1, r_len, res1_len)
+        take = (n == 1) | ((n == 2) & (a2 >= 0))
+        res, res_len = jnp.where(take[:, None], r_tok, res), jnp.where(take, r_len, res_len)
+        call1 = jnp.where(n == 1, r_call, call1)
+        rec = (prompts, plens, toks, lens, active, jnp.where(active, agent, -1), out, olen, ended)
+        return (route, res1, res1_len, res, res_len, call1), rec
+
+    zeros_tok, zeros_len = jnp.zeros((b, w), jnp.int32), jnp.zeros((b,), jnp.int32)
+    init = (jnp.full((b,), -1, jnp.int32), zeros_tok, zeros_len, zeros_tok, zeros_len, jnp.zeros((b,), bool))
+    (route, *_, call1), recs = jax.lax.scan(node, init, jnp.arange(NUM_NODES))
+    prompts, plens, toks, lens, active, agent, out, olen, ended = recs
+    ans, ans_len, ans_ok = out[3][:, :config.answer_tokens], olen[3], ended[3]
     reward = check_answers(ans, ans_len, req.answer, req.answer_lens) * ((route >= 0) & ans_ok)
-    record = NodeRecord(**{k: jnp.stack(v) for k, v in rec.items()})
+    record = NodeRecord(prompts=prompts, prompt_lens=plens, tokens=toks, lengths=lens, active=active, agent=agent)
     return SystemOutput(answer=ans, answer_lens=ans_len, route=route, call_valid=call1, reward=reward, record=record)
 
 
@@ -276,5 +290,5 @@ def requests_from_arrays(arrays: dict) -> Requests:
 
 
 __all__ = ["AGENTS", "CALL", "MASTER", "MATH", "NODES", "NO_HINT", "NUM_NODES", "NodeRecord", "QA", "ROLE_CHARS",
-           "ROUTE_AGENTS", "ROUTE_TOKENS", "Requests", "SystemConfig", "SystemOutput", "content", "requests_from_arrays",
+           "ROUTE_AGENTS", "ROUTE_TOKENS", "Requests", "SystemConfig", "SystemOutput", "content", "empty_record", "requests_from_arrays",
            "run_system"]

@@ -13,15 +13,16 @@ Plain joint GRPO (``mode="joint"``): each request is rolled out G times; the tra
 group advantage (``rl.grpo.advantages.group_advantages``) is broadcast to every active node of the
 trajectory (``broadcast_advantages``), and all agents are updated from it.
 
-Node-wise Monte Carlo (``mode="nodewise"``): one trajectory per request is sampled; then at each node
-k (route, step 1, step 2, final) G actions are resampled with nodes < k fixed (``run_system(start=k,
-fixed=...)``) and each continuation runs to the end and is scored. Each (request, node) group gives
+Node-wise Monte Carlo (``mode="nodewise"``): at the route node G fresh trajectories are sampled and
+the first is the base trajectory; then at each later node k (step 1, step 2, final) G actions are
+resampled with nodes < k fixed to the base (``run_system(start=k, fixed=...)``) and each
+continuation runs to the end and is scored (one ``lax.scan`` over k). Each (request, node) group gives
 group advantages for the G resampled actions of node k only. Marginal-benefit selection keeps, per
 request, the ``top_k`` active nodes whose groups have the largest reward variance; only those rows
 enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the shared
-``minibatch_epochs``) per RL step, so "updates" are comparable; the node-wise step samples
-1 + 4G trajectories (continuations) per request against G for the plain one, which the metrics
-report (``trajectories``).
+``minibatch_epochs``) per RL step, so "updates" are comparable; the node-wise step samples 4G
+trajectories (G full + 3 x G continuations) per request against G for the plain one, which the
+metrics report (``trajectories``).
 
 Memory (``memory=True``): the route hint of every request is retrieved from the shared memory
 (``memory.retrieve``) and after each step the route groups (the plain groups, or the node-0 groups of
@@ -45,7 +46,7 @@ from flax import nnx
 from jaxrl_reason.agents.joyagents.data import TraceNoise, scripted_conversations
 from jaxrl_reason.agents.joyagents.memory import Memory, init_memory, retrieve, write
 from jaxrl_reason.agents.joyagents.system import (
-    AGENTS, NO_HINT, NUM_NODES, NodeRecord, Requests, SystemConfig, run_system)
+    NO_HINT, NUM_NODES, NodeRecord, Requests, SystemConfig, empty_record, run_system)
 from jaxrl_reason.agents.memagent.data import conversation_arrays
 from jaxrl_reason.agents.memagent.trainer import SFTConfig, train_conversations
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
@@ -181,7 +182,7 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
     g = cfg.group_size
 
     def step(state: JoyState, req: Requests, key):
-        k_base, k_roll, k_perm = jax.random.split(key, 3)
+        k_roll, k_perm = jax.random.split(key)
         states = tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
         q = len(req)
         hints = hints_for(cfg, state.memory, req.kind)
@@ -198,29 +199,30 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
             extra = {"selected_nodes": jnp.float32(NUM_NODES), "trajectories": jnp.float32(q * g)}
             final_reward = reward
         else:
-            base = roll(req, hints, k_base)
-            fixed = base.record.repeat(g)
-            parts, variances, rewards = [], [], []
-            for k in range(NUM_NODES):
+            def mc(fixed, k):
+                """Node k: G resampled actions after the fixed prefix, each continued to the end. Node 0's
+                group is G fresh trajectories; its first trajectory is the base the others branch from."""
                 out = roll(rep, rep_hints, jax.random.fold_in(k_roll, k), start=k, fixed=fixed)
-                reward = out.reward.reshape(q, g)
-                row = flat_nodes(out.record, [k])
-                row["adv"] = group_advantages(reward, cfg.advantage).reshape(-1)
-                parts.append(row)
-                variances.append(reward.var(axis=1))
-                rewards.append(reward)
-                if k == 0:
-                    route_groups, route_rewards = out.route.reshape(q, g), reward
-            active = base.record.active.T  # [Q, 4]: whether node k exists on the base trajectory
-            chosen = select_top_k(jnp.stack(variances, 1), active, cfg.top_k)  # [Q, 4]
-            rows = {key_: jnp.concatenate([p[key_] for p in parts]) for key_ in parts[0]}
+                first = jax.tree.map(lambda x: jnp.repeat(x.reshape(x.shape[0], q, g, *x.shape[2:])[:, :, 0], g, axis=1),
+                                     out.record)
+                fixed = jax.tree.map(lambda a, b: jnp.where(k == 0, a, b), first, fixed)
+                row = {f.name: getattr(out.record, f.name)[k] for f in dataclasses.fields(out.record)}
+                return fixed, (row, out.reward.reshape(q, g), out.route.reshape(q, g))
+
+            _, (parts, rewards, routes) = jax.lax.scan(mc, empty_record(q * g, system), jnp.arange(NUM_NODES))
+            variances = rewards.var(axis=2).T  # [Q, 4]
+            active = parts["active"].reshape(NUM_NODES, q, g)[:, :, 0].T  # [Q, 4]: node k exists on the base path
+            chosen = select_top_k(variances, active, cfg.top_k)  # [Q, 4]
+            rows = jax.tree.map(lambda x: x.reshape(NUM_NODES * q * g, *x.shape[2:]), parts)
+            rows["adv"] = jax.vmap(lambda r: group_advantages(r, cfg.advantage).reshape(-1))(rewards).reshape(-1)
             rows["use"] = rows["active"] & jnp.repeat(chosen.T, g, axis=1).reshape(-1)
+            route_groups, route_rewards = routes[0], rewards[0]
+            names = ("route", "step1", "step2", "final")
             extra = {"selected_nodes": chosen.sum(1).mean().astype(jnp.float32),
-                     "trajectories": jnp.float32(q * (1 + NUM_NODES * g)),
-                     **{f"selected/{n}": chosen[:, i].mean() for i, n in enumerate(("route", "step1", "step2", "final"))},
-                     **{f"variance/{n}": jnp.where(active[:, i], variances[i], 0).mean()
-                        for i, n in enumerate(("route", "step1", "step2", "final"))}}
-            final_reward = base.reward
+                     "trajectories": jnp.float32(q * NUM_NODES * g),
+                     **{f"selected/{n}": chosen[:, i].mean() for i, n in enumerate(names)},
+                     **{f"variance/{n}": jnp.where(active[:, i], variances[:, i], 0).mean() for i, n in enumerate(names)}}
+            final_reward = rewards[0]
         n_resp = rows["tokens"].shape[1]
         seqs = join(rows["prompts"], rows["prompt_lens"], rows["tokens"])
         mask = ((jnp.arange(n_resp)[None] < rows["lengths"][:, None]) & rows["use"][:, None]).astype(jnp.float32)

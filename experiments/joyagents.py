@@ -1,0 +1,168 @@
+"""JoyAgents-R1: plain joint GRPO vs node-wise Monte Carlo + top-K selection, with and without memory.
+
+Pipeline (tiny char-level LM from scratch, shared weights with role prompts unless
+``--system.shared False``): (1) SFT warm start on scripted traces of the assistant benchmark
+(``tasks.assistant``), deliberately imperfect (``TraceNoise``: some route targets are the type's
+confusion route; a short schedule leaves the sub-agents partly trained) so that RL has room;
+(2) from that same start, four RL arms at the same number of updates (one optimiser step per RL
+step) and the same request stream: plain joint GRPO, joint GRPO + memory, node-wise MC + top-K,
+node-wise MC + top-K + memory; (3) greedy held-out accuracy per request type every ``eval_every``
+updates (memory arms retrieve from their evolved memory; their final model is also evaluated with
+the memory switched off).
+
+    python experiments/joyagents.py --preset cpu
+Plots: accuracy_vs_updates.png (overall + per type), accuracy_vs_trajectories.png; results.md/.csv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from jaxrl_reason.agents.joyagents.data import TraceNoise
+from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
+from jaxrl_reason.agents.joyagents.trainer import JoyConfig, JoyTrainer, build_models, evaluate, sft_warm_start
+from jaxrl_reason.agents.memagent.trainer import SFTConfig
+from jaxrl_reason.rl.grpo.recipes import TinyLM, plot_curves, series, sub_run
+from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
+from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.loop import run_chunks
+
+ARMS = {"joint": ("joint", False), "joint+memory": ("joint", True), "nodewise": ("nodewise", False),
+        "nodewise+memory": ("nodewise", True)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    task: AssistantTask = AssistantTask(difficulty=1)
+    system: SystemConfig = SystemConfig(request_tokens=11, step_tokens=6, answer_tokens=2)
+    lm: TinyLM = TinyLM(d_model=64, n_layers=2, n_heads=4, d_ff=256, max_seq_len=28)
+    noise: TraceNoise = TraceNoise(route_noise=(0.2, 0.2, 0.6, 0.6), hint_rate=0.5, wrong_hint_rate=0.1)
+    sft: SFTConfig = SFTConfig(problems=2048, steps=300, batch_size=64, lr=3e-3)
+    rl: JoyConfig = JoyConfig(group_size=8, top_k=2, lr=3e-4, temperature=1.0)
+    arms: tuple[str, ...] = tuple(ARMS)
+    requests_per_step: int = 8
+    rl_steps: int = 30
+    eval_every: int = 5
+    heldout: int = 128
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(f"joyagents Config: {msg}")
+
+        need(self.system.request_tokens >= self.task.request_chars,
+             f"system.request_tokens ({self.system.request_tokens}) < the task's longest request ({self.task.request_chars})")
+        need(self.system.step_tokens >= self.task.call_chars, "system.step_tokens too small for the task's calls")
+        need(self.system.answer_tokens >= self.task.answer_chars, "system.answer_tokens too small for the task's answers")
+        need(self.lm.max_seq_len >= self.system.seq_len,
+             f"lm.max_seq_len ({self.lm.max_seq_len}) < a node's length ({self.system.seq_len})")
+        need(bool(self.arms) and all(a in ARMS for a in self.arms), f"arms must be a non-empty subset of {tuple(ARMS)}")
+        need(self.rl_steps >= 1 and self.eval_every >= 1 and self.rl_steps % self.eval_every == 0,
+             f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        need(self.requests_per_step >= 1 and self.heldout >= len(TYPES), "requests_per_step >= 1, heldout >= 4")
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(
+        lm=TinyLM(d_model=128, n_layers=4, n_heads=4, d_ff=512, max_seq_len=28),
+        sft=SFTConfig(problems=8192, steps=600, batch_size=128, lr=2e-3),
+        rl=JoyConfig(group_size=16, top_k=2, lr=2e-4, temperature=1.0),
+        requests_per_step=32, rl_steps=100, eval_every=10, heldout=512,
+    ),
+}
+
+
+def _requests(config: Config, requests):
+    return requests_from_arrays(request_arrays(requests, config.system.request_tokens, config.system.answer_tokens))
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    task, system = config.task, config.system
+    # (1) SFT warm start on scripted, noised traces
+    models = build_models(config.lm, system, config.seed)
+    losses = sft_warm_start(models, task.generate_batch(np.random.default_rng([config.seed, 1]), config.sft.problems),
+                            system, config.noise, config.sft, config.seed)
+    run_dir.save_json("sft_loss.json", {"first": [float(x[0]) for x in losses],
+                                        "last": [float(x[-10:].mean()) for x in losses]})
+    held = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 3]), config.heldout, "heldout",
+                                                 balanced=True))
+
+    # (2) RL arms from the same start, same request stream
+    rows, curves = [], {}
+    for arm in config.arms:
+        mode, memory = ARMS[arm]
+        rl = dataclasses.replace(config.rl, mode=mode, memory=memory)
+        trainer = JoyTrainer(rl, system, models)
+        arm_dir = sub_run(run_dir, arm.replace("+", "_"))
+
+        def log_eval(state, d=arm_dir, tr=trainer):
+            d.log(int(state.step), {f"eval/{k}": v for k, v in evaluate(tr, state, held).items()})
+
+        def chunk(state, tr=trainer, log_eval=log_eval):
+            out = []
+            for _ in range(config.eval_every):
+                s = int(state.step)
+                req = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 2, s]),
+                                                            config.requests_per_step))
+                state, m = tr.step(state, req, jax.random.fold_in(jax.random.key(config.seed), s))
+                out.append(jax.device_get(m))
+            log_eval(state)
+            return state, {k: np.asarray([r[k] for r in out]) for k in out[0]}
+
+        state = trainer.init()
+        if not arm_dir.resumed:
+            log_eval(state)
+        state = run_chunks(arm_dir, state, chunk, config.rl_steps // config.eval_every,
+                           steps_per_chunk=config.eval_every, desc=arm)
+        final = evaluate(trainer, state, held)
+        steps, acc = series(arm_dir, "eval/accuracy")
+        _, traj = series(arm_dir, "trajectories")
+        row = {"arm": arm, "mode": mode, "memory": memory, "updates": int(state.step), "start_acc": float(acc[0]),
+               "final_acc": final["accuracy"], "best_acc": float(acc.max()),
+               "trajectories": float(traj.sum()), **{f"acc_{t}": final[f"accuracy/{t}"] for t in TYPES},
+               "route_acc": final["route_accuracy"]}
+        if memory:
+            row["final_acc_memory_off"] = evaluate(trainer, state, held, use_memory=False)["accuracy"]
+            row["memory_entries"] = str(state.memory.entries())
+        rows.append(row)
+        curves[arm] = {"steps": steps, "acc": acc, "traj_per_update": float(traj.mean()) if len(traj) else 0.0,
+                       **{t: series(arm_dir, f"eval/accuracy/{t}")[1] for t in TYPES}}
+        arm_dir.close()
+        print(row, flush=True)
+
+    # (3) updates to reach plain joint GRPO's final accuracy
+    ref = {False: next((r for r in rows if r["arm"] == "joint"), None),
+           True: next((r for r in rows if r["arm"] == "joint+memory"), None)}
+    for r in rows:
+        base = ref[r["arm"].endswith("memory")]
+        if base is not None:
+            c = curves[r["arm"]]
+            hit = np.nonzero(c["acc"] >= base["final_acc"] - 1e-9)[0]
+            r["updates_to_joint_final"] = int(c["steps"][hit[0]]) if len(hit) else -1
+    panels = {"held-out accuracy (all types)": {a: (c["steps"], c["acc"]) for a, c in curves.items()}}
+    for t in TYPES:
+        panels[t] = {a: (c["steps"], c[t]) for a, c in curves.items()}
+    plot_curves(run_dir.path / "accuracy_vs_updates.png", panels, title="JoyAgents: held-out greedy accuracy vs updates")
+    plot_curves(run_dir.path / "accuracy_vs_trajectories.png",
+                {"held-out accuracy vs sampled trajectories (x = updates x trajectories per update)":
+                 {a: (c["steps"] * c["traj_per_update"], c["acc"]) for a, c in curves.items()}})
+    print(run_dir.write_table("results", [{k: v for k, v in r.items() if k != "memory_entries"} for r in rows]))
+    by = {r["arm"]: r for r in rows}
+    summary = {f"{a}/{k}": v for a, r in by.items() for k, v in r.items()
+               if k in ("final_acc", "best_acc", "start_acc", "updates_to_joint_final", "final_acc_memory_off",
+                        "trajectories", *[f"acc_{t}" for t in TYPES])}
+    summary["memories"] = {a: r["memory_entries"] for a, r in by.items() if "memory_entries" in r}
+    summary["run_dir"] = str(run_dir.path)
+    run_dir.save_json("summary.json", summary)
+    return summary
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)
