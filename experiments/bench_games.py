@@ -3,18 +3,22 @@
 Throughput (BENCHMARKS.md): a jitted ``lax.scan`` of ``steps`` over a vmapped batch taking
 random legal actions, auto-reset, with a checksum of observations and rewards. The pgx side is
 the anchor script's loop (``jax.random.categorical`` over the masked logits, a fresh batched
-``init(split(k2, B))`` selected where an episode ended); ours steps ``envs.AutoReset`` with
-``split(k2, B)`` keys (its ``SplitEnvironment`` fast path selects the fresh state and encodes one
-observation). Same games: our TicTacToe flips a coin for the first player, as pgx does.
+``init(split(k2, B))`` selected where an episode ended); ours steps ``envs.AutoReset`` with the
+same sampler and checksum, either ``batch_step(k2, ...)`` (one key for the batch: the fresh
+episodes come from one ``reset_states`` draw) or ``vmap(step)`` over ``split(k2, B)`` keys (rows
+marked "vmap split keys"); its ``SplitEnvironment`` fast path selects the fresh state and encodes
+one observation. Same games: our TicTacToe flips a coin for the first player, as pgx does.
 ``sampler="both"`` also times both with a cheaper sampler (one uniform per environment, the
 k-th legal action) so the environment cost is less hidden by RNG. Search: ``mctx.gumbel_muzero_policy`` with a uniform prior and zero value, the
 model being the real simulator (ours: ``search/alphazero.py``; anchor: the pgx anchor script).
-Measurements are interleaved and the best of ``repeats`` timed calls is kept.
+Measurements are interleaved (``repeats`` rounds, each timing every function once); ratios are
+from the median wall-clock (also reported: from the best call, and from median process CPU time).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 
 import jax
@@ -35,7 +39,7 @@ class Config:
     games: tuple[str, ...] = ("tictactoe", "kuhn_poker")
     search_batch: int = 1024
     num_simulations: int = 64
-    repeats: int = 5
+    repeats: int = 9
     sampler: str = "both"  # "categorical" (anchor loop) or "both"
 
     def __post_init__(self):
@@ -69,33 +73,45 @@ def _select(done, fresh, old):
     return jax.tree.map(lambda f, s: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s), fresh, old)
 
 
-#: benchmarked configurations: ``(row label, our kwargs)`` per game. pgx's TicTacToe flips a
-#: coin for the first player at every reset, so the like-for-like row uses
+#: benchmarked configurations: ``(row label, our env kwargs, stepping)`` per game. pgx's TicTacToe
+#: flips a coin for the first player at every reset, so the like-for-like rows use
 #: ``first_player="random"``; our default (player 0 first, as OpenSpiel) needs no RNG at reset.
+#: ``"batch"``: ``AutoReset.batch_step`` with the step's one key (fresh episodes from one
+#: ``reset_states`` draw); ``"vmap"``: ``vmap(AutoReset.step)`` over ``split(k2, B)`` keys, the key
+#: handling of the pgx loop (one key per environment per step).
 CASES = {
-    "tictactoe": [("tictactoe (random first player, = pgx)", {"first_player": "random"}),
-                  ("tictactoe (first_player=0, our default)", {"first_player": 0})],
-    "kuhn_poker": [("kuhn_poker", {})],
+    "tictactoe": [("tictactoe (random first player, = pgx)", {"first_player": "random"}, "batch"),
+                  ("tictactoe (random first, vmap split keys)", {"first_player": "random"}, "vmap"),
+                  ("tictactoe (first_player=0, our default)", {"first_player": 0}, "batch")],
+    "kuhn_poker": [("kuhn_poker", {}, "batch"), ("kuhn_poker (vmap split keys)", {}, "vmap")],
 }
 
 
-def ours_rollout(name, B, T, sampler, **env_kwargs):
-    """Our env under our ``envs.AutoReset`` (the fast path: one observation encoding per step)."""
+def ours_rollout(name, B, T, sampler, stepping="batch", **env_kwargs):
+    """Our env under ``envs.AutoReset`` (SplitEnvironment fast path: one observation encoding per
+    step), stepped with ``batch_step`` (one key per step) or ``vmap(step)`` (``split(k2, B)`` keys)."""
     env = envs.AutoReset(envs.make(name, **env_kwargs))
-    reset, step = jax.vmap(env.reset), jax.vmap(env.step)
+    if stepping == "batch":
+        reset, step = (lambda key: env.batch_reset(key, B)), env.batch_step
+    elif stepping == "vmap":
+        vreset, vstep = jax.vmap(env.reset), jax.vmap(env.step)
+        reset = lambda key: vreset(jax.random.split(key, B))
+        step = lambda key, state, a: vstep(jax.random.split(key, B), state, a)
+    else:
+        raise ValueError(f"stepping must be 'batch' or 'vmap', got {stepping!r}")
 
     def body(carry, _):
         key, state, ts = carry
         key, k1, k2 = jax.random.split(key, 3)
         _, mask = mover_view(ts)
         a = sampler(k1, mask)
-        state, ts = step(jax.random.split(k2, B), state, a)
+        state, ts = step(k2, state, a)
         chk = ts.obs.astype(jnp.float32).sum() + ts.reward.sum()
         return (key, state, ts), (ts.done.sum(), chk)
 
     @jax.jit
     def rollout(key):
-        state, ts = reset(jax.random.split(key, B))
+        state, ts = reset(key)
         _, (d, c) = jax.lax.scan(body, (key, state, ts), None, T)
         return d.sum(), c.sum()
 
@@ -165,20 +181,32 @@ def pgx_search(B, S):
     return run
 
 
-def time_interleaved(fns: dict, repeats: int) -> tuple[dict, dict]:
-    """Best wall-clock and best process CPU seconds per function over ``repeats`` interleaved calls
-    (CPU seconds are the steadier figure when other jobs share the machine)."""
+def time_interleaved(fns: dict, repeats: int) -> tuple[dict, dict, dict]:
+    """Median wall-clock, best wall-clock and median process CPU seconds per function over
+    ``repeats`` interleaved calls (one call of every function per round, after a warm-up call;
+    CPU seconds are the steadier figure when other jobs share the machine)."""
     for f in fns.values():
         jax.block_until_ready(f(jax.random.key(0)))
-    best = {k: float("inf") for k in fns}
-    best_cpu = dict(best)
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
     for i in range(repeats):
         for k, f in fns.items():
             t, c = time.perf_counter(), time.process_time()
             jax.block_until_ready(f(jax.random.key(i + 1)))
-            best[k] = min(best[k], time.perf_counter() - t)
-            best_cpu[k] = min(best_cpu[k], time.process_time() - c)
-    return best, best_cpu
+            wall[k].append(time.perf_counter() - t)
+            cpu[k].append(time.process_time() - c)
+    med = {k: statistics.median(v) for k, v in wall.items()}
+    return med, {k: min(v) for k, v in wall.items()}, {k: statistics.median(v) for k, v in cpu.items()}
+
+
+def _row(label, sampler, B, work, med, best, cpu, unit, have_pgx) -> dict:
+    """A results row: ``work`` units per call; ours/anchor from median wall, best wall, median CPU."""
+    nan = float("nan")
+    return {"bench": label, "sampler": sampler, "B": B, "ours": work / med[label],
+            "anchor": work / med["pgx"] if have_pgx else nan, "unit": unit,
+            "ratio": med["pgx"] / med[label] if have_pgx else nan,
+            "ratio_best": best["pgx"] / best[label] if have_pgx else nan,
+            "ratio_cpu_time": cpu["pgx"] / cpu[label] if have_pgx else nan}
 
 
 def run(config: Config, run_dir: RunDir | None = None) -> dict:
@@ -195,35 +223,29 @@ def run(config: Config, run_dir: RunDir | None = None) -> dict:
     rows, summary = [], {"device": jax.devices()[0].platform}
     for game in config.games:
         for sname, sampler in samplers.items():
-            fns = {label: ours_rollout(game, B, T, sampler, **kw) for label, kw in CASES[game]}
+            fns = {label: ours_rollout(game, B, T, sampler, mode, **kw) for label, kw, mode in CASES[game]}
             if have_pgx:
                 fns["pgx"] = pgx_rollout(PAIRS[game], B, T, sampler)
-            best, cpu = time_interleaved(fns, config.repeats)
-            for label, _ in CASES[game]:
-                sps = B * T / best[label]
-                anchor = B * T / best["pgx"] if have_pgx else float("nan")
-                ratio_cpu = cpu["pgx"] / cpu[label] if have_pgx else float("nan")
-                rows.append({"bench": label, "sampler": sname, "B": B, "ours": sps, "anchor": anchor,
-                             "unit": "steps/s", "ratio": sps / anchor, "ratio_cpu_time": ratio_cpu})
-                summary[f"{label}_{sname}_ratio"] = sps / anchor
-                summary[f"{label}_{sname}_ratio_cpu_time"] = ratio_cpu
+            med, best, cpu = time_interleaved(fns, config.repeats)
+            for label, _, _ in CASES[game]:
+                rows.append(_row(label, sname, B, B * T, med, best, cpu, "steps/s", have_pgx))
+                summary[f"{label}_{sname}_ratio"] = rows[-1]["ratio"]
+                summary[f"{label}_{sname}_ratio_cpu_time"] = rows[-1]["ratio_cpu_time"]
     S, SB = config.num_simulations, config.search_batch
     fns = {"ours": ours_search(SB, S)}
     if have_pgx:
         fns["pgx"] = pgx_search(SB, S)
-    best, cpu = time_interleaved(fns, config.repeats)
-    sims = {k: SB * S / v for k, v in best.items()}
-    ratio = sims["ours"] / sims["pgx"] if have_pgx else float("nan")
-    ratio_cpu = cpu["pgx"] / cpu["ours"] if have_pgx else float("nan")
-    rows.append({"bench": f"gumbel_muzero tictactoe {S} sims", "sampler": "-", "B": SB, "ours": sims["ours"],
-                 "anchor": sims.get("pgx", float("nan")), "unit": "simulations/s", "ratio": ratio,
-                 "ratio_cpu_time": ratio_cpu})
+    med, best, cpu = time_interleaved(fns, config.repeats)
+    rows.append(_row("ours", "-", SB, SB * S, med, best, cpu, "simulations/s", have_pgx))
+    rows[-1]["bench"] = f"gumbel_muzero tictactoe {S} sims"
+    ratio, ratio_cpu = rows[-1]["ratio"], rows[-1]["ratio_cpu_time"]
     summary["search_ratio"] = ratio
     summary["search_ratio_cpu_time"] = ratio_cpu
-    print(f"{'bench':42s} {'sampler':12s} {'B':>6s} {'ours':>14s} {'anchor':>14s} unit           ratio  cpu-time")
+    print(f"{'bench':42s} {'sampler':12s} {'B':>6s} {'ours':>14s} {'anchor':>14s} unit           "
+          "ratio  best  cpu-time   (ours/anchor from medians over interleaved rounds)")
     for r in rows:
         print(f"{r['bench']:42s} {r['sampler']:12s} {r['B']:6d} {r['ours']:14,.0f} {r['anchor']:14,.0f} "
-              f"{r['unit']:14s} {r['ratio']:.2f}   {r['ratio_cpu_time']:.2f}")
+              f"{r['unit']:14s} {r['ratio']:.2f}  {r['ratio_best']:.2f}  {r['ratio_cpu_time']:.2f}")
     if run_dir is not None:
         run_dir.write_table("bench_games", rows)
     return summary

@@ -147,6 +147,15 @@ class SplitEnvironment(Environment):
     def observe(self, state: State) -> Observation:
         """Every agent's observation, legal mask and the player to act."""
 
+    def reset_states(self, key: PRNGKey, num: int) -> State:
+        """``num`` fresh states (leaves ``[num, ...]``) from one key: the batched ``reset_state``.
+
+        Default: ``vmap(reset_state)(split(key, num))``. An environment whose reset needs only a few
+        random bits overrides it to draw them for the whole batch in one call (``AutoReset.batch_step``
+        then costs no per-environment key split); it must stay a pure function of ``(key, num)``.
+        """
+        return jax.vmap(self.reset_state)(jax.random.split(key, num))
+
     def reset_info(self, state: State) -> dict:
         """``info`` of a fresh episode; same structure as ``transition``'s."""
         return {}

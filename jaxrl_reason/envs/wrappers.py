@@ -9,6 +9,11 @@ from flax import struct
 from jaxrl_reason.envs.core import Environment, SplitEnvironment, TimeStep
 
 
+def where_done(done: jax.Array, fresh, old):
+    """Per row of a batch: the pytree ``fresh`` where ``done`` ``[B]`` is True, else ``old``."""
+    return jax.tree.map(lambda f, o: jnp.where(done.reshape(done.shape + (1,) * (o.ndim - 1)), f, o), fresh, old)
+
+
 class Wrapper(Environment):
     """Forwards the static attributes of the wrapped environment."""
 
@@ -51,6 +56,12 @@ class AutoReset(Wrapper):
     encoded once, so the per-step cost is one ``reset_state`` plus one
     ``observe``; for a plain ``Environment`` it is a full ``step`` plus a full
     ``reset`` (two encodings).
+
+    ``batch_reset`` / ``batch_step`` run a whole batch (leading axis) from ONE key per call,
+    instead of ``vmap`` over ``split(key, B)`` keys: the fresh episodes come from one
+    ``env.reset_states(key, B)`` call (e.g. TicTacToe's coin flips are B bits of one
+    ``jax.random.bits`` draw), so no per-environment key is split when the transition is
+    deterministic. Same rules and shapes as ``vmap(step)``; the random draws differ.
     """
 
     def __init__(self, env: Environment, final_obs: bool = False):
@@ -78,6 +89,46 @@ class AutoReset(Wrapper):
             reward=ts.reward, terminated=ts.terminated, truncated=ts.truncated, info=ts.info
         )
         return new_state, self._with_final_obs(new_ts, ts.obs)
+
+    def batch_reset(self, key, num: int):
+        """``num`` environments from one key: ``(state, ts)``, every leaf with a leading ``[num]``."""
+        if num < 1:
+            raise ValueError(f"batch_reset needs num >= 1, got {num}")
+        if not isinstance(self.env, SplitEnvironment):
+            return jax.vmap(self.reset)(jax.random.split(key, num))
+        env: SplitEnvironment = self.env
+        state = env.reset_states(key, num)
+        zeros = jnp.zeros((num, env.num_agents), jnp.float32)
+        false = jnp.zeros((num,), bool)
+        ts = jax.vmap(env.timestep)(state, zeros, false, false, jax.vmap(env.reset_info)(state))
+        return state, self._with_final_obs(ts, ts.obs)
+
+    def batch_step(self, key, state, action):
+        """Step a batch (leading axis of ``state`` and ``action``) with ONE key; returns ``(state, ts)``.
+
+        A ``SplitEnvironment`` gets ``split(step_key, num)`` keys for ``transition`` (none when
+        ``deterministic_transition``; then ``reset_key = key``), and every finished episode is
+        replaced by its row of ``env.reset_states(reset_key, num)``; other environments run
+        ``vmap(step)(split(key, num), ...)``. A pure function of ``key``.
+        """
+        action = jnp.asarray(action)
+        if action.ndim < 1:
+            raise ValueError(f"batch_step needs a leading batch axis on action, got shape {action.shape}")
+        num = action.shape[0]
+        if not isinstance(self.env, SplitEnvironment):
+            return jax.vmap(self.step)(jax.random.split(key, num), state, action)
+        env: SplitEnvironment = self.env
+        if env.deterministic_transition:
+            out = jax.vmap(env.transition, (None, 0, 0))(key, state, action)
+            reset_key = key
+        else:
+            step_key, reset_key = jax.random.split(key)
+            out = jax.vmap(env.transition)(jax.random.split(step_key, num), state, action)
+        done = jnp.logical_or(out.terminated, out.truncated)
+        new_state = where_done(done, env.reset_states(reset_key, num), out.state)
+        ts = jax.vmap(env.timestep)(new_state, out.reward, out.terminated, out.truncated, out.info)
+        final_obs = jax.vmap(env.observe)(out.state).obs if self.final_obs else None
+        return new_state, self._with_final_obs(ts, final_obs)
 
     def _split_step(self, step_key, reset_key, state, action):
         env: SplitEnvironment = self.env

@@ -78,6 +78,10 @@ class KuhnPoker(SplitEnvironment):
     def reset_state(self, key) -> KuhnState:
         return self.init_state(jnp.asarray(DEALS)[jax.random.randint(key, (), 0, 6)])
 
+    def reset_states(self, key, num: int) -> KuhnState:
+        """``num`` deals from one ``randint`` draw (one PRNG call for the batch)."""
+        return jax.vmap(self.init_state)(jnp.asarray(DEALS)[jax.random.randint(key, (num,), 0, 6)])
+
     def observe(self, s: KuhnState) -> Observation:
         h = jnp.asarray(_HIST_OBS)[s.hist]  # [3]
         card = (s.cards - 1).astype(jnp.float32)  # [2]

@@ -55,6 +55,14 @@ def bits_to_cells(bits: jax.Array) -> jax.Array:
     return (bits[..., None] & _CELL_BITS) != 0
 
 
+def coin_flips(key, num: int) -> jax.Array:
+    """``[num]`` int32 fair coins (0/1): the bits of one ``jax.random.bits`` draw of
+    ``ceil(num / 32)`` uint32 words (bit ``i % 32`` of word ``i // 32``), one PRNG call for a batch."""
+    words = jax.random.bits(key, (-(-num // 32),), jnp.uint32)
+    bits = (words[:, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+    return bits.reshape(-1)[:num].astype(jnp.int32)
+
+
 class TicTacToe(SplitEnvironment):
     deterministic_transition = True  # all chance is in reset_state
     conformance_variants = ({}, {"first_player": "random"})
@@ -80,6 +88,12 @@ class TicTacToe(SplitEnvironment):
         if self.first_player == "random":
             return self.init_state(jax.random.bernoulli(key).astype(jnp.int32))
         return self.init_state(self.first_player)
+
+    def reset_states(self, key, num: int) -> TicTacToeState:
+        """``num`` fresh boards; with ``first_player="random"`` the coins are ``coin_flips(key, num)``."""
+        if self.first_player == "random":
+            return jax.vmap(self.init_state)(coin_flips(key, num))
+        return jax.vmap(self.init_state)(jnp.full((num,), self.first_player, jnp.int32))
 
     def observe(self, s: TicTacToeState) -> Observation:
         m0, m1 = s.marks[0], s.marks[1]
