@@ -8,7 +8,8 @@ confusion route; a short schedule leaves the sub-agents partly trained) so that 
 step) and the same request stream: plain joint GRPO, joint GRPO + memory, node-wise MC + top-K,
 node-wise MC + top-K + memory; (3) greedy held-out accuracy per request type every ``eval_every``
 updates (memory arms retrieve from their evolved memory; their final model is also evaluated with
-the memory switched off).
+the memory switched off). ``mean_acc`` is the mean held-out accuracy over all evaluations (start
+included): the area under the learning curve, a summary of learning speed at equal updates.
 
     python experiments/joyagents.py --preset cpu
 Plots: accuracy_vs_updates.png (overall + per type), accuracy_vs_trajectories.png; results.md/.csv.
@@ -47,7 +48,7 @@ class Config:
     requests_per_step: int = 8
     rl_steps: int = 30
     eval_every: int = 5
-    heldout: int = 128
+    heldout: int = 256
 
     def __post_init__(self):
         def need(ok, msg):
@@ -123,7 +124,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         steps, acc = series(arm_dir, "eval/accuracy")
         _, traj = series(arm_dir, "trajectories")
         row = {"arm": arm, "mode": mode, "memory": memory, "updates": int(state.step), "start_acc": float(acc[0]),
-               "final_acc": final["accuracy"], "best_acc": float(acc.max()),
+               "final_acc": final["accuracy"], "best_acc": float(acc.max()), "mean_acc": float(acc.mean()),
                "trajectories": float(traj.sum()), **{f"acc_{t}": final[f"accuracy/{t}"] for t in TYPES},
                "route_acc": final["route_accuracy"]}
         if memory:
@@ -154,7 +155,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     print(run_dir.write_table("results", [{k: v for k, v in r.items() if k != "memory_entries"} for r in rows]))
     by = {r["arm"]: r for r in rows}
     summary = {f"{a}/{k}": v for a, r in by.items() for k, v in r.items()
-               if k in ("final_acc", "best_acc", "start_acc", "updates_to_joint_final", "final_acc_memory_off",
+               if k in ("final_acc", "best_acc", "mean_acc", "start_acc", "updates_to_joint_final", "final_acc_memory_off",
                         "trajectories", *[f"acc_{t}" for t in TYPES])}
     summary["memories"] = {a: r["memory_entries"] for a, r in by.items() if "memory_entries" in r}
     summary["run_dir"] = str(run_dir.path)

@@ -244,21 +244,22 @@ def test_memory_write_evict_retrieve():
     mem = init_memory(2)
     kinds = jnp.array([0, 1, 2])
     assert retrieve(mem, kinds).tolist() == [NOHINT] * 3
-    # type 0: route m (0) wins 1.0 vs route f (2) 0.0; type 1: nothing right -> no entry
+    # type 0: route m (0), used by half the group, wins 1.0 vs route f (2) 0.0 -> score 0.5 * 1.0;
+    # type 1: nothing right -> no entry
     mem = write(mem, jnp.array([0, 1]), jnp.array([[0, 0, 2, 2], [1, 1, 1, -1]]),
                 jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
-    assert mem.entries() == [(0, "m", 1.0)]
+    assert mem.entries() == [(0, "m", 0.5)]
     assert retrieve(mem, kinds).tolist() == [ROUTE_TOKENS[0], NOHINT, NOHINT]
-    # type 2: route f at 0.5 fills the free slot; then type 3: route t at 0.75 evicts the lowest (0.5)
+    # type 2: route f at 0.5 x 0.5 fills the free slot; then type 3: route t at 0.75 evicts the lowest (0.25)
     mem = write(mem, jnp.array([2]), jnp.array([[2, 2, 0, 0]]), jnp.array([[1.0, 0.0, 0.0, 0.0]]))
-    assert sorted(mem.entries()) == [(0, "m", 1.0), (2, "f", 0.5)]
+    assert sorted(mem.entries()) == [(0, "m", 0.5), (2, "f", 0.25)]
     mem = write(mem, jnp.array([3]), jnp.array([[3, 3, 3, 3]]), jnp.array([[1.0, 1.0, 1.0, 0.0]]))
-    assert sorted(mem.entries()) == [(0, "m", 1.0), (3, "t", 0.75)]
-    # a worse candidate does not evict; a failing stored strategy decays (rate 0.5)
-    mem = write(mem, jnp.array([1]), jnp.array([[1, 1, 1, 1]]), jnp.array([[1.0, 0.0, 0.0, 0.0]]))
-    assert sorted(mem.entries()) == [(0, "m", 1.0), (3, "t", 0.75)]
-    mem = write(mem, jnp.array([0]), jnp.array([[0, 0, 0, 0]]), jnp.zeros((1, 4)))
     assert sorted(mem.entries()) == [(0, "m", 0.5), (3, "t", 0.75)]
+    # a worse candidate (0.25) does not evict; a failing stored strategy decays (rate 0.5)
+    mem = write(mem, jnp.array([1]), jnp.array([[1, 1, 1, 1]]), jnp.array([[1.0, 0.0, 0.0, 0.0]]))
+    assert sorted(mem.entries()) == [(0, "m", 0.5), (3, "t", 0.75)]
+    mem = write(mem, jnp.array([0]), jnp.array([[0, 0, 0, 0]]), jnp.zeros((1, 4)))
+    assert sorted(mem.entries()) == [(0, "m", 0.25), (3, "t", 0.75)]
     mem = write(mem, jnp.array([0]), jnp.array([[0, 0, 0, 0]]), jnp.zeros((1, 4)), rate=1.0)
     assert retrieve(mem, kinds).tolist() == [NOHINT, NOHINT, NOHINT]  # score 0: not retrieved
     assert jax.jit(write)(mem, kinds, jnp.zeros((3, 2), jnp.int32), jnp.ones((3, 2))).kind.shape == (2,)
@@ -280,15 +281,17 @@ def test_nodewise_grpo_with_memory_improves_heldout_accuracy():
     models = build_models(LEARN_LM, SYS, 0)
     noise = TraceNoise(route_noise=(0.0, 0.0, 0.7, 0.0), hint_rate=0.3, wrong_hint_rate=0.0)
     sft_warm_start(models, LEARN_TASK.generate_batch(np.random.default_rng(1), 1024), SYS, noise,
-                   SFTConfig(problems=1024, steps=250, batch_size=64, lr=1e-2))
+                   SFTConfig(problems=1024, steps=150, batch_size=64, lr=1e-2))
     held = reqs(LEARN_TASK.generate_batch(np.random.default_rng(5), 96, "heldout", balanced=False))
     trainer = JoyTrainer(JoyConfig(mode="nodewise", group_size=4, top_k=2, memory=True, lr=1e-3), SYS, models)
     state = trainer.init()
     start = evaluate(trainer, state, held)
-    for s in range(8):
+    for s in range(6):
         req = reqs(LEARN_TASK.generate_batch(np.random.default_rng([2, s]), 8))
         state, m = trainer.step(state, req, jax.random.key(s))
     end = evaluate(trainer, state, held)
-    assert int(state.step) == 8 and float(m["selected_nodes"]) <= 2
-    assert end["accuracy"] >= start["accuracy"] + 0.1, (start, end)
+    assert int(state.step) == 6 and float(m["selected_nodes"]) <= 2
+    # measured (seed 0): 0.240 -> 0.344 overall; call requests routed right 0.00 -> 1.00
+    assert end["accuracy"] >= start["accuracy"] + 0.08, (start, end)
+    assert end["route_accuracy/call"] >= start["route_accuracy/call"] + 0.5, (start, end)
     assert any(k == 2 and s == "f" for k, s, _ in state.memory.entries())

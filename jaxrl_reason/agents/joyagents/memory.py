@@ -7,10 +7,11 @@ with the GRPO rewards and retrieved into the master's route prompt. Fixed-size a
 
 A strategy is a route index (into ``tasks.assistant.ROUTES``). ``write`` goes through the Q groups
 in order (``lax.scan``); for each group of type t and every route s sampled in it, the group's mean
-reward for s, r_s, is the evidence:
-  * an entry (t, s) already in memory moves towards it: score <- (1 - rate) * score + rate * r_s;
-  * the best route of the group (highest r_s, r_s > min_reward) that has no entry yet is written into
-    a free slot, or evicts the lowest-scoring entry if r_s beats its score.
+reward for s, r_s, is the evidence, weighted by the fraction f_s of the group's samples that used s
+(a single lucky sample of a rare route is weak evidence):
+  * an entry (t, s) already in memory moves towards it: score <- (1 - rate f_s) score + rate f_s r_s;
+  * the best route of the group (highest f_s r_s > min_reward) that has no entry yet is written into
+    a free slot with score f_s r_s, or evicts the lowest-scoring entry if f_s r_s beats its score.
 ``retrieve`` returns the strategy of the highest-scoring entry of the request's type if its score
 exceeds ``min_reward``, else the "no hint" token. Scores live in [0, 1] (rewards are 0/1).
 """
@@ -75,14 +76,16 @@ def write(mem: Memory, kinds: jax.Array, routes: jax.Array, rewards: jax.Array, 
         count = used.sum(1)
         mean = jnp.where(count > 0, (used * rw[None]).sum(1) / jnp.maximum(count, 1), 0.0)  # [S]
         seen = count > 0
+        frac = count / rt.shape[0]  # [S]
         is_entry = (m.kind[:, None] == t) & (m.strategy[:, None] == jnp.arange(n_routes)[None])  # [K, S]
         ev = is_entry & seen[None]
         upd = jnp.where(ev, mean[None], 0.0).sum(1)
-        score = jnp.where(ev.any(1), (1 - rate) * m.score + rate * upd, m.score)
+        w = rate * jnp.where(ev, frac[None], 0.0).sum(1)  # [K]
+        score = jnp.where(ev.any(1), (1 - w) * m.score + w * upd, m.score)
         m = Memory(kind=m.kind, strategy=m.strategy, score=score)
         # insert the group's best new strategy
         known = is_entry.any(0)
-        cand = jnp.where(seen & ~known, mean, -jnp.inf)
+        cand = jnp.where(seen & ~known, frac * mean, -jnp.inf)
         s = jnp.argmax(cand)
         value = cand[s]
         slot_score = jnp.where(m.kind >= 0, m.score, -jnp.inf)
