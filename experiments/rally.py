@@ -3,12 +3,13 @@ vs LLM + consensus (SFT on prior traces, then GRPO on episode return), at one
 environment-step budget with fixed seeds.
 
 Every learner takes exactly ``budget`` environment steps (checked; RMIX's prior-collected
-prefill counts);
-the LLM rows report their own (smaller) count: SFT trace steps, plus GRPO episode steps.
-Each method is then evaluated on the same ``eval_episodes`` episodes (same key): mean
-episode return (mean over agents), mean urgency-weighted coverage, targets served, UAVs
-captured. Writes per-method learning curves, a results table (``results.md``), bar plots
-and a frame strip of one episode of the best learned method.
+prefill counts); the LLM rows report their own (smaller) count: SFT trace steps, plus GRPO
+episode steps. Each method is then evaluated on the same ``eval_episodes`` episodes (same
+key): mean episode return (mean over agents), mean urgency-weighted coverage, targets served,
+UAVs captured, and the paired difference of each method's return to the prior's on the same
+episodes (``vs_prior``, mean and standard error). Writes per-method learning curves, a
+results table (``results.md``), bar plots and a frame strip of one episode of the best
+learned method.
 
 Long runs: each learner trains in ``<run_dir>/<method>/`` through ``utils.loop.run_chunks``
 (orbax checkpoint after every chunk); ``--resume`` restores each method's latest checkpoint
@@ -171,16 +172,21 @@ def run(config: Config, run_dir: RunDir) -> dict:
             policies["llm_grpo"], env_steps["llm_grpo"] = _intent_fn(tuned), sft_steps + stats["env_steps"]
         sub.close()
 
-    rows = []
+    rows, returns = [], {}
+    sem = lambda x: float(x.std() / np.sqrt(x.size))
     for name, (fn, carry) in policies.items():
         stats = jax.jit(functools.partial(rally_eval.play, env, fn, num_episodes=config.eval_episodes))(
             carry, k_eval)
         stats = {k: np.asarray(v) for k, v in stats.items()}
+        returns[name] = stats["return"]
         rows.append({"method": name, "env_steps": env_steps[name],
-                     "mean_return": float(stats["return"].mean()),
-                     "return_sem": float(stats["return"].std() / np.sqrt(config.eval_episodes)),
+                     "mean_return": float(stats["return"].mean()), "return_sem": sem(stats["return"]),
                      "coverage": float(stats["coverage"].mean()), "served": float(stats["served"].mean()),
                      "captured": float(stats["captured"].mean())})
+    if "prior" in returns:  # every method plays the same episodes (same key): paired difference to the prior
+        for row in rows:
+            diff = returns[row["method"]] - returns["prior"]
+            row.update(vs_prior=float(diff.mean()), vs_prior_sem=sem(diff))
     print(run_dir.write_table("results", rows))
     learners = [m for m in LEARNERS if m in policies]
     if learners:
