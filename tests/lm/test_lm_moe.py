@@ -81,7 +81,7 @@ def test_incremental_decode_matches_full_forward(model, full_logits):
         lg, cache = step(model, TOKS[:, i : i + 2], jnp.broadcast_to(jnp.arange(i, i + 2), (2, 2)), cache)
         outs.append(lg)
     np.testing.assert_allclose(np.asarray(jnp.concatenate(outs, 1)), np.asarray(full_logits), atol=2e-5)
-    assert set(cache) == {"c", "kr"} and cache["c"].shape == (MOE.n_layers, 2, 12, MOE.kv_lora_rank)
+    assert set(cache.buffers) == {"c", "kr"} and cache.buffers["c"].shape == (MOE.n_layers, 2, 12, MOE.kv_lora_rank)
 
 
 @pytest.mark.slow

@@ -8,19 +8,33 @@
 `aux`: {"load": [L, E] expert load per layer, "balance_loss": []} for MoE models, else {}.
 Compile time does not grow with depth (one scanned block; `scan_layers=False` unrolls the scan,
 which can be faster for small models on CPU); `cfg.remat` checkpoints each block.
-The cache (see `init_cache`) is a dict of per-layer buffers stacked on the same leading axis.
+The cache (see `init_cache`) is a `KVCache`: per-layer buffers stacked on the same leading axis, the
+token position held in each slot, and the next free slot. ``hidden`` writes its T tokens at slots
+``cache.end .. cache.end+T-1`` and records ``positions`` there (pass position -1 for padding tokens
+that later queries must not see).
 """
 
 from __future__ import annotations
 
+import flax
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxrl_reason.models.lm.attention import init_layer_cache, make_attention
+from jaxrl_reason.models.lm.attention import LayerCache, init_layer_cache, make_attention
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.layers import Linear, RMSNorm, SwiGLU
 from jaxrl_reason.models.lm.moe import MoE
+
+
+@flax.struct.dataclass
+class KVCache:
+    """buffers: {name: [n_layers, B, ...]} (layout in `attention`); pos: [B, S] int32 token position of
+    each slot (-1 = empty); end: int32 scalar, the next slot to write (the same for every sequence)."""
+
+    buffers: dict
+    pos: jax.Array
+    end: jax.Array
 
 
 class Block(nnx.Module):
@@ -80,22 +94,28 @@ class Transformer(nnx.Module):
     def embed_tokens(self, tokens: jax.Array) -> jax.Array:
         return jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.jdtype)
 
-    def hidden(self, tokens, positions=None, cache=None):
+    def hidden(self, tokens, positions=None, cache: KVCache | None = None):
         """tokens [B, T] int32, positions [B, T] (default 0..T-1), cache or None -> (h [B,T,D], cache, aux)."""
         b, t = tokens.shape
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         h = self.embed_tokens(tokens)
         gdef, bstate = nnx.split(self.blocks)
+        if cache is not None:
+            slot_pos = jax.lax.dynamic_update_slice_in_dim(cache.pos, positions.astype(jnp.int32), cache.end, axis=1)
 
         def body(h, xs):
-            layer_state, layer_cache = xs
-            h, layer_cache, aux = nnx.merge(gdef, layer_state)(h, positions, layer_cache)
-            return h, (layer_cache, aux)
+            layer_state, layer_bufs = xs
+            layer_cache = None if cache is None else LayerCache(layer_bufs, cache.end, slot_pos)
+            h, layer_bufs, aux = nnx.merge(gdef, layer_state)(h, positions, layer_cache)
+            return h, (layer_bufs, aux)
 
         if self.cfg.remat:
             body = jax.checkpoint(body, prevent_cse=False)
-        h, (cache, aux) = jax.lax.scan(body, h, (bstate, cache), unroll=not self.cfg.scan_layers)
+        bufs = None if cache is None else cache.buffers
+        h, (bufs, aux) = jax.lax.scan(body, h, (bstate, bufs), unroll=not self.cfg.scan_layers)
+        if cache is not None:
+            cache = KVCache(buffers=bufs, pos=slot_pos, end=cache.end + t)
         if aux:
             aux = {"load": aux["load"], "balance_loss": jnp.sum(aux["balance_loss"])}
         return h, cache, aux
@@ -119,17 +139,18 @@ class Transformer(nnx.Module):
         return self.logits(h), cache, aux
 
 
-def init_cache(cfg: LMConfig, batch: int, length: int, dtype=None) -> dict:
-    """Stacked zero KV cache: every buffer gets a leading [n_layers] axis."""
+def init_cache(cfg: LMConfig, batch: int, length: int, dtype=None) -> KVCache:
+    """Empty KV cache of `length` slots: every buffer gets a leading [n_layers] axis; all slots empty."""
     layer = init_layer_cache(cfg, batch, length, dtype)
-    return {k: jnp.broadcast_to(v, (cfg.n_layers,) + v.shape) for k, v in layer.items()}
+    buffers = {k: jnp.broadcast_to(v, (cfg.n_layers,) + v.shape) for k, v in layer.items()}
+    return KVCache(buffers=buffers, pos=jnp.full((batch, length), -1, jnp.int32), end=jnp.int32(0))
 
 
-def cache_bytes_per_token(cache: dict) -> float:
-    """Bytes of cache per token slot (all layers) from the actual buffers: nbytes / (B * S)."""
-    leaves = list(cache.values())
-    b, s = leaves[0].shape[1:3]
-    return sum(x.size * x.dtype.itemsize for x in leaves) / (b * s)
+def cache_bytes_per_token(cache: KVCache) -> float:
+    """Bytes of K/V (or latent) cache per token slot, all layers, from the actual buffers:
+    nbytes / (B * S). The [B, S] int32 slot-position index (4 bytes per slot) is not counted."""
+    b, s = cache.pos.shape
+    return sum(x.size * x.dtype.itemsize for x in cache.buffers.values()) / (b * s)
 
 
 def param_count(model: nnx.Module) -> int:

@@ -6,7 +6,7 @@ preallocated KV cache (compressed latent cache for MLA).
     out.lengths [B] (generated tokens, stop token included)
 
 Prompts are right-padded [B, P] with their true lengths; sequence b writes its generated tokens at
-positions prompt_lens[b], prompt_lens[b]+1, ... Each sequence stops at any of its own stop tokens
+positions prompt_lens[b], prompt_lens[b]+1, ... (cache slots P, P+1, ...; see `attention`). Each sequence stops at any of its own stop tokens
 (`stop_tokens` [B, S] or [S], -1 = unused) or after its own `max_new_tokens[b]`; the loop exits when
 all have stopped. `logprobs` are under the sampling distribution (temperature, top-k, top-p applied);
 for greedy decoding (temperature 0) they are the model's own log-probabilities of the argmax.
@@ -130,7 +130,8 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
     b, p = prompts.shape
     n = config.max_new_tokens
     cache = init_cache(model.cfg, b, config.cache_len or p + n)
-    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+    ar = jnp.arange(p, dtype=jnp.int32)[None]
+    pos = jnp.where(ar < prompt_lens[:, None], ar, -1)  # padding after each prompt stays invisible
     h, cache, _ = model.hidden(prompts, pos, cache)
     h_last = jnp.take_along_axis(h, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
     logits = model.logits(h_last)  # [B, V]
