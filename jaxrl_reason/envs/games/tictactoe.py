@@ -15,7 +15,8 @@ precomputed line masks, so a step is a handful of integer ops (no gathers, no so
 - Stepping a finished game is a no-op with zero reward (tree search relies on it).
 
 Written as a ``SplitEnvironment`` (``reset_state`` / ``transition`` / ``observe``), so
-``AutoReset`` encodes one observation per step.
+``AutoReset`` encodes one observation per step; ``reset_states`` draws a whole batch's coin flips
+from one key (``coin_flips``), so ``AutoReset.batch_step`` splits no per-environment keys.
 """
 
 from __future__ import annotations
