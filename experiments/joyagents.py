@@ -31,8 +31,10 @@ from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
 
-ARMS = {"joint": ("joint", False), "joint+memory": ("joint", True), "nodewise": ("nodewise", False),
-        "nodewise+memory": ("nodewise", True)}
+# arm -> (mode, memory, group-size multiplier); "joint_4g" is plain joint GRPO with 4G trajectories per request, the
+# same number of sampled trajectories per update as node-wise sampling (4 nodes x G): the equal-samples control
+ARMS = {"joint": ("joint", False, 1), "joint+memory": ("joint", True, 1), "nodewise": ("nodewise", False, 1),
+        "nodewise+memory": ("nodewise", True, 1), "joint_4g": ("joint", False, 4)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Config:
     noise: TraceNoise = TraceNoise(route_noise=(0.2, 0.2, 0.6, 0.6), hint_rate=0.5, wrong_hint_rate=0.1)
     sft: SFTConfig = SFTConfig(problems=2048, steps=300, batch_size=64, lr=3e-3)
     rl: JoyConfig = JoyConfig(group_size=8, top_k=2, lr=3e-4, temperature=1.0)
-    arms: tuple[str, ...] = tuple(ARMS)
+    arms: tuple[str, ...] = ("joint", "joint+memory", "nodewise", "nodewise+memory")  # + "joint_4g"
     requests_per_step: int = 8
     rl_steps: int = 30
     eval_every: int = 5
@@ -96,8 +98,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
     # (2) RL arms from the same start, same request stream
     rows, curves = [], {}
     for arm in config.arms:
-        mode, memory = ARMS[arm]
-        rl = dataclasses.replace(config.rl, mode=mode, memory=memory)
+        mode, memory, mult = ARMS[arm]
+        rl = dataclasses.replace(config.rl, mode=mode, memory=memory, group_size=config.rl.group_size * mult)
         trainer = JoyTrainer(rl, system, models)
         arm_dir = sub_run(run_dir, arm.replace("+", "_"))
 
@@ -140,7 +142,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     ref = {False: next((r for r in rows if r["arm"] == "joint"), None),
            True: next((r for r in rows if r["arm"] == "joint+memory"), None)}
     for r in rows:
-        base = ref[r["arm"].endswith("memory")]
+        base = ref[r["memory"]]
         if base is not None:
             c = curves[r["arm"]]
             hit = np.nonzero(c["acc"] >= base["final_acc"] - 1e-9)[0]
