@@ -9,7 +9,14 @@ Gram-Schmidt applied twice (CGS2: as stable as modified GS, but two matrix-vecto
 products instead of a loop), Givens rotations on the Hessenberg matrix, exit inside a
 cycle as soon as the estimated residual meets the tolerance, true residual recomputed
 at every restart. Everything is ``lax.while_loop``: ``jit``/``vmap`` (over right-hand
-sides or whole systems) work; a vmapped batch runs until its slowest member finishes.
+sides or whole systems) work.
+
+Batching: under ``jax.vmap`` (a ``custom_vmap`` rule) the mapped solves run in lockstep in
+one loop with a shared step counter: the Arnoldi step is one batched matvec / matmul over
+all lanes, the basis update one in-place slab write, and a lane that has converged (or
+failed) is frozen while the others go on; the loop ends when every lane is done. Each
+lane's result (iterations, history, status) equals its own unbatched solve (up to
+round-off). Gram-Schmidt reads only the basis rows in use (chunks of ``GS_CHUNK``).
 
 Precision: the arithmetic follows ``b``'s dtype. For float64 enable x64 first
 (``jax.config.update("jax_enable_x64", True)`` globally, or locally ``with jax.enable_x64(True):``);
@@ -80,12 +87,16 @@ class KrylovResult:
 
 @struct.dataclass
 class ArnoldiState:
-    """One GMRES cycle in progress (``m`` = restart length).
+    """One GMRES(m) cycle over ``L`` lanes (right-hand sides or systems) in lockstep.
 
-    V: ``[m+1, n]`` orthonormal basis. Z: ``[m, n]`` preconditioned directions (flexible
-    variant; ``[0, n]`` otherwise). R: ``[m, m+1]`` row ``j`` = rotated Hessenberg column
-    ``j``. cs, sn: ``[m]`` Givens rotations. g: ``[m+1]`` rotated ``beta e_1``.
-    j: int32 steps done. breakdown: bool, an exact invariant subspace was met.
+    All lanes share the step counter ``j``, so the basis update is one in-place slab write
+    and the Arnoldi step is one batched matvec; a lane that meets its tolerance, breaks down
+    or hits a non-finite value stops (``active`` False) and stays frozen for the cycle.
+    V: ``[L, rows, n]`` orthonormal bases, ``rows >= m + 1`` (a multiple of the Gram-Schmidt
+    chunk; rows past ``j`` are zero). Z: ``[L, m, n]`` preconditioned directions (flexible
+    variant; ``[L, 0, n]`` otherwise). R: ``[m, m+1, L]``, ``R[j]`` = rotated Hessenberg column
+    ``j``. cs, sn: ``[m, L]`` Givens rotations. g: ``[m+1, L]`` rotated ``beta e_1``.
+    j: int32 shared steps taken. steps: ``[L]`` int32 steps each lane took. active, breakdown: ``[L]`` bool.
     """
 
     V: jax.Array
@@ -95,153 +106,261 @@ class ArnoldiState:
     sn: jax.Array
     g: jax.Array
     j: jax.Array
+    steps: jax.Array
+    active: jax.Array
     breakdown: jax.Array
 
 
-def arnoldi_init(r: jax.Array, m: int, flexible: bool) -> ArnoldiState:
-    """Start a cycle from the residual ``r`` ``[n]``."""
-    n, dt = r.shape[0], r.dtype
-    beta = jnp.linalg.norm(r)
-    v0 = r / jnp.where(beta > 0, beta, 1)
+GS_CHUNK = 8  # Gram-Schmidt reads the basis in chunks of this many rows, only up to row j
+
+
+def arnoldi_init(R0: jax.Array, m: int, flexible: bool, active: jax.Array | None = None) -> ArnoldiState:
+    """Start a cycle from the residuals ``R0`` ``[L, n]``; ``active`` ``[L]`` (default all)."""
+    L, n = R0.shape
+    dt = R0.dtype
+    beta = jnp.linalg.norm(R0, axis=1)
+    v0 = R0 / jnp.where(beta > 0, beta, 1)[:, None]
+    rows = -(-(m + 1) // GS_CHUNK) * GS_CHUNK
     return ArnoldiState(
-        V=jnp.zeros((m + 1, n), dt).at[0].set(v0),
-        Z=jnp.zeros((m if flexible else 0, n), dt),
-        R=jnp.zeros((m, m + 1), dt),
-        cs=jnp.ones((m,), dt),
-        sn=jnp.zeros((m,), dt),
-        g=jnp.zeros((m + 1,), dt).at[0].set(beta),
+        V=jnp.zeros((L, rows, n), dt).at[:, 0].set(v0),
+        Z=jnp.zeros((L, m if flexible else 0, n), dt),
+        R=jnp.zeros((m, m + 1, L), dt),
+        cs=jnp.ones((m, L), dt),
+        sn=jnp.zeros((m, L), dt),
+        g=jnp.zeros((m + 1, L), dt).at[0].set(beta),
         j=jnp.int32(0),
-        breakdown=jnp.bool_(False),
+        steps=jnp.zeros((L,), jnp.int32),
+        active=jnp.ones((L,), bool) if active is None else active,
+        breakdown=jnp.zeros((L,), bool),
     )
 
 
-def arnoldi_step(matvec: Callable, st: ArnoldiState, z: jax.Array) -> ArnoldiState:
-    """Extend the basis with ``A z`` where ``z = M_j(V[j])`` (``z = V[j]`` unpreconditioned)."""
+def _gram_schmidt(V: jax.Array, w: jax.Array, j: jax.Array):
+    """One classical Gram-Schmidt pass against rows ``0..j`` of ``V`` ``[L, rows, n]``.
+
+    Returns ``(h [L, rows], w - h V, V)``; reads only the ``ceil((j+1)/chunk)`` chunks in use,
+    so early iterations do not pay for the whole (mostly zero) basis. ``V`` is threaded
+    through the chunk loops and returned (a read-only loop operand would make XLA copy the
+    whole basis at every step before the in-place row update).
+    """
+    rows = V.shape[1]
+    chunks = j // GS_CHUNK + 1
+    sl = lambda a, c: jax.lax.dynamic_slice_in_dim(a, c * GS_CHUNK, GS_CHUNK, 1)
+
+    def dot(c, hV):
+        h, V = hV
+        return jax.lax.dynamic_update_slice_in_dim(h, jnp.einsum("lcn,ln->lc", sl(V, c), w), c * GS_CHUNK, 1), V
+
+    h, V = jax.lax.fori_loop(0, chunks, dot, (jnp.zeros((w.shape[0], rows), w.dtype), V))
+    h = h * (jnp.arange(rows) <= j)
+
+    def sub(c, wV):
+        w, V = wV
+        return w - jnp.einsum("lc,lcn->ln", sl(h, c), sl(V, c)), V
+
+    w, V = jax.lax.fori_loop(0, chunks, sub, (w, V))
+    return h, w, V
+
+
+def arnoldi_step(matvec: Callable, st: ArnoldiState, z: jax.Array, tol: jax.Array):
+    """Extend the active lanes' bases with ``A z``, ``z = M_j(V[j])`` ``[L, n]``.
+
+    matvec: ``[L, n] -> [L, n]`` (lane-wise ``A``). tol: ``[L]``; a lane whose residual
+    estimate falls to ``tol`` stops. Returns ``(state, z_ok [L], step_ok [L])``: a lane whose
+    ``z`` or ``A z`` is not finite keeps its previous state and stops.
+    """
     m = st.R.shape[0]
     j = st.j
+    z_ok = jnp.isfinite(z).all(axis=1)
+    z = jnp.where(z_ok[:, None], z, 0)
     w = matvec(z)
-    h0 = jnp.linalg.norm(w)
-    mask = (jnp.arange(m + 1) <= j).astype(w.dtype)
-    h = (st.V @ w) * mask
-    w = w - h @ st.V
-    h2 = (st.V @ w) * mask  # second Gram-Schmidt pass (CGS2)
-    w = w - h2 @ st.V
-    h = h + h2
-    hn = jnp.linalg.norm(w)
-    eps = jnp.finfo(w.dtype).eps
-    broke = hn <= eps * h0
-    V = st.V.at[j + 1].set(jnp.where(broke, 0, w / jnp.where(hn > 0, hn, 1)))
+    h0 = jnp.linalg.norm(w, axis=1)
+    h, w, V = _gram_schmidt(st.V, w, j)
+    h2, w, V = _gram_schmidt(V, w, j)  # second pass (CGS2)
+    h = (h + h2)[:, : m + 1].T  # [m+1, L]
+    hn = jnp.linalg.norm(w, axis=1)
+    broke = hn <= jnp.finfo(w.dtype).eps * h0
+    vnext = jnp.where(broke[:, None], 0, w / jnp.where(hn > 0, hn, 1)[:, None])
     h = h.at[j + 1].set(jnp.where(broke, 0, hn))
 
-    def rotate(k, h):  # apply the earlier rotations k < j
+    def rotate(k, h):  # apply the earlier rotations k < j (shared by all lanes)
         c, s = st.cs[k], st.sn[k]
         a, b = h[k], h[k + 1]
-        new = jnp.where(k < j, jnp.stack([c * a + s * b, -s * a + c * b]), jnp.stack([a, b]))
-        return jax.lax.dynamic_update_slice(h, new, (k,))
+        return jax.lax.dynamic_update_slice_in_dim(h, jnp.stack([c * a + s * b, -s * a + c * b]), k, 0)
 
-    h = jax.lax.fori_loop(0, m, rotate, h)
+    h = jax.lax.fori_loop(0, j, rotate, h)
     a, b = h[j], h[j + 1]
     rr = jnp.hypot(a, b)
     c = jnp.where(rr > 0, a / jnp.where(rr > 0, rr, 1), 1)
     s = jnp.where(rr > 0, b / jnp.where(rr > 0, rr, 1), 0)
     h = h.at[j].set(rr).at[j + 1].set(0)
     gj = st.g[j]
-    g = st.g.at[j].set(c * gj).at[j + 1].set(-s * gj)
-    Z = st.Z.at[j].set(z) if st.Z.shape[0] else st.Z
-    return ArnoldiState(V=V, Z=Z, R=st.R.at[j].set(h), cs=st.cs.at[j].set(c), sn=st.sn.at[j].set(s),
-                        g=g, j=j + 1, breakdown=broke)
+    ok = z_ok & jnp.isfinite(h).all(axis=0) & jnp.isfinite(vnext).all(axis=1)
+    act = st.active & ok
+    keep = lambda new, old: jnp.where(act, new, old)
+    g = st.g.at[j].set(keep(c * gj, gj)).at[j + 1].set(keep(-s * gj, st.g[j + 1]))
+    new = ArnoldiState(
+        V=jax.lax.dynamic_update_slice_in_dim(V, jnp.where(act[:, None], vnext, 0)[:, None], j + 1, 1),
+        Z=jax.lax.dynamic_update_slice_in_dim(st.Z, jnp.where(act[:, None], z, 0)[:, None], j, 1)
+        if st.Z.shape[1] else st.Z,
+        R=st.R.at[j].set(jnp.where(act, h, st.R[j])),
+        cs=st.cs.at[j].set(keep(c, st.cs[j])), sn=st.sn.at[j].set(keep(s, st.sn[j])),
+        g=g, j=j + 1, steps=st.steps + act.astype(jnp.int32),
+        active=act & ~broke & (jnp.abs(g[j + 1]) > tol),
+        breakdown=st.breakdown | (act & broke))
+    return new, z_ok, ok
 
 
 def arnoldi_coefficients(st: ArnoldiState) -> jax.Array:
-    """Least-squares coefficients ``y`` ``[m]`` of the cycle (zero past ``st.j``)."""
+    """Least-squares coefficients ``y`` ``[L, m]`` of the cycle (zero past each lane's steps)."""
     m = st.R.shape[0]
-    active = jnp.arange(m) < st.j
-    Rt = st.R[:, :m].T  # upper triangular [m, m]
-    diag = jnp.diagonal(Rt)
-    ok = active & (diag != 0)  # a zero pivot (singular breakdown) gets a zero coefficient, as in scipy
-    Rt = jnp.where(active[:, None] & active[None, :], Rt, 0)
-    Rt = Rt + jnp.diag(jnp.where(ok, 0, 1 - diag * active))
-    g = jnp.where(ok, st.g[:m], 0)
-    return jax.scipy.linalg.solve_triangular(Rt, g, lower=False)
+
+    def one(R, g, steps):  # R [m, m+1], g [m+1]
+        active = jnp.arange(m) < steps
+        Rt = R[:, :m].T  # upper triangular [m, m]
+        diag = jnp.diagonal(Rt)
+        ok = active & (diag != 0)  # a zero pivot (singular breakdown) gets a zero coefficient, as in scipy
+        Rt = jnp.where(active[:, None] & active[None, :], Rt, 0)
+        Rt = Rt + jnp.diag(jnp.where(ok, 0, 1 - diag * active))
+        return jax.scipy.linalg.solve_triangular(Rt, jnp.where(ok, g[:m], 0), lower=False)
+
+    return jax.vmap(one, in_axes=(2, 1, 0))(st.R, st.g, st.steps)
 
 
 def arnoldi_update(st: ArnoldiState, precond: Callable | None = None) -> jax.Array:
-    """Correction ``dx`` ``[n]``: ``Z y`` (flexible) or ``M(V y)`` (fixed right preconditioner)."""
+    """Corrections ``dx`` ``[L, n]``: ``Z y`` (flexible) or ``M(V y)`` (fixed right
+    preconditioner ``precond: [L, n] -> [L, n]``)."""
     y = arnoldi_coefficients(st)
-    if st.Z.shape[0]:
-        return y @ st.Z
-    d = y @ st.V[:-1]
+    m = st.R.shape[0]
+    if st.Z.shape[1]:
+        return jnp.einsum("lj,ljn->ln", y, st.Z)
+    d = jnp.einsum("lj,ljn->ln", y, st.V[:, :m])
     return d if precond is None else precond(d)
 
 
 @struct.dataclass
 class _Loop:
-    x: jax.Array
-    rnorm: jax.Array
-    its: jax.Array
-    cycles: jax.Array
-    status: jax.Array
-    hist: jax.Array
+    x: jax.Array  # [L, n]
+    rnorm: jax.Array  # [L]
+    its: jax.Array  # [L]
+    cycles: jax.Array  # [L]
+    status: jax.Array  # [L]
+    hist: jax.Array  # [L, maxiter + 1]
 
 
-def _solve(op, b, x0, precond, rtol, atol, *, restart, maxiter, flexible, iteration_dependent):
-    matvec = lambda v: ops.matvec(op, v)
-    if precond is None:
-        apply_m = lambda v, it: v
-    elif iteration_dependent:
-        apply_m = precond
+def _lanes(fn, axes, nargs_batched):
+    """``fn(obj, v...)`` applied lane-wise: ``obj`` mapped with ``axes`` (pytree of 0/None)."""
+    return jax.vmap(fn, in_axes=(axes,) + (0,) * nargs_batched)
+
+
+def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, maxiter, flexible,
+                 iteration_dependent) -> KrylovResult:
+    """Solve ``L`` systems in lockstep: b, x0 ``[L, n]``, rtol/atol ``[L]``; ``op``/``precond``
+    are shared (axes ``None``) or carry a lane axis (axes ``0`` on their leaves)."""
+    if op_axes is None:  # one operator for all lanes: a sparse/dense matrix times [n, L]
+        matvec = lambda X: ops.matmat(op, X)
     else:
-        apply_m = lambda v, it: precond(v)
-    bnorm = jnp.linalg.norm(b)
+        mv = _lanes(ops.matvec, op_axes, 1)
+        matvec = lambda X: mv(op, X)
+    if precond is None:
+        apply_m = lambda V, its: V
+    elif iteration_dependent:
+        pm = _lanes(lambda M, v, it: M(v, it), m_axes, 2)
+        apply_m = lambda V, its: pm(precond, V, its)
+    else:
+        pm = _lanes(lambda M, v: M(v), m_axes, 1)
+        apply_m = lambda V, its: pm(precond, V)
+    L = b.shape[0]
+    lanes = jnp.arange(L)
+    bnorm = jnp.linalg.norm(b, axis=1)
     tol = jnp.maximum(rtol * bnorm, atol)
     scale = jnp.where(bnorm > 0, bnorm, 1)
     r0 = b - matvec(x0)
-    rnorm0 = jnp.linalg.norm(r0)
-    finite_in = jnp.isfinite(b).all() & jnp.isfinite(x0).all() & ops.entries_finite(op) & jnp.isfinite(r0).all()
+    rnorm0 = jnp.linalg.norm(r0, axis=1)
+    op_finite = jax.vmap(ops.entries_finite, in_axes=(op_axes,))(op) if op_axes is not None else ops.entries_finite(op)
+    finite_in = (jnp.isfinite(b).all(1) & jnp.isfinite(x0).all(1) & op_finite & jnp.isfinite(r0).all(1))
     status0 = jnp.where(~finite_in, NONFINITE_INPUT, jnp.where(rnorm0 <= tol, CONVERGED, RUNNING))
-    hist0 = jnp.full((maxiter + 1,), jnp.where(finite_in, rnorm0 / scale, jnp.inf), b.dtype)
-    init = _Loop(x=jnp.where(finite_in, x0, 0), rnorm=jnp.where(finite_in, rnorm0, jnp.inf),
-                 its=jnp.int32(0), cycles=jnp.int32(0), status=jnp.int32(status0), hist=hist0)
-    init = init.replace(x=init.x.astype(b.dtype))
+    hist0 = jnp.broadcast_to(jnp.where(finite_in, rnorm0 / scale, jnp.inf)[:, None], (L, maxiter + 1)).astype(b.dtype)
+    init = _Loop(x=jnp.where(finite_in[:, None], x0, 0).astype(b.dtype), rnorm=jnp.where(finite_in, rnorm0, jnp.inf),
+                 its=jnp.zeros((L,), jnp.int32), cycles=jnp.zeros((L,), jnp.int32),
+                 status=status0.astype(jnp.int32), hist=hist0)
+    eps = jnp.finfo(b.dtype).eps
 
-    def cycle(L: _Loop) -> _Loop:
-        r = b - matvec(L.x)
-        st0 = arnoldi_init(r, restart, flexible)
+    def cycle(S: _Loop) -> _Loop:
+        running = S.status == RUNNING
+        r = b - matvec(S.x)
+        st0 = arnoldi_init(r, restart, flexible, running & (S.its < maxiter) & (jnp.linalg.norm(r, axis=1) > tol))
 
-        def inner_cond(c):
+        def body(c):
             st, its, hist, bad = c
-            return (st.j < restart) & (its < maxiter) & (jnp.abs(st.g[st.j]) > tol) & ~st.breakdown & (bad == 0)
+            st, z_ok, ok = arnoldi_step(matvec, st, apply_m(st.V[:, st.j], its), tol)
+            was = c[0].active
+            its = its + (was & ok).astype(jnp.int32)
+            val = jnp.abs(st.g[st.steps, lanes]) / scale
+            hist = hist.at[lanes, its].set(jnp.where(was & ok, val, hist[lanes, its]))
+            bad = jnp.where(was & ~z_ok, NONFINITE_PRECONDITIONER, jnp.where(was & ~ok, NONFINITE_ITERATE, bad))
+            st = st.replace(active=st.active & (its < maxiter))
+            return st, its, hist, bad.astype(jnp.int32)
 
-        def inner_body(c):
-            st, its, hist, bad = c
-            z = apply_m(st.V[st.j], its)
-            z_ok = jnp.isfinite(z).all()
-            new = arnoldi_step(matvec, st, jnp.where(z_ok, z, 0))
-            new_ok = z_ok & jnp.isfinite(new.R[st.j]).all() & jnp.isfinite(new.V[st.j + 1]).all()
-            st = jax.tree.map(lambda a, o: jnp.where(new_ok, a, o), new, st)
-            its = its + new_ok.astype(jnp.int32)
-            hist = hist.at[its].set(jnp.abs(st.g[st.j]) / scale)
-            bad = jnp.where(z_ok, jnp.where(new_ok, 0, NONFINITE_ITERATE), NONFINITE_PRECONDITIONER).astype(jnp.int32)
-            return st, its, hist, bad
-
-        st, its, hist, bad = jax.lax.while_loop(
-            inner_cond, inner_body, (st0, L.its, L.hist, jnp.int32(0)))
-        x_new = L.x + arnoldi_update(st, None if iteration_dependent else (lambda d: apply_m(d, its)))
-        rn = jnp.linalg.norm(b - matvec(x_new))
-        ok = jnp.isfinite(x_new).all() & jnp.isfinite(rn)
-        x_new = jnp.where(ok, x_new, L.x)
-        rn = jnp.where(ok, rn, L.rnorm)
-        eps = jnp.finfo(b.dtype).eps
+        cond = lambda c: (c[0].j < restart) & c[0].active.any()
+        st, its, hist, bad = jax.lax.while_loop(cond, body, (st0, S.its, S.hist, jnp.zeros((L,), jnp.int32)))
+        dx = arnoldi_update(st, None if iteration_dependent else (lambda D: apply_m(D, its)))
+        x_new = S.x + dx
+        rn = jnp.linalg.norm(b - matvec(x_new), axis=1)
+        ok = jnp.isfinite(x_new).all(1) & jnp.isfinite(rn)
+        x_new = jnp.where(ok[:, None], x_new, S.x)
+        rn = jnp.where(ok, rn, S.rnorm)
         status = jnp.select(
-            [rn <= tol, bad != 0, ~ok, st.breakdown, rn >= L.rnorm * (1 - 100 * eps), its >= maxiter],
+            [rn <= tol, bad != 0, ~ok, st.breakdown, rn >= S.rnorm * (1 - 100 * eps), its >= maxiter],
             [CONVERGED, bad, NONFINITE_ITERATE, BREAKDOWN, STAGNATION, MAXITER], RUNNING)
-        return _Loop(x=x_new, rnorm=rn, its=its, cycles=L.cycles + 1, status=jnp.int32(status), hist=hist)
+        keep = lambda new, old: jnp.where(running.reshape(running.shape + (1,) * (new.ndim - 1)), new, old)
+        return _Loop(x=keep(x_new, S.x), rnorm=keep(rn, S.rnorm), its=keep(its, S.its),
+                     cycles=keep(S.cycles + 1, S.cycles), status=keep(status.astype(jnp.int32), S.status),
+                     hist=keep(hist, S.hist))
 
-    L = jax.lax.while_loop(lambda L: L.status == RUNNING, cycle, init)
-    hist = jnp.where(jnp.arange(maxiter + 1) > L.its, L.hist[L.its], L.hist)
+    S = jax.lax.while_loop(lambda S: (S.status == RUNNING).any(), cycle, init)
+    last = S.hist[lanes, S.its]
+    hist = jnp.where(jnp.arange(maxiter + 1)[None] > S.its[:, None], last[:, None], S.hist)
     return KrylovResult(
-        x=L.x, residual_norm=L.rnorm, relative_residual=L.rnorm / scale, iterations=L.its,
-        restarts=L.cycles, converged=L.status == CONVERGED, status=L.status, residual_history=hist)
+        x=S.x, residual_norm=S.rnorm, relative_residual=S.rnorm / scale, iterations=S.its,
+        restarts=S.cycles, converged=S.status == CONVERGED, status=S.status, residual_history=hist)
+
+
+def _solve(op, b, x0, precond, rtol, atol, *, restart, maxiter, flexible, iteration_dependent):
+    """One system; under ``jax.vmap`` all mapped systems / right-hand sides are solved in
+    lockstep by ``_solve_lanes`` (custom batching rule) instead of vmapping the loops."""
+    kw = dict(restart=restart, maxiter=maxiter, flexible=flexible, iteration_dependent=iteration_dependent)
+
+    @jax.custom_batching.custom_vmap
+    def one(op, b, x0, precond, rtol, atol):
+        res = _solve_lanes(op, None, b[None], x0[None], precond, None, rtol[None], atol[None], **kw)
+        return jax.tree.map(lambda a: a[0], res)
+
+    @one.def_vmap
+    def batched(axis_size, in_batched, op, b, x0, precond, rtol, atol):
+        axes = lambda flags: jax.tree.map(lambda f: 0 if f else None, flags) if any(jax.tree.leaves(flags)) else None
+        lane = lambda a, f: a if f else jnp.broadcast_to(a, (axis_size,) + a.shape)
+        op_b, b_b, x0_b, m_b, rtol_b, atol_b = in_batched
+        res = _solve_lanes(op, axes(op_b), lane(b, b_b), lane(x0, x0_b), precond, axes(m_b),
+                           lane(rtol, rtol_b), lane(atol, atol_b), **kw)
+        return res, jax.tree.map(lambda _: True, res)
+
+    v = jnp.zeros_like(b)
+    op = _hoist(op, v)
+    precond = _hoist(precond, v, *((jnp.int32(0),) if iteration_dependent else ()))
+    return one(op, b, x0, precond, rtol, atol)
+
+
+def _hoist(f, *example):
+    """A function argument (``Partial``) with the values it closes over (e.g. tracers of an
+    enclosing ``vmap``) turned into explicit pytree leaves, so the batching rule sees them."""
+    if not isinstance(f, jax.tree_util.Partial):
+        return f
+    conv, consts = jax.closure_convert(f, *example)
+    if not consts:
+        return f
+    k = len(consts)
+    return jax.tree_util.Partial(lambda *a: conv(*a[k:], *a[:k]), *consts)
 
 
 _solve_jit = jax.jit(_solve, static_argnames=("restart", "maxiter", "flexible", "iteration_dependent"))
@@ -322,15 +441,15 @@ def fgmres_cycle(matvec: Callable, b: jax.Array, x: jax.Array, precond: Callable
 
     The building block for drivers that change the preconditioner between cycles (the RL
     block-size environment). Returns ``(x_new [n], inner iterations int32, ||b - A x_new||)``;
-    a non-finite update is discarded (``x_new = x``).
+    a non-finite update is discarded (``x_new = x``) and a non-finite step ends the cycle.
     """
-    st = arnoldi_init(b - matvec(x), restart, True)
-
-    def cond(st):
-        return (st.j < restart) & (jnp.abs(st.g[st.j]) > tol) & ~st.breakdown
-
-    st = jax.lax.while_loop(cond, lambda st: arnoldi_step(matvec, st, precond(st.V[st.j])), st)
-    x_new = x + arnoldi_update(st)
+    r = b - matvec(x)
+    tol1 = jnp.reshape(jnp.asarray(tol, r.dtype), (1,))
+    st = arnoldi_init(r[None], restart, True, jnp.linalg.norm(r)[None] > tol1)
+    mv, pm = jax.vmap(matvec), jax.vmap(precond)
+    st = jax.lax.while_loop(lambda st: (st.j < restart) & st.active.any(),
+                            lambda st: arnoldi_step(mv, st, pm(st.V[:, st.j]), tol1)[0], st)
+    x_new = x + arnoldi_update(st)[0]
     ok = jnp.isfinite(x_new).all()
     x_new = jnp.where(ok, x_new, x)
-    return x_new, st.j, jnp.linalg.norm(b - matvec(x_new))
+    return x_new, st.steps[0], jnp.linalg.norm(b - matvec(x_new))

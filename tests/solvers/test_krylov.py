@@ -30,8 +30,13 @@ def test_history_matches_scipy_float64():
     hist = np.asarray(hist)
     k = min(len(hist), int(res.iterations))
     assert k >= 16  # spans several restart cycles
-    ours = np.asarray(res.residual_history)[1 : k + 1]
-    np.testing.assert_allclose(ours, hist[:k], rtol=1e-6)
+    ours, ref = np.asarray(res.residual_history)[1 : k + 1], hist[:k]
+    # above the round-off floor the histories agree to far better than 1e-6; below ~1e-10 the
+    # restart residual ||b - A x|| is cancellation-dominated (summation order moves it by ~1e-6 rel.)
+    above = ref > 1e-10
+    assert above.sum() >= 12
+    np.testing.assert_allclose(ours[above], ref[above], rtol=1e-9)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5)
     assert bool(res.converged) and int(res.status) == krylov.CONVERGED
     assert float(res.relative_residual) <= 1e-12
     np.testing.assert_allclose(np.asarray(res.x), np.linalg.solve(A, b), rtol=1e-9)
@@ -69,6 +74,55 @@ def test_vmap_over_rhs_and_jit():
     assert batched.x.shape == (5, N) and bool(batched.converged.all())
     single = fgmres(Aj, B[3], restart=10, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(batched.x[3]), np.asarray(single.x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def lockstep_case():
+    """5 right-hand sides that stop at different points (one zero, one NaN), solved batched."""
+    A, _ = _system(shift=1.5)
+    B = np.random.default_rng(3).standard_normal((5, N))
+    B[1] *= 1e-3  # same direction scale: converges with the others
+    B[2] = A @ np.eye(N)[0]  # x = e_0: quick
+    B[3] = 0.0  # converged at once
+    B[4, 2] = np.nan  # reported, must not disturb the others
+    with jax.enable_x64(True):
+        Aj, Bj = jnp.asarray(A), jnp.asarray(B)
+        M = pc.block_jacobi(Aj, 4)
+        solve = lambda b: fgmres(Aj, b, M=M, restart=7, maxiter=60, rtol=1e-10)
+        batched = jax.jit(jax.vmap(solve))(Bj)
+        singles = [solve(Bj[i]) for i in range(5)]
+    return batched, singles
+
+
+def test_vmap_lockstep_equals_per_rhs_solves(lockstep_case):
+    batched, singles = lockstep_case
+    its = [int(r.iterations) for r in singles]
+    assert len(set(its)) >= 3, its  # lanes really stop at different iterations
+    for i, r in enumerate(singles):
+        assert int(batched.iterations[i]) == int(r.iterations)
+        assert int(batched.status[i]) == int(r.status) and int(batched.restarts[i]) == int(r.restarts)
+        np.testing.assert_allclose(np.asarray(batched.residual_history[i]), np.asarray(r.residual_history),
+                                   rtol=1e-6, atol=1e-14)
+        np.testing.assert_allclose(np.asarray(batched.x[i]), np.asarray(r.x), rtol=1e-8, atol=1e-12)
+    assert int(batched.status[4]) == krylov.NONFINITE_INPUT and int(batched.status[3]) == krylov.CONVERGED
+    assert bool(batched.converged[:4].all())
+
+
+def test_vmap_over_systems_and_iteration_dependent_preconditioner():
+    A0, b0 = _system(shift=1.5)
+    A1, b1 = _system(seed=1, shift=2.0)
+    As, bs = jnp.asarray(np.stack([A0, A1]), jnp.float32), jnp.asarray(np.stack([b0, b1]), jnp.float32)
+
+    def solve(A, b):
+        M2, M8 = pc.block_jacobi(A, 2), pc.block_jacobi(A, 8)
+        switch = lambda v, it: jax.lax.cond(it % 2 == 0, lambda u: M2(u), lambda u: M8(u), v)
+        return fgmres(A, b, M=switch, restart=10, rtol=1e-5, iteration_dependent=True)
+
+    batched = jax.jit(jax.vmap(solve))(As, bs)
+    for i in range(2):
+        r = solve(As[i], bs[i])
+        assert bool(r.converged) and int(batched.iterations[i]) == int(r.iterations)
+        np.testing.assert_allclose(np.asarray(batched.x[i]), np.asarray(r.x), rtol=1e-4, atol=1e-5)
 
 
 def test_iteration_dependent_flexible_preconditioner():
