@@ -24,7 +24,7 @@ def gradient_step(loss_fn: Callable, optimizer: optax.GradientTransformation) ->
         params, opt_state = carry
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
+        metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
         return (optax.apply_updates(params, updates), opt_state), metrics
 
     return step
