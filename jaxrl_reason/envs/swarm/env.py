@@ -168,6 +168,7 @@ class Swarm(SplitEnvironment):
 
     turn_based = False
     illegal_action_rule = "none"
+    deterministic_transition = True  # all chance is in the reset: AutoReset skips the per-step key split
     conformance_variants = (
         {},
         {"control": "continuous", "dynamics": "point_mass", "num_obstacles": 1, "max_steps": 20},
