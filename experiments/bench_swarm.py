@@ -2,7 +2,7 @@
 
 Same method as shared BENCHMARKS.md / anchors/bench_jaxmarl_mpe.py: a jitted ``lax.scan``
 of T steps over a vmapped batch of B environments taking uniformly random discrete
-actions, with auto-reset (ours: ``envs.AutoReset``; JaxMARL: its own), consuming a
+actions, with auto-reset (ours: ``envs.AutoReset.batch_step``; JaxMARL: its own), consuming a
 checksum of observations and rewards; one warm-up call each, then ``repeats`` timed calls of
 ours and the anchor INTERLEAVED, so both see the same machine load (the 2-core dev machine is
 shared); the MEDIAN call time of each gives steps/s, and the ratio is ours / anchor.
@@ -66,12 +66,12 @@ def ours_rollout(env: envs.Environment, batch: int, steps: int):
         key, state = carry
         key, k_act, k_step = jax.random.split(key, 3)
         act = jax.random.randint(k_act, (batch, env.num_agents), 0, env.num_actions)
-        state, ts = jax.vmap(wrapped.step)(jax.random.split(k_step, batch), state, act)
+        state, ts = wrapped.batch_step(k_step, state, act)  # the batched AutoReset API, one key per step
         return (key, state), ts.obs.sum() + ts.reward.sum()
 
     @jax.jit
     def rollout(key):
-        state, _ = jax.vmap(wrapped.reset)(jax.random.split(key, batch))
+        state, _ = wrapped.batch_reset(key, batch)
         _, chk = jax.lax.scan(body, (key, state), None, steps)
         return chk.sum()
 
