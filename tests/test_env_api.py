@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxrl_reason import envs
+from testutil import PlainView
 
 CASES = [
     (name, kwargs)
@@ -141,21 +142,6 @@ def test_make_rejects_bad_names_and_kwargs():
         envs.make("catch", bogus=1)
 
 
-class _Unsplit(envs.Environment):
-    """The same environment seen only through reset/step (AutoReset's generic path)."""
-
-    def __init__(self, env):
-        self.inner = env
-        for name in ("num_agents", "num_actions", "obs_shape", "max_episode_steps"):
-            setattr(self, name, getattr(env, name))
-
-    def reset(self, key):
-        return self.inner.reset(key)
-
-    def step(self, key, state, action):
-        return self.inner.step(key, state, action)
-
-
 def test_autoreset_split_fast_path_equals_generic_path():
     env = envs.make("catch", rows=4, columns=3)
     assert isinstance(env, envs.SplitEnvironment)
@@ -172,7 +158,7 @@ def test_autoreset_split_fast_path_equals_generic_path():
         return jax.lax.scan(body, init, jax.random.split(jax.random.key(1), 12))[1]
 
     fast = jax.jit(lambda: rollout(envs.AutoReset(env, final_obs=True)))()
-    slow = jax.jit(lambda: rollout(envs.AutoReset(_Unsplit(env), final_obs=True)))()
+    slow = jax.jit(lambda: rollout(envs.AutoReset(PlainView(env), final_obs=True)))()
     jax.tree.map(np.testing.assert_array_equal, fast, slow)
     assert np.asarray(fast.terminated).sum() >= 3  # several resets happened
     term = np.asarray(fast.terminated)

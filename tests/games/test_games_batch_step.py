@@ -9,6 +9,7 @@ from jaxrl_reason import envs
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.games.kuhn_poker import DEALS
 from jaxrl_reason.envs.games.tictactoe import coin_flips
+from testutil import PlainView
 
 B, T = 16, 24  # T > 9: every board finishes and resets at least twice
 
@@ -100,23 +101,8 @@ def test_batch_api_rejects_bad_input():
         auto.batch_reset(jax.random.key(0), 0)
 
 
-class _Plain(envs.Environment):
-    """Catch seen only through reset/step: AutoReset's generic (non-split) path."""
-
-    def __init__(self, env):
-        self.inner = env
-        for name in ("num_agents", "num_actions", "obs_shape", "max_episode_steps"):
-            setattr(self, name, getattr(env, name))
-
-    def reset(self, key):
-        return self.inner.reset(key)
-
-    def step(self, key, state, action):
-        return self.inner.step(key, state, action)
-
-
 def test_batch_step_of_a_plain_environment_is_vmap_step_over_split_keys():
-    auto = envs.AutoReset(_Plain(envs.make("catch", rows=3, columns=3)))
+    auto = envs.AutoReset(PlainView(envs.make("catch", rows=3, columns=3)))
     key, n = jax.random.key(5), 8
     state, _ = auto.batch_reset(jax.random.key(4), n)
     a = jnp.arange(n, dtype=jnp.int32) % 3

@@ -21,9 +21,11 @@ from jaxrl_reason.agents.memagent.trainer import SFTConfig
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.rl.grpo.recipes import TinyLM
 from jaxrl_reason.tasks.assistant import (
-    ROUTES, TYPES, AssistantTask, check_answers, encode_int, execute_call, request_arrays, tool_value)
+    ROUTES, AssistantTask, check_answers, encode_int, execute_call, request_arrays, tool_value)
 from jaxrl_reason.tasks.longcontext import encode_plain
 from jaxrl_reason.tasks.vocab import VOCAB
+
+import testutil
 
 TASK = AssistantTask()
 SYS = SystemConfig(request_tokens=TASK.request_chars, step_tokens=TASK.call_chars, answer_tokens=TASK.answer_chars)
@@ -36,13 +38,7 @@ def reqs(requests):
 
 
 def constant_model(token: int):
-    """A model whose every next-token argmax is ``token``."""
-    model = Transformer(LM, rngs=nnx.Rngs(0))
-    nnx.update(model, jax.tree.map(jnp.zeros_like, nnx.state(model, nnx.Param)))
-    model.embed[...] = jnp.ones_like(model.embed[...])
-    model.final_norm.scale[...] = jnp.ones_like(model.final_norm.scale[...])
-    model.lm_head.kernel[...] = jnp.zeros_like(model.lm_head.kernel[...]).at[:, token].set(1.0)
-    return nnx.split(model)
+    return testutil.constant_model(LM, token)
 
 
 # ------------------------------------------------------------------------------------- task

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.agents.memagent.agent import (
-    AgentOutput, DocBatch, MemAgentConfig, build_prompt, decode_rows, num_chunks, parse_template, render, run_agent)
+    AgentOutput, MemAgentConfig, build_prompt, decode_rows, num_chunks, parse_template, render, run_agent)
 from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch, oracle_conversations
 from jaxrl_reason.agents.memagent.reader import ReaderConfig, fits, reader_conversations, run_reader
 from jaxrl_reason.agents.memagent.trainer import (
@@ -18,19 +18,15 @@ from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.tasks.longcontext import LongContextTask, encode_plain, exact_match
 from jaxrl_reason.tasks.vocab import VOCAB
 
+import testutil
+
 TASK = LongContextTask(num_facts=4, facts_per_chunk=1)  # 7-character facts, one per chunk
 AGENT = MemAgentConfig(chunk_tokens=TASK.chunk_chars, memory_tokens=4, question_tokens=6, answer_tokens=4)
 LM = LMConfig(vocab_size=VOCAB.size, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=32)
 
 
 def constant_model(token: int):
-    """A model whose every next-token argmax is ``token`` (blocks zeroed: identity residual)."""
-    model = Transformer(LM, rngs=nnx.Rngs(0))
-    nnx.update(model, jax.tree.map(jnp.zeros_like, nnx.state(model, nnx.Param)))
-    model.embed[...] = jnp.ones_like(model.embed[...])
-    model.final_norm.scale[...] = jnp.ones_like(model.final_norm.scale[...])
-    model.lm_head.kernel[...] = jnp.zeros_like(model.lm_head.kernel[...]).at[:, token].set(1.0)
-    return nnx.split(model)
+    return testutil.constant_model(LM, token)
 
 
 @pytest.fixture(scope="module")
