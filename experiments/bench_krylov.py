@@ -146,37 +146,51 @@ def our_rows(A_sp, b, config: Config):
     return rows
 
 
-def interleaved(fns: dict, arg_for: dict, rounds: int) -> dict:
-    """Median seconds of each jitted ``fns[name](arg_for[name])``, called in alternation
+def interleaved(fns: dict, args_for: dict, rounds: int) -> dict:
+    """Median seconds of each jitted ``fns[name](*args_for[name])``, called in alternation
     (one round = every function once) after a compile-and-run warm-up, so that load
     changes on a shared machine hit all of them alike."""
     for name, f in fns.items():
-        jax.block_until_ready(f(arg_for[name]))
+        jax.block_until_ready(f(*args_for[name]))
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, f in fns.items():
             t = time.perf_counter()
-            jax.block_until_ready(f(arg_for[name]))
+            jax.block_until_ready(f(*args_for[name]))
             times[name].append(time.perf_counter() - t)
     return {name: float(np.median(ts)) for name, ts in times.items()}
 
 
-def batch_rows(config: Config, rounds: int = 7):
-    """One solve vs ``vmap`` over ``batch_rhs`` right-hand sides (same system, truncated CR),
-    timed interleaved; the vmapped solves run in lockstep (``krylov`` batching rule)."""
-    s = finance.heston(0, ns=config.batch_ns, dt=0.5, randomize=False)
-    A = finance.to_jax(s.A)
-    M = learned.base_preconditioner(learned.block_tridiagonal(A, config.batch_ns), -2)
-    solve = jax.jit(lambda A, M, b: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter,
-                                           rtol=config.rtol))
-    B = jax.random.normal(jax.random.key(0), (config.batch_rhs, s.n), jnp.float64)
-    one = jax.jit(lambda b: solve(A, M, b))  # A, M passed as arguments: no constant folding
-    many = jax.jit(jax.vmap(lambda b: solve(A, M, b)))
-    t = interleaved({"one": one, "batch": many}, {"one": B[0], "batch": B}, rounds)
-    r1, rb = one(B[0]), many(B)
-    return dict(n=s.n, batch=config.batch_rhs, one_ms=1e3 * t["one"], batch_ms=1e3 * t["batch"],
-                ratio=t["batch"] / t["one"], one_iterations=int(r1.iterations),
-                max_batch_iterations=int(rb.iterations.max()), all_converged=bool(rb.converged.all()))
+def batch_cases(config: Config) -> dict:
+    """``name -> (A, M)`` of the vmap-over-RHS measurement, from cheap to expensive
+    preconditioner (n = ``batch_ns**2`` for Heston, the same n for Black-Scholes)."""
+    k = config.batch_ns
+    heston = finance.to_jax(finance.heston(0, ns=k, dt=0.5, randomize=False).A)
+    bs = finance.to_jax(finance.black_scholes(0, n=k * k, dt=0.001).A)
+    return {
+        f"black_scholes n={k * k}, jacobi": (bs, pc.jacobi(bs)),
+        f"heston n={k * k}, jacobi": (heston, pc.jacobi(heston)),
+        f"heston n={k * k}, block-jacobi {k}": (heston, pc.block_jacobi(heston, k)),
+        f"heston n={k * k}, cyclic reduction 2 levels short":
+            (heston, learned.base_preconditioner(learned.block_tridiagonal(heston, k), -2)),
+    }
+
+
+def batch_rows(config: Config, rounds: int = 9) -> list[dict]:
+    """One solve vs ``vmap`` over ``batch_rhs`` right-hand sides (same system and preconditioner),
+    timed interleaved; the vmapped solves run in lockstep (``krylov`` batching rule). A and M are
+    jit arguments (not constants that XLA could fold into the program)."""
+    solve = lambda A, M, b: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter, rtol=config.rtol)
+    one, many = jax.jit(solve), jax.jit(jax.vmap(solve, in_axes=(None, None, 0)))
+    rows = []
+    for name, (A, M) in batch_cases(config).items():
+        B = jax.random.normal(jax.random.key(0), (config.batch_rhs, A.shape[0]), jnp.float64)
+        t = interleaved({"one": one, "batch": many}, {"one": (A, M, B[0]), "batch": (A, M, B)}, rounds)
+        r1, rb = one(A, M, B[0]), many(A, M, B)
+        rows.append(dict(case=name, batch=config.batch_rhs, one_ms=1e3 * t["one"], batch_ms=1e3 * t["batch"],
+                         ratio=t["batch"] / t["one"], one_iterations=int(r1.iterations),
+                         max_batch_iterations=int(rb.iterations.max()), all_converged=bool(rb.converged.all())))
+    return rows
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
@@ -186,9 +200,10 @@ def run(config: Config, run_dir: RunDir) -> dict:
         rows = (anchor_rows(A, b, config) if config.anchors else []) + our_rows(A, b, config)
         batch = batch_rows(config)
     print(run_dir.write_table("krylov", rows))
-    print(run_dir.write_table("batch_rhs", [batch]))
+    print(run_dir.write_table("batch_rhs", batch))
     run_dir.save_json("batch_rhs", batch)
-    return {"n": A.shape[0], "dt": config.dt, **{f"vmap{config.batch_rhs}_over_one": batch["ratio"]}}
+    return {"n": A.shape[0], "dt": config.dt,
+            **{f"vmap{config.batch_rhs}_over_one[{r['case']}]": r["ratio"] for r in batch}}
 
 
 if __name__ == "__main__":

@@ -76,9 +76,20 @@ def test_vmap_over_rhs_and_jit():
     np.testing.assert_allclose(np.asarray(batched.x[3]), np.asarray(single.x), rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def lockstep_case():
-    """5 right-hand sides that stop at different points (one zero, one NaN), solved batched."""
+def _group_bytes(lanes: int, restart: int, n: int) -> int:
+    """A ``CPU_LANE_GROUP_BYTES`` that makes the flexible solver run ``lanes`` lanes per group (float64)."""
+    rows = -(-(restart + 1) // krylov.GS_CHUNK) * krylov.GS_CHUNK
+    return lanes * rows * n * 8 * 2
+
+
+@pytest.fixture(scope="module", params=["one lockstep group", "groups of 2 lanes"])
+def lockstep_case(request):
+    """5 right-hand sides that stop at different points (one zero, one NaN), solved batched, in one
+    lockstep group or (as on the CPU for large bases) in groups of 2 with one lane of padding."""
+    mp = pytest.MonkeyPatch()
+    if request.param == "groups of 2 lanes":
+        mp.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(2, 7, N))
+        assert krylov.lanes_per_group(5, N, jnp.float64, 7, True) == 2
     A, _ = _system(shift=1.5)
     B = np.random.default_rng(3).standard_normal((5, N))
     B[1] *= 1e-3  # same direction scale: converges with the others
@@ -91,6 +102,7 @@ def lockstep_case():
         solve = lambda b: fgmres(Aj, b, M=M, restart=7, maxiter=60, rtol=1e-10)
         batched = jax.jit(jax.vmap(solve))(Bj)
         singles = [solve(Bj[i]) for i in range(5)]
+    mp.undo()
     return batched, singles
 
 
@@ -108,7 +120,9 @@ def test_vmap_lockstep_equals_per_rhs_solves(lockstep_case):
     assert bool(batched.converged[:4].all())
 
 
-def test_vmap_over_systems_and_iteration_dependent_preconditioner():
+@pytest.mark.parametrize("group_lanes", [2, 1])
+def test_vmap_over_systems_and_iteration_dependent_preconditioner(monkeypatch, group_lanes):
+    monkeypatch.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(group_lanes, 10, N) // 2)  # float32
     A0, b0 = _system(shift=1.5)
     A1, b1 = _system(seed=1, shift=2.0)
     As, bs = jnp.asarray(np.stack([A0, A1]), jnp.float32), jnp.asarray(np.stack([b0, b1]), jnp.float32)
