@@ -31,7 +31,7 @@ class Config:
         group_size=8, prompts_per_step=16, dynamic_sampling=True, oversample=2, lr=3e-4, temperature=1.0,
         max_new_tokens=24, loss=LossConfig(eps_low=0.2, eps_high=0.4, aggregation="token_mean", kl_coef=0.1))
     reset_every: int = 25
-    rl_steps: int = 150
+    rl_steps: int = 400  # measured: the arms separate after ~250 steps (150 showed no difference yet)
     eval_every: int = 25
     eval_problems: int = 100
     eval_samples: int = 8
