@@ -33,6 +33,7 @@ finite iterate) when the input or the preconditioner produces NaN/Inf.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import jax
@@ -114,13 +115,18 @@ class ArnoldiState:
 GS_CHUNK = 8  # Gram-Schmidt reads the basis in chunks of this many rows, only up to row j
 
 
+def basis_rows(restart: int) -> int:
+    """Rows of a cycle's basis buffers: ``restart + 1`` rounded up to whole Gram-Schmidt chunks."""
+    return -(-(restart + 1) // GS_CHUNK) * GS_CHUNK
+
+
 def arnoldi_init(R0: jax.Array, m: int, flexible: bool, active: jax.Array | None = None) -> ArnoldiState:
     """Start a cycle from the residuals ``R0`` ``[L, n]``; ``active`` ``[L]`` (default all)."""
     L, n = R0.shape
     dt = R0.dtype
     beta = jnp.linalg.norm(R0, axis=1)
     v0 = R0 / jnp.where(beta > 0, beta, 1)[:, None]
-    rows = -(-(m + 1) // GS_CHUNK) * GS_CHUNK
+    rows = basis_rows(m)
     return ArnoldiState(
         V=jnp.zeros((L, rows, n), dt).at[:, 0].set(v0),
         Z=jnp.zeros((L, rows if flexible else 0, n), dt),
@@ -348,10 +354,9 @@ def lanes_per_group(num_lanes: int, n: int, dtype, restart: int, flexible: bool)
     """How many lanes ``_solve_grouped`` runs in lockstep at once (all of them off the CPU)."""
     if jax.default_backend() != "cpu":
         return num_lanes
-    rows = -(-(restart + 1) // GS_CHUNK) * GS_CHUNK
-    per_lane = rows * n * jnp.dtype(dtype).itemsize * (2 if flexible else 1)
-    most = max(1, CPU_LANE_GROUP_BYTES // per_lane)
-    return -(-num_lanes // -(-num_lanes // most))  # equal groups: no lane of padding more than needed
+    per_lane = basis_rows(restart) * n * jnp.dtype(dtype).itemsize * (2 if flexible else 1)
+    groups = math.ceil(num_lanes / max(1, CPU_LANE_GROUP_BYTES // per_lane))
+    return math.ceil(num_lanes / groups)  # equal groups: at most groups - 1 lanes of padding
 
 
 def _solve_grouped(op, op_axes, b, x0, precond, m_axes, rtol, atol, **kw) -> KrylovResult:

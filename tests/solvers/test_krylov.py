@@ -78,18 +78,21 @@ def test_vmap_over_rhs_and_jit():
 
 def _group_bytes(lanes: int, restart: int, n: int) -> int:
     """A ``CPU_LANE_GROUP_BYTES`` that makes the flexible solver run ``lanes`` lanes per group (float64)."""
-    rows = -(-(restart + 1) // krylov.GS_CHUNK) * krylov.GS_CHUNK
-    return lanes * rows * n * 8 * 2
+    return lanes * krylov.basis_rows(restart) * n * 8 * 2
 
 
 @pytest.fixture(scope="module", params=["one lockstep group", "groups of 2 lanes"])
 def lockstep_case(request):
     """5 right-hand sides that stop at different points (one zero, one NaN), solved batched, in one
     lockstep group or (as on the CPU for large bases) in groups of 2 with one lane of padding."""
-    mp = pytest.MonkeyPatch()
-    if request.param == "groups of 2 lanes":
-        mp.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(2, 7, N))
-        assert krylov.lanes_per_group(5, N, jnp.float64, 7, True) == 2
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "groups of 2 lanes":
+            mp.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(2, 7, N))
+            assert krylov.lanes_per_group(5, N, jnp.float64, 7, True) == 2
+        return _solve_lockstep_case()
+
+
+def _solve_lockstep_case():
     A, _ = _system(shift=1.5)
     B = np.random.default_rng(3).standard_normal((5, N))
     B[1] *= 1e-3  # same direction scale: converges with the others
@@ -102,7 +105,6 @@ def lockstep_case(request):
         solve = lambda b: fgmres(Aj, b, M=M, restart=7, maxiter=60, rtol=1e-10)
         batched = jax.jit(jax.vmap(solve))(Bj)
         singles = [solve(Bj[i]) for i in range(5)]
-    mp.undo()
     return batched, singles
 
 
