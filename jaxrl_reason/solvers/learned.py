@@ -132,16 +132,6 @@ class CyclicReduction(pc.Preconditioner):
         return x.reshape(-1)
 
 
-def _safe_inv(blocks):
-    """Batched inverse; a singular block is inverted after a small diagonal shift."""
-    inv = jnp.linalg.inv(blocks)
-    bad = ~jnp.isfinite(inv).all(axis=(-2, -1), keepdims=True)
-    scale = jnp.max(jnp.abs(blocks), axis=(-2, -1), keepdims=True)
-    shift = jnp.sqrt(jnp.finfo(blocks.dtype).eps) * jnp.where(scale > 0, scale, 1)
-    eye = jnp.eye(blocks.shape[-1], dtype=blocks.dtype)
-    return jnp.where(bad, jnp.linalg.inv(blocks + shift * eye), inv)
-
-
 def max_levels(nb: int) -> int:
     """Levels for an exact solve of ``nb`` blocks."""
     return max(0, math.ceil(math.log2(nb))) if nb > 1 else 0
@@ -159,7 +149,7 @@ def cyclic_reduction(T: BlockTridiagonal, levels: int | None = None) -> CyclicRe
     out = []
     for _ in range(levels):
         Lo, D, Up = _pad_odd(Lo, zero), _pad_odd(D, eye), _pad_odd(Up, zero)
-        dinv_o = _safe_inv(D[1::2])
+        dinv_o = pc.safe_block_inverse(D[1::2])
         z = jnp.zeros_like(D[:1])
         dz = jnp.concatenate([z, dinv_o, z])  # dz[e] = inverse of odd block e-1
         Loz = jnp.concatenate([z, Lo[1::2], z])
@@ -170,7 +160,7 @@ def cyclic_reduction(T: BlockTridiagonal, levels: int | None = None) -> CyclicRe
         Ln, Un = alpha @ Loz[:-1], gamma @ Upz[1:]
         out.append(_Level(lower_odd=Lo[1::2], upper_odd=Up[1::2], dinv_odd=dinv_o, alpha=alpha, gamma=gamma))
         Lo, D, Up = Ln, Dn, Un
-    return CyclicReduction(levels=tuple(out), dinv_last=_safe_inv(D), nb=nb)
+    return CyclicReduction(levels=tuple(out), dinv_last=pc.safe_block_inverse(D), nb=nb)
 
 
 # ----------------------------------------------------------------------------- learned part

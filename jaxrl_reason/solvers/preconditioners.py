@@ -121,6 +121,26 @@ def _safe_inv_diag(d):
     return jnp.where(d != 0, 1 / jnp.where(d != 0, d, 1), 1)
 
 
+def safe_block_inverse(blocks: jax.Array) -> jax.Array:
+    """Batched inverse of ``blocks [..., k, k]``; a singular block (non-finite inverse) is
+    inverted after a diagonal shift of ``sqrt(eps) * max|block|``.
+
+    The shifted inverse runs only when some block is singular, and after the first: two
+    independent batched LU custom calls in one XLA CPU program can deadlock jaxlib's intra-op
+    thread pool (both workers wait in ``ParallelBatchMap``; seen with 2 threads, jaxlib 0.10.2).
+    """
+    inv = jnp.linalg.inv(blocks)
+    bad = ~jnp.isfinite(inv).all(axis=(-2, -1), keepdims=True)
+
+    def shifted(inv):
+        scale = jnp.max(jnp.abs(blocks), axis=(-2, -1), keepdims=True)
+        shift = jnp.sqrt(jnp.finfo(blocks.dtype).eps) * jnp.where(scale > 0, scale, 1)
+        eye = jnp.eye(blocks.shape[-1], dtype=blocks.dtype)
+        return jnp.where(bad, jnp.linalg.inv(blocks + jnp.where(bad, shift, 0) * eye), inv)
+
+    return jax.lax.cond(bad.any(), shifted, lambda inv: inv, inv)
+
+
 def jacobi(A) -> Jacobi:
     """Diagonal scaling (zero diagonal entries act as 1)."""
     return Jacobi(inv_diag=_safe_inv_diag(ops.diagonal(ops.as_operator(A))))
@@ -133,14 +153,7 @@ def block_jacobi(A, block_size: int) -> BlockJacobi:
     n = op.shape[0]
     if not 1 <= k <= n:
         raise ValueError(f"block_size must be in [1, n] = [1, {n}], got {block_size}")
-    blocks = ops.diagonal_blocks(op, k)
-    inv = jnp.linalg.inv(blocks)
-    bad = ~jnp.isfinite(inv).all(axis=(1, 2))
-    scale = jnp.max(jnp.abs(blocks), axis=(1, 2), keepdims=True)
-    shift = jnp.sqrt(jnp.finfo(blocks.dtype).eps) * jnp.where(scale > 0, scale, 1)
-    inv_shifted = jnp.linalg.inv(blocks + shift * jnp.eye(k, dtype=blocks.dtype))
-    inv = jnp.where(bad[:, None, None], inv_shifted, inv)
-    return BlockJacobi(inv_blocks=inv, n=n)
+    return BlockJacobi(inv_blocks=safe_block_inverse(ops.diagonal_blocks(op, k)), n=n)
 
 
 def neumann(A, degree: int, base: Preconditioner | None = None) -> Polynomial:

@@ -51,6 +51,22 @@ def test_block_tridiagonal_bad_input():
         learned.cyclic_reduction(learned.block_tridiagonal(jnp.eye(8), 2), 5)
 
 
+def test_safe_block_inverse_shifts_only_singular_blocks_and_runs_one_lu_unless_needed():
+    rng = np.random.default_rng(0)
+    blocks = rng.standard_normal((4, 3, 3)) + 3 * np.eye(3)
+    blocks[2] = 0.0  # singular: inverted after a diagonal shift
+    blocks[3, :, 0] = 0.0  # singular, nonzero
+    inv = np.asarray(jax.jit(pc.safe_block_inverse)(jnp.asarray(blocks)))
+    assert np.isfinite(inv).all()
+    np.testing.assert_allclose(inv[:2], np.linalg.inv(blocks[:2]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(inv[2], np.eye(3) / np.sqrt(np.finfo(np.float32).eps), rtol=1e-3)
+    # the fallback LU sits in the conditional's branch, never beside the first one (two
+    # independent batched LU calls can deadlock XLA CPU's intra-op pool)
+    hlo = jax.jit(pc.safe_block_inverse).lower(jnp.asarray(blocks)).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    assert entry.count("getrf") == 1 and "conditional(" in entry
+
+
 def _ref_ilu0(A):
     A = np.array(A, float)
     n = A.shape[0]
