@@ -18,8 +18,6 @@ from the median wall-clock (also reported: from the best call, and from median p
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +25,7 @@ import jax.numpy as jnp
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.search import alphazero as AZ
+from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
 
 PAIRS = {"tictactoe": "tic_tac_toe", "kuhn_poker": "kuhn_poker"}
@@ -182,21 +181,12 @@ def pgx_search(B, S):
 
 
 def time_interleaved(fns: dict, repeats: int) -> tuple[dict, dict, dict]:
-    """Median wall-clock, best wall-clock and median process CPU seconds per function over
-    ``repeats`` interleaved calls (one call of every function per round, after a warm-up call;
-    CPU seconds are the steadier figure when other jobs share the machine)."""
-    for f in fns.values():
-        jax.block_until_ready(f(jax.random.key(0)))
-    wall = {k: [] for k in fns}
-    cpu = {k: [] for k in fns}
-    for i in range(repeats):
-        for k, f in fns.items():
-            t, c = time.perf_counter(), time.process_time()
-            jax.block_until_ready(f(jax.random.key(i + 1)))
-            wall[k].append(time.perf_counter() - t)
-            cpu[k].append(time.process_time() - c)
-    med = {k: statistics.median(v) for k, v in wall.items()}
-    return med, {k: min(v) for k, v in wall.items()}, {k: statistics.median(v) for k, v in cpu.items()}
+    """Median wall-clock, best wall-clock and median process CPU seconds per rollout (called with a
+    fresh key per round) over ``repeats`` interleaved rounds (CPU seconds are the steadier figure when
+    other jobs share the machine)."""
+    t = timing.interleaved({k: (lambda i, f=f: f(jax.random.key(i))) for k, f in fns.items()}, repeats)
+    return ({k: v.median for k, v in t.items()}, {k: v.best for k, v in t.items()},
+            {k: v.cpu_median for k, v in t.items()})
 
 
 def _row(label, sampler, B, work, med, best, cpu, unit, have_pgx) -> dict:

@@ -12,13 +12,12 @@ steps/s = B*T / median seconds. JaxMARL is optional (the ``bench`` extra).
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxrl_reason import envs
+from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
 
 
@@ -94,20 +93,6 @@ def jaxmarl_rollout(num_players: int, batch: int, steps: int):
     return rollout
 
 
-def time_interleaved(rollouts: dict, repeats: int) -> dict[str, list[float]]:
-    """Compiles + warms every rollout, then times them in turn, ``repeats`` rounds: a load
-    change on a shared machine hits all implementations alike. Returns seconds per call."""
-    for ro in rollouts.values():
-        jax.block_until_ready(ro(jax.random.key(0)))  # compile + warm-up
-    times = {name: [] for name in rollouts}
-    for i in range(repeats):
-        for name, ro in rollouts.items():
-            t = time.perf_counter()
-            jax.block_until_ready(ro(jax.random.key(i + 1)))
-            times[name].append(time.perf_counter() - t)
-    return times
-
-
 def run(config: Config, run_dir: RunDir | None = None) -> dict:
     rows, summary = [], {"device": jax.devices()[0].platform, "repeats": config.repeats}
     for batch in config.batch_sizes:
@@ -120,14 +105,15 @@ def run(config: Config, run_dir: RunDir | None = None) -> dict:
         for mode in config.obs_modes:
             env = envs.make("hanabi", num_players=config.num_players, obs_mode=mode)
             rollouts[mode] = ours_rollout(env, batch, config.steps)
-        times = time_interleaved(rollouts, config.repeats)
-        sps = {name: batch * config.steps / float(np.median(ts)) for name, ts in times.items()}
+        times = timing.interleaved({k: (lambda i, ro=ro: ro(jax.random.key(i))) for k, ro in rollouts.items()},
+                                   config.repeats)
+        sps = {name: batch * config.steps / t.median for name, t in times.items()}
         ref = sps.get("jaxmarl")
         for name, value in sps.items():
             ratio = value / ref if ref else float("nan")
             impl, obs = ("jaxmarl", "belief") if name == "jaxmarl" else ("ours", name)
             rows.append({"impl": impl, "obs": obs, "B": batch, "steps_per_s": value, "ratio": ratio,
-                         "min_s": min(times[name]), "max_s": max(times[name])})
+                         "min_s": times[name].best, "max_s": max(times[name].wall)})
             key = f"jaxmarl_B{batch}" if name == "jaxmarl" else f"ours_{name}_B{batch}"
             summary[key] = value
             if name != "jaxmarl":

@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxrl_reason.solvers import fgmres, finance, learned
 from jaxrl_reason.solvers import preconditioners as pc
+from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
 
 
@@ -146,21 +147,6 @@ def our_rows(A_sp, b, config: Config):
     return rows
 
 
-def interleaved(fns: dict, args_for: dict, rounds: int) -> dict:
-    """Median seconds of each jitted ``fns[name](*args_for[name])``, called in alternation
-    (one round = every function once) after a compile-and-run warm-up, so that load
-    changes on a shared machine hit all of them alike."""
-    for name, f in fns.items():
-        jax.block_until_ready(f(*args_for[name]))
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, f in fns.items():
-            t = time.perf_counter()
-            jax.block_until_ready(f(*args_for[name]))
-            times[name].append(time.perf_counter() - t)
-    return {name: float(np.median(ts)) for name, ts in times.items()}
-
-
 def batch_cases(config: Config) -> dict:
     """``name -> (A, M)`` of the vmap-over-RHS measurement, from cheap to expensive
     preconditioner (n = ``batch_ns**2`` for Heston, the same n for Black-Scholes)."""
@@ -185,7 +171,8 @@ def batch_rows(config: Config, rounds: int = 9) -> list[dict]:
     rows = []
     for name, (A, M) in batch_cases(config).items():
         B = jax.random.normal(jax.random.key(0), (config.batch_rhs, A.shape[0]), jnp.float64)
-        t = interleaved({"one": one, "batch": many}, {"one": (A, M, B[0]), "batch": (A, M, B)}, rounds)
+        t = {k: v.median for k, v in timing.interleaved(
+            {"one": lambda i: one(A, M, B[0]), "batch": lambda i: many(A, M, B)}, rounds).items()}
         r1, rb = one(A, M, B[0]), many(A, M, B)
         rows.append(dict(case=name, batch=config.batch_rhs, one_ms=1e3 * t["one"], batch_ms=1e3 * t["batch"],
                          ratio=t["batch"] / t["one"], one_iterations=int(r1.iterations),

@@ -27,6 +27,7 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer, cache_bytes_per_token, init_cache, param_count
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate, prepare
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
 
 
@@ -44,7 +45,7 @@ class Config:
     batch: int = 16
     prompt_len: int = 32
     new_tokens: int = 128
-    repeats: int = 3
+    repeats: int = 5  # interleaved rounds for the sampler (median); best of `repeats` elsewhere
     hf: bool = True  # time HF generate side by side (needs the `hf` extra)
     torch_threads: int = 0  # 0: torch's default; 1 is fairer on a heavily shared CPU (spinning threads)
     scan_layers: bool = True  # False: unroll the layer scan in the sampler model
@@ -74,7 +75,8 @@ class Config:
 
 
 PRESETS = {
-    "cpu": Config(),
+    # unrolled layers: the sampler keeps per-layer weights and cache in its decode loop (no per-step copies)
+    "cpu": Config(scan_layers=False),
     "gpu": Config(vocab_size=32000, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=4, d_ff=5632, dtype="bfloat16",
                   batch=1, prompt_len=128, new_tokens=512, hf=False, train_batch=16, train_len=2048, train_steps=10,
                   train_d_model=1024, train_layers=24, train_vocab=32000, train_d_ff=2816, train_heads=16, remat=True,
@@ -105,9 +107,12 @@ def _hf_model(c: Config):
 
 
 def bench_sampler(c: Config) -> dict:
+    """Decode tokens/s of our sampler and (``hf``) of HF generate on the same weights, median of
+    ``repeats`` interleaved rounds."""
     out: dict = {}
     scfg = SamplerConfig(max_new_tokens=c.new_tokens, temperature=1.0)
     prompts = np.random.default_rng(c.seed).integers(0, c.vocab_size, (c.batch, c.prompt_len))
+    fns = {}
     if c.hf:
         import torch
 
@@ -121,9 +126,12 @@ def bench_sampler(c: Config) -> dict:
             model = load_hf_model(d, max_seq_len=1024, dtype=c.dtype, scan_layers=c.scan_layers)
         kw = dict(max_new_tokens=c.new_tokens, min_new_tokens=c.new_tokens, do_sample=True, temperature=1.0, top_k=0, pad_token_id=0)
         pt = torch.tensor(prompts)
-        with torch.no_grad():
-            dt = _timed(lambda: hf.generate(pt, **kw), c.repeats)
-        out["hf_generate_tokens_per_s"] = c.batch * c.new_tokens / dt
+
+        def hf_generate(i):
+            with torch.no_grad():
+                return hf.generate(pt, **kw)
+
+        fns["hf"] = hf_generate
         out["torch_threads"] = torch.get_num_threads()
     else:
         cfg = LMConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_layers=c.n_layers, n_heads=c.n_heads,
@@ -132,11 +140,11 @@ def bench_sampler(c: Config) -> dict:
         model = Transformer(cfg, rngs=nnx.Rngs(c.seed))
     graphdef, state = nnx.split(model)
     args = prepare(model.cfg, prompts, None, scfg)
-    keys = iter(jax.random.split(jax.random.PRNGKey(c.seed), 100))
-    run = lambda: generate(graphdef, state, *args[:2], next(keys), *args[2:], config=scfg).tokens
-    dt = _timed(run, c.repeats)
-    out["decode_tokens_per_s"] = c.batch * c.new_tokens / dt
+    fns["ours"] = lambda i: generate(graphdef, state, *args[:2], jax.random.PRNGKey(i), *args[2:], config=scfg).tokens
+    t = timing.interleaved(fns, c.repeats)
+    out["decode_tokens_per_s"] = c.batch * c.new_tokens / t["ours"].median
     if c.hf:
+        out["hf_generate_tokens_per_s"] = c.batch * c.new_tokens / t["hf"].median
         out["ratio_vs_hf"] = out["decode_tokens_per_s"] / out["hf_generate_tokens_per_s"]
 
     @jax.jit

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from jaxrl_reason import envs
+from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
 
 
@@ -114,15 +115,8 @@ def time_rollout(rollout, batch: int, steps: int, repeats: int) -> float:
 
 def time_pair(rollouts, batch: int, steps: int, repeats: int) -> list[float]:
     """Median steps/s of each rollout, timed calls interleaved after one warm-up each."""
-    for rollout in rollouts:
-        rollout(jax.random.key(0)).block_until_ready()
-    times = [[] for _ in rollouts]
-    for r in range(repeats):
-        for i, rollout in enumerate(rollouts):
-            t = time.perf_counter()
-            rollout(jax.random.key(r + 1)).block_until_ready()
-            times[i].append(time.perf_counter() - t)
-    return [batch * steps / float(np.median(t)) for t in times]
+    t = timing.interleaved({str(k): (lambda i, ro=ro: ro(jax.random.key(i))) for k, ro in enumerate(rollouts)}, repeats)
+    return [batch * steps / t[str(k)].median for k in range(len(rollouts))]
 
 
 def anchor_rollout(num_agents: int, batch: int, steps: int):

@@ -1,13 +1,15 @@
 """The dense (Qwen2-like: GQA, QKV bias, tied embeddings) family: sampler, joined output, chunked
 log-probs and entropy. One model and few compiled shapes are shared by all tests here."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm import LMConfig, Transformer, init_cache
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample, sample_joined, sampling_logprobs
 from jaxrl_reason.models.lm.train import token_logprobs, token_logprobs_entropy
 
@@ -59,6 +61,18 @@ def test_greedy_equals_argmax_of_full_forward(greedy, joined, logits):
         np.testing.assert_array_equal(np.asarray(jnp.argmax(lg, -1)), np.asarray(greedy.tokens[b]))
         lp = jax.nn.log_softmax(lg)
         np.testing.assert_allclose(np.take_along_axis(lp, greedy.tokens[b][:, None], 1)[:, 0], greedy.logprobs[b], atol=1e-5)
+
+
+def test_unrolled_layers_decode_equals_scanned(greedy):
+    """scan_layers=False: per-layer weights and cache in the decode loop, same weights, same tokens."""
+    unrolled = Transformer(dataclasses.replace(CFG, scan_layers=False), rngs=nnx.Rngs(0))
+    out = sample(unrolled, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY)
+    np.testing.assert_array_equal(out.tokens, greedy.tokens)
+    np.testing.assert_allclose(out.logprobs, greedy.logprobs, atol=1e-5)
+    layers = unrolled.layer_states()
+    assert len(layers) == CFG.n_layers and isinstance(init_cache(CFG, 3, 8, stacked=False).buffers, tuple)
+    with pytest.raises(ValueError, match="per-layer cache"):
+        unrolled.hidden(PROMPTS, None, init_cache(CFG, 3, 8), layers)
 
 
 def test_chunked_logprobs_and_entropy_equal_full(model, joined, logits):

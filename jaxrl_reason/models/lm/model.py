@@ -8,10 +8,16 @@
 `aux`: {"load": [L, E] expert load per layer, "balance_loss": []} for MoE models, else {}.
 Compile time does not grow with depth (one scanned block; `scan_layers=False` unrolls the scan,
 which can be faster for small models on CPU); `cfg.remat` checkpoints each block.
-The cache (see `init_cache`) is a `KVCache`: per-layer buffers stacked on the same leading axis, the
-token position held in each slot, and the next free slot. ``hidden`` writes its T tokens at slots
+The cache (see `init_cache`) is a `KVCache`: per-layer buffers stacked on the same leading axis (or,
+``stacked=False``, a tuple of per-layer dicts), the token position held in each slot, and the next
+free slot. ``hidden`` writes its T tokens at slots
 ``cache.end .. cache.end+T-1`` and records ``positions`` there (pass position -1 for padding tokens
 that later queries must not see).
+
+Decode loops: slicing stacked weights and cache inside a `while_loop` copies them at every step
+on XLA CPU. `layer_states()` unstacks the weights once (outside the loop) and ``hidden(...,
+layers=...)`` runs the layers as a Python loop over them, with a per-layer (``stacked=False``)
+cache whose buffers are updated in place; the sampler does this when ``cfg.scan_layers`` is False.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ from jaxrl_reason.models.lm.moe import MoE
 
 @flax.struct.dataclass
 class KVCache:
-    """buffers: {name: [n_layers, B, ...]} (layout in `attention`); pos: [B, S] int32 token position of
+    """buffers: {name: [n_layers, B, ...]} (layout in `attention`), or a tuple of n_layers
+    {name: [B, ...]} (``init_cache(..., stacked=False)``, for ``hidden(..., layers=...)``); pos: [B, S] int32 token position of
     each slot (-1 = empty); end: int32 scalar, the next slot to write (the same for every sequence)."""
 
-    buffers: dict
+    buffers: dict | tuple
     pos: jax.Array
     end: jax.Array
 
@@ -94,14 +101,25 @@ class Transformer(nnx.Module):
     def embed_tokens(self, tokens: jax.Array) -> jax.Array:
         return jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.jdtype)
 
-    def hidden(self, tokens, positions=None, cache: KVCache | None = None):
-        """tokens [B, T] int32, positions [B, T] (default 0..T-1), cache or None -> (h [B,T,D], cache, aux)."""
+    def layer_states(self) -> list:
+        """The stacked blocks' state as ``n_layers`` per-layer states (each array sliced once)."""
+        state = nnx.state(self.blocks)
+        return [jax.tree.map(lambda x, i=i: x[i], state) for i in range(self.cfg.n_layers)]
+
+    def hidden(self, tokens, positions=None, cache: KVCache | None = None, layers: list | None = None):
+        """tokens [B, T] int32, positions [B, T] (default 0..T-1), cache or None -> (h [B,T,D], cache, aux).
+
+        ``layers``: `layer_states()` to run the blocks as a Python loop over per-layer weights
+        instead of a scan over the stacked ones; the cache must then be per-layer (``stacked=False``).
+        """
         b, t = tokens.shape
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         h = self.embed_tokens(tokens)
         gdef, bstate = nnx.split(self.blocks)
         if cache is not None:
+            if isinstance(cache.buffers, tuple) != (layers is not None):
+                raise ValueError("a per-layer cache (stacked=False) goes with layers=..., a stacked one without")
             slot_pos = jax.lax.dynamic_update_slice_in_dim(cache.pos, positions.astype(jnp.int32), cache.end, axis=1)
 
         def body(h, xs):
@@ -112,8 +130,16 @@ class Transformer(nnx.Module):
 
         if self.cfg.remat:
             body = jax.checkpoint(body, prevent_cse=False)
-        bufs = None if cache is None else cache.buffers
-        h, (bufs, aux) = jax.lax.scan(body, h, (bstate, bufs), unroll=not self.cfg.scan_layers)
+        if layers is None:
+            bufs = None if cache is None else cache.buffers
+            h, (bufs, aux) = jax.lax.scan(body, h, (bstate, bufs), unroll=not self.cfg.scan_layers)
+        else:
+            outs = []
+            for i, layer_state in enumerate(layers):
+                h, out = body(h, (layer_state, None if cache is None else cache.buffers[i]))
+                outs.append(out)
+            bufs = tuple(o[0] for o in outs)
+            aux = jax.tree.map(lambda *a: jnp.stack(a), *[o[1] for o in outs])
         if cache is not None:
             cache = KVCache(buffers=bufs, pos=slot_pos, end=cache.end + t)
         if aux:
@@ -134,15 +160,19 @@ class Transformer(nnx.Module):
             positions = jnp.broadcast_to(jnp.arange(t - 1, dtype=jnp.int32), (b, t - 1))
         return self.mtp(h[:, :-1], self.embed_tokens(tokens[:, 1:]), positions)
 
-    def __call__(self, tokens, positions=None, cache=None):
-        h, cache, aux = self.hidden(tokens, positions, cache)
+    def __call__(self, tokens, positions=None, cache=None, layers=None):
+        h, cache, aux = self.hidden(tokens, positions, cache, layers)
         return self.logits(h), cache, aux
 
 
-def init_cache(cfg: LMConfig, batch: int, length: int, dtype=None) -> KVCache:
-    """Empty KV cache of `length` slots: every buffer gets a leading [n_layers] axis; all slots empty."""
+def init_cache(cfg: LMConfig, batch: int, length: int, dtype=None, stacked: bool = True) -> KVCache:
+    """Empty KV cache of `length` slots, all empty: every buffer gets a leading [n_layers] axis, or
+    (``stacked=False``) one dict of buffers per layer."""
     layer = init_layer_cache(cfg, batch, length, dtype)
-    buffers = {k: jnp.broadcast_to(v, (cfg.n_layers,) + v.shape) for k, v in layer.items()}
+    if stacked:
+        buffers = {k: jnp.broadcast_to(v, (cfg.n_layers,) + v.shape) for k, v in layer.items()}
+    else:
+        buffers = tuple(dict(layer) for _ in range(cfg.n_layers))
     return KVCache(buffers=buffers, pos=jnp.full((batch, length), -1, jnp.int32), end=jnp.int32(0))
 
 
@@ -150,7 +180,7 @@ def cache_bytes_per_token(cache: KVCache) -> float:
     """Bytes of K/V (or latent) cache per token slot, all layers, from the actual buffers:
     nbytes / (B * S). The [B, S] int32 slot-position index (4 bytes per slot) is not counted."""
     b, s = cache.pos.shape
-    return sum(x.size * x.dtype.itemsize for x in cache.buffers.values()) / (b * s)
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache.buffers)) / (b * s)
 
 
 def param_count(model: nnx.Module) -> int:

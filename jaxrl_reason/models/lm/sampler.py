@@ -129,10 +129,12 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
     model = nnx.merge(graphdef, state)
     b, p = prompts.shape
     n = config.max_new_tokens
-    cache = init_cache(model.cfg, b, config.cache_len or p + n)
+    # unrolled layers: weights unstacked once and a per-layer cache, so the decode loop copies neither
+    layers = None if model.cfg.scan_layers else model.layer_states()
+    cache = init_cache(model.cfg, b, config.cache_len or p + n, stacked=layers is None)
     ar = jnp.arange(p, dtype=jnp.int32)[None]
     pos = jnp.where(ar < prompt_lens[:, None], ar, -1)  # padding after each prompt stays invisible
-    h, cache, _ = model.hidden(prompts, pos, cache)
+    h, cache, _ = model.hidden(prompts, pos, cache, layers)
     h_last = jnp.take_along_axis(h, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
     logits = model.logits(h_last)  # [B, V]
 
@@ -150,7 +152,7 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
         lengths = lengths + (~done).astype(jnp.int32)
         hit = jnp.any(tok[:, None] == stop_tokens, axis=-1)
         done = done | hit | (lengths >= max_new_tokens)
-        step_logits, cache, _ = model(tok[:, None], (prompt_lens + i)[:, None], cache)
+        step_logits, cache, _ = model(tok[:, None], (prompt_lens + i)[:, None], cache, layers)
         return i + 1, key, cache, step_logits[:, 0], toks, lps, lengths, done
 
     init = (
