@@ -60,6 +60,14 @@ class CharVocab:
             out.append(toks[t] if 0 <= t < len(toks) else "<unk>")
         return "".join(out)
 
+    def check_model(self, model_cfg, seq_len: int, owner: str) -> None:
+        """ValueError unless a model (``LMConfig``) holds ``seq_len`` tokens of this vocabulary."""
+        if seq_len > model_cfg.max_seq_len:
+            raise ValueError(f"{owner}: a sequence needs {seq_len} tokens > the model's window "
+                             f"max_seq_len={model_cfg.max_seq_len}")
+        if model_cfg.vocab_size < self.size:
+            raise ValueError(f"{owner}: model vocab_size {model_cfg.vocab_size} < character vocabulary size {self.size}")
+
     def pad_batch(self, seqs: list[list[int]], length: int) -> tuple[np.ndarray, np.ndarray]:
         """Right-pad to ``length`` -> (ids [B, length] int32, lengths [B] int32); too long raises."""
         arr = np.full((len(seqs), length), self.pad, np.int32)

@@ -104,11 +104,7 @@ class SystemConfig:
         return (1, self.step_tokens, self.step_tokens, self.answer_tokens)
 
     def check_model(self, model_cfg) -> None:
-        if self.seq_len > model_cfg.max_seq_len:
-            raise ValueError(f"SystemConfig: a node needs {self.seq_len} tokens > the model's max_seq_len "
-                             f"{model_cfg.max_seq_len}")
-        if model_cfg.vocab_size < VOCAB.size:
-            raise ValueError(f"model vocab_size {model_cfg.vocab_size} < character vocabulary size {VOCAB.size}")
+        VOCAB.check_model(model_cfg, self.seq_len, "SystemConfig")
 
 
 @flax.struct.dataclass

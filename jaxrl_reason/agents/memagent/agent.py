@@ -100,11 +100,7 @@ class MemAgentConfig:
         return max(self.update_prompt_len + self.memory_tokens + 1, self.final_prompt_len + self.answer_tokens + 1)
 
     def check_model(self, model_cfg) -> None:
-        if self.seq_len > model_cfg.max_seq_len:
-            raise ValueError(f"MemAgentConfig: a conversation needs {self.seq_len} tokens > the model's window "
-                             f"max_seq_len={model_cfg.max_seq_len}")
-        if model_cfg.vocab_size < VOCAB.size:
-            raise ValueError(f"model vocab_size {model_cfg.vocab_size} < character vocabulary size {VOCAB.size}")
+        VOCAB.check_model(model_cfg, self.seq_len, "MemAgentConfig")
 
 
 @flax.struct.dataclass
