@@ -75,6 +75,7 @@ def test_steps_metrics_and_reference_reset(trainer):
     state, m1 = trainer.step(state)
     for k in ("reward", "accuracy", "response_length", "entropy", "kl", "clip_fraction", "frac_filtered", "grad_norm"):
         assert np.isfinite(m1[k]), k
+    assert m1["time_sample_s"] > 0 and m1["time_update_s"] > 0
     assert float(m1["ref_reset"]) == 0 and float(m1["kl_ref"]) == pytest.approx(0.0, abs=1e-6)
     leaves = lambda t: jax.tree.leaves(jax.tree.map(np.asarray, t))
     assert any(not np.allclose(a, b) for a, b in zip(leaves(state.params), leaves(p0)))  # it learned

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Sequence
 
 import flax
@@ -208,7 +209,10 @@ class GRPOTrainer:
         return make_batch(self.tasks, rng, self.config.groups_sampled, self.prompt_len, self.answer_len, self.weights)
 
     def step(self, state: GRPOState) -> tuple[GRPOState, dict]:
+        """One GRPO step. Metrics include ``time_sample_s`` (sampling + host scoring, wall) and
+        ``time_update_s`` (the jitted update, blocked on)."""
         cfg = self.config
+        t0 = time.perf_counter()
         step = int(state.step)
         batch = self.problems(step).repeat(cfg.group_size)
         k_sample, k_reward, k_update = jax.random.split(jax.random.fold_in(state.key, step), 3)
@@ -221,8 +225,11 @@ class GRPOTrainer:
         rewards = self._rewards(k_reward, scores)
         if cfg.overlong_cache:
             rewards = rewards + overlong_penalty(out.lengths, cfg.max_new_tokens, cfg.overlong_cache)
+        t1 = time.perf_counter()
         state, metrics = self._update(state, k_update, prompts, plens, out.tokens, out.lengths, out.logprobs,
                                       rewards.reshape(-1, cfg.group_size), jnp.int32(cfg.ref_reset_every or 0))
+        jax.block_until_ready(state.params)
+        metrics["time_sample_s"], metrics["time_update_s"] = t1 - t0, time.perf_counter() - t1
         metrics["accuracy"] = float(np.mean(scores["correct"]))
         metrics["format_rate"] = float(np.mean(scores["formatted"]))
         return state, metrics
