@@ -159,3 +159,16 @@ def test_lm_train_step_updates_params_and_rae_baseline():
     # baseline for role 0 moves from 0 by alpha towards -1 once per episode
     assert m["kuhn_poker/forfeit"] == 1.0 and m["kuhn_poker/format_error"] == 1.0
     np.testing.assert_allclose(state.baseline[0, 0], -(1 - 0.95**4), atol=1e-5)
+
+
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_transfer_eval_through_the_task_vocabulary_view(scan_layers):
+    """TaskView passes the sampler's per-layer path through (unrolled models decode with layer_states)."""
+    from jaxrl_reason.agents.spiral.evaluation import transfer_eval
+
+    cfg = LMConfig(vocab_size=V.VOCAB_SIZE, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=64,
+                   scan_layers=scan_layers)
+    out = transfer_eval(Transformer(cfg, rngs=nnx.Rngs(0)), num_problems=4, max_new_tokens=4)
+    assert set(out) == {"calc", "count"}
+    for r in out.values():
+        assert 0.0 <= r["accuracy"] <= 1.0 and 0.0 <= r["format_rate"] <= 1.0

@@ -136,14 +136,17 @@ class TaskView(nnx.Module):
         self.inner = model
         self.cfg = model.cfg
 
-    def hidden(self, tokens, positions=None, cache=None):
-        return self.inner.hidden(V.to_lm(tokens), positions, cache)
+    def layer_states(self) -> list:
+        return self.inner.layer_states()
+
+    def hidden(self, tokens, positions=None, cache=None, layers=None):
+        return self.inner.hidden(V.to_lm(tokens), positions, cache, layers)
 
     def logits(self, h):
         return jnp.take(self.inner.logits(h), jnp.asarray(V._TO_LM), axis=-1)
 
-    def __call__(self, tokens, positions=None, cache=None):
-        h, cache, aux = self.hidden(tokens, positions, cache)
+    def __call__(self, tokens, positions=None, cache=None, layers=None):
+        h, cache, aux = self.hidden(tokens, positions, cache, layers)
         return self.logits(h), cache, aux
 
 
