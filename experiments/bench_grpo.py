@@ -18,24 +18,18 @@ import dataclasses
 import statistics
 
 import jax
-from flax import nnx
-
-from jaxrl_reason.models.lm import LMConfig, Transformer, param_count
+from jaxrl_reason.models.lm import param_count
+from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
-from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.experiment import RunDir
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int = 256
-    dtype: str = "float32"
-    scan_layers: bool = False  # unrolled: the sampler keeps per-layer weights and cache in its loop
+    # unrolled: the sampler keeps per-layer weights and cache in its loop; max_seq_len >= prompt + new tokens
+    lm: recipes.TinyLM = recipes.TinyLM(scan_layers=False)
     prompts: int = 16
     group_size: int = 8
     new_tokens: int = 64
@@ -49,22 +43,17 @@ class Config:
         if self.warmup < 1 or self.steps < 1:
             raise ValueError(f"warmup and steps must be >= 1 (the first step compiles), got {self.warmup}, {self.steps}")
 
-    def lm(self) -> LMConfig:
-        return LMConfig(vocab_size=VOCAB.size, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
-                        n_kv_heads=self.n_heads, d_ff=self.d_ff, dtype=self.dtype, param_dtype="float32",
-                        max_seq_len=self.prompt_len + self.new_tokens, scan_layers=self.scan_layers)
-
 
 PRESETS = {
     "cpu": Config(),
-    # the target: ~100M parameters, 256 prompts x 8 samples, 256 new tokens
-    "gpu": Config(d_model=768, n_layers=12, n_heads=12, d_ff=3072, dtype="bfloat16", scan_layers=True,
+    # the target: ~100M parameters (113M), 256 prompts x 8 samples, 256 new tokens
+    "gpu": Config(lm=recipes.TinyLM(d_model=768, n_layers=12, n_heads=12, d_ff=3072, max_seq_len=288, dtype="bfloat16"),
                   prompts=256, new_tokens=256, minibatches=8, steps=3),
 }
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
-    model = Transformer(config.lm(), rngs=nnx.Rngs(config.seed))
+    model = recipes.build_model(config.lm, config.seed)
     grpo = GRPOConfig(group_size=config.group_size, prompts_per_step=config.prompts, max_new_tokens=config.new_tokens,
                       minibatches=config.minibatches, seed=config.seed)
     task = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")

@@ -32,10 +32,13 @@ class TinyLM:
     n_heads: int = 4
     d_ff: int = 256
     max_seq_len: int = 96
+    dtype: str = "float32"  # activations / matmuls (parameters stay float32)
+    scan_layers: bool = True  # False: unrolled; the sampler then keeps per-layer weights and cache
 
     def config(self) -> LMConfig:
         return LMConfig(vocab_size=VOCAB.size, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
-                        n_kv_heads=self.n_heads, d_ff=self.d_ff, max_seq_len=self.max_seq_len)
+                        n_kv_heads=self.n_heads, d_ff=self.d_ff, max_seq_len=self.max_seq_len, dtype=self.dtype,
+                        scan_layers=self.scan_layers)
 
 
 @dataclasses.dataclass(frozen=True)
