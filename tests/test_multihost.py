@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from testutil import subprocess_xla_flags
 
 
 def _free_port() -> int:
@@ -18,7 +19,7 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_process_allreduce_and_sharded_step():
     port = _free_port()
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": subprocess_xla_flags(2), "JAX_PLATFORMS": "cpu"}
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "jaxrl_reason.parallel.selftest", "--coordinator", f"127.0.0.1:{port}",

@@ -16,6 +16,7 @@ import pytest
 from jaxrl_reason import cli
 from jaxrl_reason.utils.checkpoint import CheckpointError, Checkpointer
 from jaxrl_reason.utils.experiment import RunDir
+from testutil import subprocess_xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -101,7 +102,10 @@ ARGS = ["--ppo.total-timesteps", str(16 * 8 * 12), "--ppo.num-envs", "16", "--pp
 @pytest.mark.slow
 def test_kill_and_resume_matches_uninterrupted_run(tmp_path):
     script = str(REPO / "experiments" / "ppo_catch.py")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    # the three runs compile the same programs: share them through JAX's persistent cache (halves the test)
+    env = {**os.environ, "XLA_FLAGS": subprocess_xla_flags(1),
+           "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
     run = lambda root, *extra: subprocess.run(
         [sys.executable, script, "--run-root", str(root), *ARGS, *extra],
         capture_output=True, text=True, env=env, timeout=300,

@@ -8,6 +8,13 @@ from jaxrl_reason import envs
 from jaxrl_reason.models.lm import Transformer
 
 
+def subprocess_xla_flags(devices: int) -> str:
+    """XLA_FLAGS for a test's subprocess: ``devices`` virtual CPU devices, compiled as fast as the suite."""
+    from conftest import FAST_COMPILE_FLAGS
+
+    return f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE_FLAGS}"
+
+
 class PlainView(envs.Environment):
     """An environment seen only through reset/step: AutoReset's generic (non-split) path."""
 
