@@ -2,8 +2,9 @@
 
 1. base policy: a tiny char-level LM with a short, partial SFT on gold RandomCalculation traces;
 2. search vs sampling: on held-out multi-step problems (where one greedy pass often fails), MCTS
-   with the base policy vs best-of-N sampling with (at least) the same number of generated tokens;
-   solved = a verified-correct answer was found (both use the same verifier);
+   with the base policy (outcome verifier only, and with the local step check of ``tasks.calc_steps``
+   pruning candidate steps) vs best-of-N sampling with (at least) the same number of generated
+   tokens; solved = a verified-correct answer was found (all use the same answer verifier);
 3. search on training problems -> linear chains of thought: ASTRO traces (failed branch, reflection,
    "back to step i", the good step) and direct traces (successful path only);
 4. three arms, each then GRPO with the verifier reward: base, SFT on ASTRO traces, SFT on direct
@@ -28,6 +29,7 @@ from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.search.lm_mcts import StepSearchConfig, best_of_n, make_step_search
 from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
+from jaxrl_reason.tasks import calc_steps
 from jaxrl_reason.tasks.base import make_batch
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig, score
@@ -50,6 +52,11 @@ class Config:
     search_problems: int = 256  # training problems searched for traces
     compare_problems: int = 64  # held-out problems for MCTS vs best-of-N
     cloning: CloningConfig = CloningConfig(num_detours=1)
+    # tasks.calc_steps' local step check (a process verifier): detours go only through steps it rejects
+    # (a visible mistake); optionally the search that makes the traces also prunes them (measured: at
+    # equal tokens no better than the outcome-only search on the cpu preset, so off by default)
+    detours_need_invalid_step: bool = True
+    prune_with_step_check: bool = False
     trace_sft_steps: int = 150
     trace_sft_lr: float = 1e-3
     trace_seq_len: int = 112
@@ -113,14 +120,50 @@ def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: Clonin
 def search_traces(config: Config, search, params, problems_batch) -> tuple[list, dict]:
     """Search every problem (in jitted batches) -> (cloned traces per problem or None, stats)."""
     traces, solved, tokens = [], [], []
+    check = calc_steps.step_is_valid if config.detours_need_invalid_step else None
     for i in range(0, len(problems_batch), config.search_batch):
         part = problems_batch.take(range(i, i + config.search_batch))
         res = search(params, jax.random.key(config.seed * 1000 + i), part.prompts, part.prompt_lens,
                      part.answers, part.answer_lens)
         solved.append(np.asarray(res.solved))
         tokens.append(np.asarray(res.tokens))
-        traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b) for b in range(len(part))]
+        traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b, step_is_valid=check)
+                   for b in range(len(part))]
     return traces, {"solved": np.concatenate(solved), "tokens": np.concatenate(tokens)}
+
+
+def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -> list[dict]:
+    """Each search in ``searches`` ({name: search fn}) vs best-of-N on held-out multi-step problems.
+
+    Best-of-N draws whole responses until its mean tokens per problem reach the largest of the
+    searches' (per jitted batch), so it never has fewer tokens than a search it is compared with.
+    -> table rows: "all", then one per difficulty ({name}_solved / _tokens per problem).
+    """
+    multi = np.flatnonzero(np.asarray(held.difficulty) >= min(2, config.task.max_difficulty))
+    if len(multi) < config.compare_problems:
+        raise ValueError(f"only {len(multi)} held-out multi-step problems for compare_problems={config.compare_problems}")
+    compare = held.take(multi[: config.compare_problems])
+    found = {name: search_traces(config, search, params, compare)[1] for name, search in searches.items()}
+    per_sample = config.grpo.max_new_tokens
+    bon_solved, bon_tokens = [], []
+    for i in range(0, config.compare_problems, config.search_batch):
+        part = compare.take(range(i, i + config.search_batch))
+        budget = max(f["tokens"][i: i + config.search_batch].mean() for f in found.values())
+        n = max(1, int(budget // per_sample))  # a lower bound; grow until the budget is reached
+        while True:
+            ok, tok = best_of_n(graphdef, params, jax.random.key(7 + i), part.prompts, part.prompt_lens, part.answers,
+                                part.answer_lens, num_samples=n, max_new_tokens=per_sample,
+                                temperature=config.search.temperature)
+            if float(np.asarray(tok).mean()) >= budget:
+                break
+            n = int(np.ceil(n * budget / max(float(np.asarray(tok).mean()), 1.0))) + 1
+        bon_solved.append(np.asarray(ok))
+        bon_tokens.append(np.asarray(tok))
+    found["best_of_n"] = {"solved": np.concatenate(bon_solved), "tokens": np.concatenate(bon_tokens)}
+    diff = np.asarray(compare.difficulty)
+    row = lambda m: {"problems": int(m.sum()), **{f"{name}_{k}": float(f[k][m].mean())
+                                                  for name, f in found.items() for k in ("solved", "tokens")}}
+    return [{"difficulty": "all", **row(diff > 0)}] + [{"difficulty": int(d), **row(diff == d)} for d in np.unique(diff)]
 
 
 def sft_on(base: Transformer, problems, traces, config: Config, direct: bool) -> Transformer:
@@ -144,47 +187,28 @@ def copy_model(model: Transformer) -> Transformer:
     return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
 
 
-def run(config: Config, run_dir: RunDir) -> dict:
-    tasks = [config.task]
+def base_policy(config: Config) -> Transformer:
+    """The base policy: a fresh tiny LM after the short, partial SFT on gold traces (``config.base_sft``)."""
     base = Transformer(config.lm(), rngs=nnx.Rngs(config.seed))
     ws = config.base_sft
-    sft_warm_start(base, recipes.sft_problems(tasks, ws.problems, config.seed), ws.steps, ws.batch_size,
+    sft_warm_start(base, recipes.sft_problems([config.task], ws.problems, config.seed), ws.steps, ws.batch_size,
                    ws.seq_len, ws.lr, seed=config.seed)
+    return base
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    tasks = [config.task]
+    base = base_policy(config)
     graphdef, params = nnx.split(base)
-    search = make_step_search(graphdef, config.search)
+    searches = {"mcts": make_step_search(graphdef, config.search),  # outcome verifier only
+                "mcts_step_checked": make_step_search(graphdef, config.search, calc_steps.step_is_wrong)}
+    search = searches["mcts_step_checked" if config.prune_with_step_check else "mcts"]
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
 
     # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems
-    multi = np.flatnonzero(np.asarray(held.difficulty) >= min(2, config.task.max_difficulty))
-    if len(multi) < config.compare_problems:
-        raise ValueError(f"only {len(multi)} held-out multi-step problems for compare_problems={config.compare_problems}")
-    compare = held.take(multi[: config.compare_problems])
-    _, mcts = search_traces(config, search, params, compare)
-    per_sample = config.grpo.max_new_tokens
-    bon_solved, bon_tokens = [], []
-    for i in range(0, config.compare_problems, config.search_batch):
-        part = compare.take(range(i, i + config.search_batch))
-        budget = mcts["tokens"][i: i + config.search_batch].mean()
-        # sample until the mean tokens per problem reach the search's: start from a lower bound, grow
-        n = max(1, int(budget // per_sample))
-        while True:
-            ok, tok = best_of_n(graphdef, params, jax.random.key(7 + i), part.prompts, part.prompt_lens, part.answers,
-                                part.answer_lens, num_samples=n, max_new_tokens=per_sample,
-                                temperature=config.search.temperature)
-            if float(np.asarray(tok).mean()) >= budget:
-                break
-            n = int(np.ceil(n * budget / max(float(np.asarray(tok).mean()), 1.0))) + 1
-        bon_solved.append(np.asarray(ok))
-        bon_tokens.append(np.asarray(tok))
-    bon_solved = np.concatenate(bon_solved)
-    diff = np.asarray(compare.difficulty)
-    table = [{"difficulty": "all", "problems": len(diff), "mcts_solved": float(mcts["solved"].mean()),
-              "mcts_tokens": float(mcts["tokens"].mean()), "best_of_n_solved": float(bon_solved.mean()),
-              "best_of_n_tokens": float(np.concatenate(bon_tokens).mean())}]
-    table += [{"difficulty": int(d), "problems": int((diff == d).sum()), "mcts_solved": float(mcts["solved"][diff == d].mean()),
-               "best_of_n_solved": float(bon_solved[diff == d].mean())} for d in np.unique(diff)]
+    table = search_vs_sampling(config, searches, graphdef, params, held)
     print(run_dir.write_table("search_vs_sampling", table))
-    comparison = {k: table[0][k] for k in ("mcts_solved", "mcts_tokens", "best_of_n_solved", "best_of_n_tokens")}
+    comparison = {k: v for k, v in table[0].items() if k.endswith(("_solved", "_tokens"))}
 
     # 3. search on training problems -> ASTRO and direct traces
     train = make_batch(tasks, np.random.default_rng([config.seed, 17]), config.search_problems, config.prompt_len,

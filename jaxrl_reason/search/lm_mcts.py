@@ -10,7 +10,9 @@ the ``branching`` candidate next steps that were sampled when the node was expan
   batched sampler call, draw ``branching`` rollouts to an answer (stop at ``</answer>``); their
   first steps (cut at the first delimiter) are the new node's candidate next steps, so no token is
   spent on partial samples that are not also complete answer attempts;
-- prior: the candidate steps' log-probabilities under the sampling policy (PUCT prior);
+- prior: the candidate steps' log-probabilities under the sampling policy (PUCT prior); a candidate
+  equal to an earlier one of the same node gets zero prior (``dedupe_candidates``), and so does one
+  that an optional local step check rejects (``step_is_wrong``, a process verifier);
 - value: the fraction of the rollouts whose answer passes the verifier (exact match);
 - a step that closes ``</think>`` makes a terminal node: its edge reward is ``2 * value - 1``, so a
   wrong closed answer is a dead end (-1) that ranks below any open prefix, and its discount is 0, so
@@ -54,6 +56,7 @@ class StepSearchConfig:
     temperature: float = 1.0  # sampling temperature of candidates and rollouts
     pb_c_init: float = 1.25  # PUCT exploration constant
     dirichlet_fraction: float = 0.0  # root noise (0: search is a deterministic function of the key)
+    dedupe_candidates: bool = True  # a repeated candidate step gets zero prior (never a second child)
 
     def __post_init__(self):
         for f in ("num_simulations", "branching", "max_depth", "step_tokens", "rollout_tokens"):
@@ -115,6 +118,25 @@ def _first_steps(toks: jax.Array, lens: jax.Array, s: int):
     return step, step_len
 
 
+def _blocked(cfg: StepSearchConfig, node: Node, step_is_wrong) -> jax.Array:
+    """[B, K] candidates that get no child: repeats of an earlier candidate (``dedupe_candidates``) and
+    steps the optional local check ``step_is_wrong(steps [B, K, S], lens [B, K]) -> [B, K]`` rejects."""
+    c, n = node.candidates, node.candidate_lens
+    blocked = jnp.zeros(n.shape, bool)
+    if cfg.dedupe_candidates:
+        same = jnp.all(c[:, :, None] == c[:, None], axis=-1) & (n[:, :, None] == n[:, None])  # [B, K, K]
+        k = c.shape[1]
+        blocked |= jnp.any(same & jnp.tril(jnp.ones((k, k), bool), -1), axis=-1)  # an earlier one is equal
+    if step_is_wrong is not None:
+        blocked |= step_is_wrong(c, n)
+    return blocked & ~jnp.all(blocked, axis=-1, keepdims=True)  # all blocked: fall back to the plain prior
+
+
+def _prior_logits(cfg: StepSearchConfig, node: Node, step_is_wrong) -> jax.Array:
+    """PUCT prior logits [B, K]: the step log-probs, -1e9 (zero prior) for blocked candidates."""
+    return jnp.where(_blocked(cfg, node, step_is_wrong), -1e9, node.candidate_logp)
+
+
 def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len):
     """Sample K rollouts to an answer after ``response``; their first steps are the K candidate steps.
 
@@ -143,10 +165,14 @@ def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response
                 value=jnp.mean(correct, -1), tokens=lens.sum(-1).astype(jnp.int32))
 
 
-def make_step_search(graphdef, cfg: StepSearchConfig):
+def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None):
     """-> jitted ``search(model_state, key, prompts, prompt_lens, answers, answer_lens) -> SearchResult``.
 
     prompts [B, P] right-padded (``<bos>`` + problem), answers [B, A] padded exact answers.
+    ``step_is_wrong`` (optional, jittable, e.g. ``tasks.calc_steps.step_is_wrong``): a local process
+    check of candidate steps [..., S] with lengths [...] -> bool [...]. A rejected step gets zero prior,
+    and if it is still chosen (every candidate rejected) its node is a dead end (reward -1) that is
+    neither expanded nor counted: a process verifier next to the outcome verifier.
     """
 
     def recurrent_fn(params, key, action, node: Node):
@@ -156,18 +182,23 @@ def make_step_search(graphdef, cfg: StepSearchConfig):
         response = jax.vmap(_write)(node.response, step, node.response_len)
         response_len = jnp.minimum(node.response_len + step_len, cfg.response_len)
         closes = jnp.any((step == VOCAB.think_end) & (jnp.arange(cfg.step_tokens) < step_len[:, None]), axis=-1)
+        rejected = (jnp.zeros_like(closes) if step_is_wrong is None else step_is_wrong(step, step_len)) & ~node.terminal
         fields = _expand(model_state, graphdef, cfg, key, problem, response, response_len)
-        child = Node(response=response, response_len=response_len, terminal=closes | node.terminal, **fields)
+        child = Node(response=response, response_len=response_len, terminal=closes | rejected | node.terminal, **fields)
         # below a terminal node nothing changes and nothing counts
         child = jax.tree.map(lambda old, new: jnp.where(
             node.terminal.reshape((-1,) + (1,) * (new.ndim - 1)), old, new), node, child)
-        child = child.replace(tokens=jnp.where(node.terminal, 0, child.tokens))  # copied, not generated
-        # a closed wrong answer is a dead end (-1), below an open prefix's rollout value (0 or 1), so PUCT
-        # does not spend simulations re-selecting it
-        reward = jnp.where(closes & ~node.terminal, 2.0 * child.value - 1.0, 0.0).astype(jnp.float32)
+        # copied (below a terminal node) or skipped (a rejected step): not generated, not verified
+        child = child.replace(tokens=jnp.where(node.terminal | rejected, 0, child.tokens),
+                              correct=child.correct & ~rejected, value=jnp.where(rejected, 0.0, child.value))
+        # a closed wrong answer or a rejected step is a dead end (-1), below an open prefix's rollout value
+        # (0 or 1), so PUCT does not spend simulations re-selecting it
+        reward = jnp.where(rejected, -1.0, jnp.where(closes & ~node.terminal, 2.0 * child.value - 1.0, 0.0))
+        reward = reward.astype(jnp.float32)
         discount = jnp.where(child.terminal, 0.0, 1.0).astype(jnp.float32)
         value = jnp.where(child.terminal, 0.0, child.value).astype(jnp.float32)
-        out = mctx.RecurrentFnOutput(reward=reward, discount=discount, prior_logits=child.candidate_logp, value=value)
+        out = mctx.RecurrentFnOutput(reward=reward, discount=discount, prior_logits=_prior_logits(cfg, child, step_is_wrong),
+                                     value=value)
         return out, child
 
     @jax.jit
@@ -179,10 +210,12 @@ def make_step_search(graphdef, cfg: StepSearchConfig):
         response_len = jnp.ones((b,), jnp.int32)
         fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len)
         root_node = Node(response=response, response_len=response_len, terminal=jnp.zeros((b,), bool), **fields)
-        root = mctx.RootFnOutput(prior_logits=root_node.candidate_logp,
+        blocked = _blocked(cfg, root_node, step_is_wrong)
+        root = mctx.RootFnOutput(prior_logits=jnp.where(blocked, -1e9, root_node.candidate_logp),
                                  value=root_node.value, embedding=root_node)
         out = mctx.muzero_policy(
             (model_state, problem), search_key, root, recurrent_fn, cfg.num_simulations,
+            invalid_actions=blocked,  # blocked root candidates get no Dirichlet noise either
             max_depth=cfg.max_depth, pb_c_init=cfg.pb_c_init, dirichlet_fraction=cfg.dirichlet_fraction,
         )
         tree = out.search_tree

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -66,8 +67,14 @@ def _as_step(text: str) -> str:
     return text if text.endswith(",") else text + ","
 
 
-def clone_procedure(tree, b: int, config: CloningConfig, seed: int) -> ClonedTrace | None:
-    """Linearise problem ``b``'s tree; ``None`` when the search found no verified answer."""
+def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
+                    step_is_valid: Callable[[str], bool] | None = None) -> ClonedTrace | None:
+    """Linearise problem ``b``'s tree; ``None`` when the search found no verified answer.
+
+    ``step_is_valid`` (optional, e.g. ``RandomCalculation.step_is_valid``): a local check of one step;
+    when given, a failed sibling is used as a detour only if its step fails the check, so every
+    reflection follows a visible mistake (a step whose rollouts merely failed is not called wrong).
+    """
     t = _node(tree, b)
     good = np.flatnonzero((t["visits"] > 0) & t["correct"])
     if good.size == 0:
@@ -94,7 +101,8 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int) -> ClonedTra
     for j, (p, nxt) in enumerate(zip(path, path[1:])):
         kids = [int(c) for c in t["children"][p] if c >= 0 and c != nxt]
         failed = [c for c in kids if t["visits"][c] > 0 and t["values"][c] <= 0.0 and not t["correct"][c]
-                  and resp(c)[len(resp(p)):] != steps[j]]
+                  and resp(c)[len(resp(p)):] != steps[j]
+                  and (step_is_valid is None or not step_is_valid(_as_step(resp(c)[len(resp(p)):])))]
         if failed:
             options[j] = failed
     rng = np.random.default_rng(seed)

@@ -49,6 +49,10 @@ def test_procedure_cloning_detours_and_backtracks():
     one = [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s).think for s in range(8)]
     assert set(one) == {"3+4=8,wrong!back to 0,3+4=7,7*2=14", "3+4=7,7*2=15,wrong!back to 1,7*2=14"}
     assert one == [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s).think for s in range(8)]
+    # with a local step check, a detour goes only through a step that fails it
+    only_first = lambda step: step == "3+4=8,"  # calls the first failed step valid
+    assert {clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, step_is_valid=only_first).think
+            for s in range(8)} == {"3+4=7,7*2=15,wrong!back to 1,7*2=14"}
     direct = clone_procedure(tree, 0, CloningConfig(num_detours=0), seed=0)
     assert direct.think == direct.direct and count_backtracks(direct.think) == 0
     tree.embeddings.correct[:] = False
@@ -108,3 +112,32 @@ def test_best_of_n_counts_tokens(searched):
                            batch.answer_lens, num_samples=3, max_new_tokens=8, temperature=1.0)
     assert ok.shape == (2,) and ok.dtype == bool
     assert ((np.asarray(tokens) >= 3) & (np.asarray(tokens) <= 24)).all()
+
+
+def test_step_check_agrees_with_host_check_and_prunes_the_search(searched):
+    from jaxrl_reason.tasks.calc_steps import step_is_valid, step_is_wrong
+
+    steps = ["3+4=7", "7*2=15", "-7/2*2=-7", "3/0=1", "6/4=3/2", "6/4=6/4", "2*3=06", "6/4/2=3/4", "3--5=8",
+             "-3-5=-8", "0-0=-0", "5/1=5", "14", "1+2==3", "9*9=81", "9*9=18"]
+    toks = np.full((len(steps) + 2, 12), VOCAB.pad, np.int32)
+    lens = np.zeros(len(steps) + 2, np.int32)
+    for i, s in enumerate(steps + ["7*2=15"]):  # each ends with ','
+        ids = VOCAB.encode(s + ",")
+        toks[i, : len(ids)], lens[i] = ids, len(ids)
+    ids = VOCAB.encode("7*2=15")  # the last row: no delimiter (cut step), so it is not judged
+    toks[-1, : len(ids)], lens[-1] = ids, len(ids)
+    wrong = np.asarray(jax.jit(step_is_wrong)(toks, lens))
+    assert wrong[: len(steps)].tolist() == [not step_is_valid(s) for s in steps]
+    assert wrong[len(steps)] and not wrong[-1]
+    assert [s for s in steps if step_is_valid(s)] == ["3+4=7", "-7/2*2=-7", "6/4=3/2", "6/4/2=3/4", "3--5=8", "-3-5=-8", "5/1=5",
+                                                      "9*9=81"]
+    # the search with the check never counts a rejected step's node as solved or spends tokens on it
+    graphdef, params, batch, _, _ = searched
+    res = make_step_search(graphdef, CFG, step_is_wrong)(params, jax.random.key(0), batch.prompts, batch.prompt_lens,
+                                                         batch.answers, batch.answer_lens)
+    tree, emb = res.tree, res.tree.embeddings
+    for b in range(2):
+        for n in np.flatnonzero(np.asarray(tree.node_visits[b]) > 0)[1:]:
+            p, a = int(tree.parents[b, n]), int(tree.action_from_parent[b, n])
+            if not emb.terminal[b, p] and step_is_wrong(emb.candidates[b, p, a], emb.candidate_lens[b, p, a]):
+                assert not emb.correct[b, n] and int(emb.tokens[b, n]) == 0 and emb.terminal[b, n]
