@@ -52,11 +52,8 @@ class Config:
     search_problems: int = 256  # training problems searched for traces
     compare_problems: int = 64  # held-out problems for MCTS vs best-of-N
     cloning: CloningConfig = CloningConfig(num_detours=1)
-    # tasks.calc_steps' local step check (a process verifier): detours go only through steps it rejects
-    # (a visible mistake); optionally the search that makes the traces also prunes them (measured: at
-    # equal tokens no better than the outcome-only search on the cpu preset, so off by default)
-    detours_need_invalid_step: bool = True
-    prune_with_step_check: bool = False
+    detours_need_invalid_step: bool = True  # detours only through steps tasks.calc_steps rejects (visible mistakes)
+    prune_with_step_check: bool = False  # the trace search prunes rejected steps (measured: no better at equal tokens)
     trace_sft_steps: int = 150
     trace_sft_lr: float = 1e-3
     trace_seq_len: int = 112
