@@ -114,19 +114,28 @@ def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: Clonin
     }
 
 
-def search_traces(config: Config, search, params, problems_batch) -> tuple[list, dict]:
-    """Search every problem (in jitted batches) -> (cloned traces per problem or None, stats)."""
-    traces, solved, tokens = [], [], []
-    check = calc_steps.step_is_valid if config.detours_need_invalid_step else None
+def search_batches(config: Config, search, params, problems_batch):
+    """Search every problem in jitted batches of ``config.search_batch`` -> yields (offset, SearchResult)."""
     for i in range(0, len(problems_batch), config.search_batch):
         part = problems_batch.take(range(i, i + config.search_batch))
-        res = search(params, jax.random.key(config.seed * 1000 + i), part.prompts, part.prompt_lens,
-                     part.answers, part.answer_lens)
-        solved.append(np.asarray(res.solved))
-        tokens.append(np.asarray(res.tokens))
+        yield i, search(params, jax.random.key(config.seed * 1000 + i), part.prompts, part.prompt_lens,
+                        part.answers, part.answer_lens)
+
+
+def search_stats(results) -> dict:
+    """SearchResults of consecutive batches -> {"solved": [N] bool, "tokens": [N] generated per problem}."""
+    return {k: np.concatenate([np.asarray(getattr(r, k)) for r in results]) for k in ("solved", "tokens")}
+
+
+def search_traces(config: Config, search, params, problems_batch) -> tuple[list, dict]:
+    """Search every problem -> (cloned traces per problem or None, ``search_stats``)."""
+    check = calc_steps.step_is_valid if config.detours_need_invalid_step else None
+    traces, results = [], []
+    for i, res in search_batches(config, search, params, problems_batch):
+        results.append(res)
         traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b, step_is_valid=check)
-                   for b in range(len(part))]
-    return traces, {"solved": np.concatenate(solved), "tokens": np.concatenate(tokens)}
+                   for b in range(len(res.solved))]
+    return traces, search_stats(results)
 
 
 def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -> list[dict]:
@@ -140,7 +149,8 @@ def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -
     if len(multi) < config.compare_problems:
         raise ValueError(f"only {len(multi)} held-out multi-step problems for compare_problems={config.compare_problems}")
     compare = held.take(multi[: config.compare_problems])
-    found = {name: search_traces(config, search, params, compare)[1] for name, search in searches.items()}
+    found = {name: search_stats([r for _, r in search_batches(config, search, params, compare)])
+             for name, search in searches.items()}
     per_sample = config.grpo.max_new_tokens
     bon_solved, bon_tokens = [], []
     for i in range(0, config.compare_problems, config.search_batch):

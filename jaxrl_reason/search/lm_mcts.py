@@ -132,9 +132,9 @@ def _blocked(cfg: StepSearchConfig, node: Node, step_is_wrong) -> jax.Array:
     return blocked & ~jnp.all(blocked, axis=-1, keepdims=True)  # all blocked: fall back to the plain prior
 
 
-def _prior_logits(cfg: StepSearchConfig, node: Node, step_is_wrong) -> jax.Array:
-    """PUCT prior logits [B, K]: the step log-probs, -1e9 (zero prior) for blocked candidates."""
-    return jnp.where(_blocked(cfg, node, step_is_wrong), -1e9, node.candidate_logp)
+def _prior_logits(node: Node, blocked: jax.Array) -> jax.Array:
+    """PUCT prior logits [B, K]: the step log-probs, -1e9 (zero prior) for ``blocked`` candidates."""
+    return jnp.where(blocked, -1e9, node.candidate_logp)
 
 
 def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len):
@@ -197,7 +197,7 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None):
         reward = reward.astype(jnp.float32)
         discount = jnp.where(child.terminal, 0.0, 1.0).astype(jnp.float32)
         value = jnp.where(child.terminal, 0.0, child.value).astype(jnp.float32)
-        out = mctx.RecurrentFnOutput(reward=reward, discount=discount, prior_logits=_prior_logits(cfg, child, step_is_wrong),
+        out = mctx.RecurrentFnOutput(reward=reward, discount=discount, prior_logits=_prior_logits(child, _blocked(cfg, child, step_is_wrong)),
                                      value=value)
         return out, child
 
@@ -211,8 +211,8 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None):
         fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len)
         root_node = Node(response=response, response_len=response_len, terminal=jnp.zeros((b,), bool), **fields)
         blocked = _blocked(cfg, root_node, step_is_wrong)
-        root = mctx.RootFnOutput(prior_logits=jnp.where(blocked, -1e9, root_node.candidate_logp),
-                                 value=root_node.value, embedding=root_node)
+        root = mctx.RootFnOutput(prior_logits=_prior_logits(root_node, blocked), value=root_node.value,
+                                 embedding=root_node)
         out = mctx.muzero_policy(
             (model_state, problem), search_key, root, recurrent_fn, cfg.num_simulations,
             invalid_actions=blocked,  # blocked root candidates get no Dirichlet noise either

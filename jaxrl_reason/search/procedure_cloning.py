@@ -71,7 +71,7 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
                     step_is_valid: Callable[[str], bool] | None = None) -> ClonedTrace | None:
     """Linearise problem ``b``'s tree; ``None`` when the search found no verified answer.
 
-    ``step_is_valid`` (optional, e.g. ``RandomCalculation.step_is_valid``): a local check of one step;
+    ``step_is_valid`` (optional, e.g. ``tasks.calc_steps.step_is_valid``): a local check of one step;
     when given, a failed sibling is used as a detour only if its step fails the check, so every
     reflection follows a visible mistake (a step whose rollouts merely failed is not called wrong).
     """
@@ -87,7 +87,8 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
         path.append(int(t["parents"][path[-1]]))
     path = path[::-1]  # root ... target
     resp = lambda n: _text(t["response"][n], t["response_len"][n])
-    steps = [resp(c)[len(resp(p)):] for p, c in zip(path, path[1:])]  # tokens each edge appended
+    edge = lambda p, c: resp(c)[len(resp(p)):]  # the step the edge parent -> child appended
+    steps = [edge(p, c) for p, c in zip(path, path[1:])]
     tail = _text(t["rollout"][target], t["rollout_len"][target])
     if "</think>" in resp(target):  # the path itself closed the reasoning; the rollout only answers
         think_tail, rest = "", tail
@@ -101,8 +102,7 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
     for j, (p, nxt) in enumerate(zip(path, path[1:])):
         kids = [int(c) for c in t["children"][p] if c >= 0 and c != nxt]
         failed = [c for c in kids if t["visits"][c] > 0 and t["values"][c] <= 0.0 and not t["correct"][c]
-                  and resp(c)[len(resp(p)):] != steps[j]
-                  and (step_is_valid is None or not step_is_valid(_as_step(resp(c)[len(resp(p)):])))]
+                  and edge(p, c) != steps[j] and (step_is_valid is None or not step_is_valid(_as_step(edge(p, c))))]
         if failed:
             options[j] = failed
     rng = np.random.default_rng(seed)
@@ -113,7 +113,7 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
     for j, step in enumerate(steps):
         if j in where:
             c = options[j][int(rng.integers(len(options[j])))]
-            pieces.append(_as_step(resp(c)[len(resp(path[j])):]))
+            pieces.append(_as_step(edge(path[j], c)))
             pieces.append(config.reflection.format(step=j))
         pieces.append(step)
     body = "".join(pieces)

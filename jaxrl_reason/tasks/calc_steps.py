@@ -45,15 +45,15 @@ def step_is_valid(step: str) -> bool:
     return value is not None and fmt(value) == c
 
 
-def _char_table(chars: str, values) -> np.ndarray:
+def _char_table(chars: str) -> np.ndarray:
+    """[vocab] int32: the index of a token's character in ``chars``, -1 for any other token."""
     table = np.full((VOCAB.size,), -1, np.int32)
-    for ch, v in zip(chars, values):
-        table[VOCAB.encode(ch)[0]] = v
+    table[[VOCAB.encode(ch)[0] for ch in chars]] = np.arange(len(chars))
     return table
 
 
-_DIGIT = _char_table("0123456789", range(10))
-_OP = _char_table("+-*/", range(4))
+_DIGIT = _char_table("0123456789")
+_OP = _char_table("+-*/")
 _MINUS, _SLASH, _EQ = (VOCAB.encode(c)[0] for c in "-/=")
 _ENDS = (VOCAB.encode(",")[0], VOCAB.think_end)
 

@@ -136,8 +136,9 @@ def test_step_check_agrees_with_host_check_and_prunes_the_search(searched):
     res = make_step_search(graphdef, CFG, step_is_wrong)(params, jax.random.key(0), batch.prompts, batch.prompt_lens,
                                                          batch.answers, batch.answer_lens)
     tree, emb = res.tree, res.tree.embeddings
+    rejected = np.asarray(jax.jit(step_is_wrong)(emb.candidates, emb.candidate_lens))  # [B, nodes, K]
     for b in range(2):
         for n in np.flatnonzero(np.asarray(tree.node_visits[b]) > 0)[1:]:
             p, a = int(tree.parents[b, n]), int(tree.action_from_parent[b, n])
-            if not emb.terminal[b, p] and step_is_wrong(emb.candidates[b, p, a], emb.candidate_lens[b, p, a]):
+            if not emb.terminal[b, p] and rejected[b, p, a]:
                 assert not emb.correct[b, n] and int(emb.tokens[b, n]) == 0 and emb.terminal[b, n]
