@@ -66,15 +66,18 @@ class Config:
 
 
 PRESETS = {
+    # compact prompts (a tiny LM from scratch gains nothing from the rules in prose, and pays for every
+    # prompt token) and expert-labelled SFT on varied teacher positions; self-play then has to lift
+    # the play (the warm-started LM plays TicTacToe at about a random player's level)
     "cpu": Config(
-        warm=WarmStartConfig(games_per_game=96, steps=120, batch_size=16, lr=3e-3),
-        spiral=SpiralConfig(episodes_per_game=8, max_new_tokens=28, lr=2e-4),
-        steps=12, eval_every=6, eval_episodes=32, final_eval_episodes=64, kuhn_samples=16, transfer_problems=32,
+        warm=WarmStartConfig(games_per_game=2048, steps=1000, batch_size=32, lr=3e-3),
+        spiral=SpiralConfig(episodes_per_game=32, max_new_tokens=28, lr=2e-4, prompt_style="compact"),
+        steps=60, eval_every=10, eval_episodes=128, final_eval_episodes=1024, kuhn_samples=64, transfer_problems=32,
     ),
     "gpu": Config(
         lm=LMConfig(vocab_size=VOCAB_SIZE, d_model=256, n_layers=4, n_heads=8, n_kv_heads=4, d_ff=768, max_seq_len=512),
-        warm=WarmStartConfig(games_per_game=2048, steps=1500, batch_size=128, lr=1e-3),
-        spiral=SpiralConfig(episodes_per_game=256, max_new_tokens=48, lr=1e-4, minibatches=4),
+        warm=WarmStartConfig(games_per_game=8192, steps=1500, batch_size=128, lr=1e-3),
+        spiral=SpiralConfig(episodes_per_game=256, max_new_tokens=48, lr=1e-4, minibatches=4, prompt_style="compact"),
         variants=("rae:tictactoe+kuhn_poker+negotiation", "none:tictactoe+kuhn_poker+negotiation",
                   "rae:kuhn_poker", "fixed:tictactoe+kuhn_poker+negotiation"),
         steps=300, eval_every=25, eval_episodes=512, final_eval_episodes=2048, kuhn_samples=256,
@@ -87,16 +90,17 @@ _EVAL_GAMES = ("tictactoe", "kuhn_poker", "negotiation")
 
 def evaluate_model(config: Config, graphdef, params, model, games, sampler, key) -> dict:
     """Final evaluation row: vs every fixed opponent of each game, Kuhn exploitability, transfer."""
-    row = {}
+    row, style = {}, config.spiral.prompt_style
     for game in games:
         for opp in E.OPPONENTS[game]:
             key, sub = jax.random.split(key)
-            r = E.win_rates(graphdef, params, game, opp, config.final_eval_episodes, sampler, sub)
-            for k in ("win", "draw", "loss", "forfeit"):
+            r = E.win_rates(graphdef, params, game, opp, config.final_eval_episodes, sampler, sub, style)
+            for k in ("win", "draw", "loss", "forfeit", "mean_return", "return_se"):
                 row[f"{game}_vs_{opp}/{k}"] = r[k]
     if "kuhn_poker" in games:
-        k = E.kuhn_lm_exploitability(graphdef, params, sampler, config.kuhn_samples, key)
+        k = E.kuhn_lm_exploitability(graphdef, params, sampler, config.kuhn_samples, key, style)
         row["kuhn/exploitability"] = k["exploitability"]
+        row["kuhn/value_vs_random"] = k["value_vs_random"]
         row["kuhn/valid_rate"] = k["valid_rate"]
     for task, r in E.transfer_eval(model, config.transfer_problems).items():
         row[f"transfer_{task}/accuracy"] = r["accuracy"]
@@ -107,7 +111,7 @@ def evaluate_model(config: Config, graphdef, params, model, games, sampler, key)
 def run(config: Config, run_dir: RunDir) -> dict:
     all_games = sorted({g for v in config.variants for g in config.variant_config(v).games}, key=_EVAL_GAMES.index)
     model = Transformer(config.lm, rngs=nnx.Rngs(config.seed))
-    warm_params, warm_m = warm_start(model, all_games, config.warm, seed=config.seed)
+    warm_params, warm_m = warm_start(model, all_games, config.warm, seed=config.seed, style=config.spiral.prompt_style)
     for i, nll in enumerate(warm_m["nll"]):
         if i % 10 == 0 or i == len(warm_m["nll"]) - 1:
             run_dir.log(i, {"sft/nll": nll})
@@ -131,9 +135,11 @@ def run(config: Config, run_dir: RunDir) -> dict:
                 full = nnx.merge_state(state.params, state.rest)
                 for g in vcfg.games:
                     r = E.win_rates(trainer.full_graphdef, full, g, "random", config.eval_episodes, sampler,
-                                    jax.random.key(1000 + i))
+                                    jax.random.key(1000 + i), vcfg.prompt_style)
                     m[f"{g}/eval_win_vs_random"] = r["win"]
                     m[f"{g}/eval_loss_vs_random"] = r["loss"]
+                    m[f"{g}/eval_return_vs_random"] = r["mean_return"]
+                    m[f"{g}/eval_forfeit_vs_random"] = r["forfeit"]
             hist.append({"step": i, **m})
             run_dir.log(i, {f"{variant}/{k}": v for k, v in m.items()})
         curves[variant] = hist
@@ -156,7 +162,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
     summary = {"results_md": str(run_dir.path / "results.md"), "sft_examples": warm_m["examples"]}
     for r in rows:
         for k, v in r.items():
-            if k.endswith("_vs_random/win") or k.endswith("/forfeit") and "random" in k or k == "kuhn/exploitability":
+            if "_vs_random/" in k and k.rsplit("/", 1)[1] in ("win", "loss", "forfeit", "mean_return") \
+                    or k in ("kuhn/exploitability", "kuhn/value_vs_random", "grad_norm_std"):
                 summary[f"{r['variant']} | {k}"] = v
     print(md)
     return summary
@@ -170,7 +177,8 @@ def _compare_plot(run_dir: RunDir, curves: dict) -> None:
 
     games = sorted({k.split("/")[0] for h in curves.values() for k in h[0] if "/" in k})
     panels = [(f"{g}/{m}", f"{g}: {m}") for g in games
-              for m in ("eval_win_vs_random", "response_length", "format_error")] + [("grad_norm", "grad norm")]
+              for m in ("eval_win_vs_random", "eval_return_vs_random", "response_length", "format_error")]
+    panels += [("grad_norm", "grad norm")]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
     for ax, (key, title) in zip(axes[0], panels):
         for variant, hist in curves.items():

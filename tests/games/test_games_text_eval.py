@@ -12,10 +12,11 @@ from jaxrl_reason.rl.rae import rae_advantages
 GAMES = ["tictactoe", "kuhn_poker", "negotiation"]
 
 
-@pytest.fixture(scope="module", params=GAMES)
+@pytest.fixture(scope="module", params=[(g, s) for g in GAMES for s in text.STYLES], ids="-".join)
 def game(request):
-    env = envs.make(request.param)
-    gt = text.game_text(env)
+    name, style = request.param
+    env = envs.make(name)
+    gt = text.game_text(env, style)
     state, ts = env.reset(jax.random.key(7))
     return env, gt, state, ts
 
@@ -61,18 +62,38 @@ def test_parser_forfeit_rule(game):
     np.testing.assert_array_equal(out.reward, expected)
 
 
-def test_prompts_hide_private_information():
+@pytest.mark.parametrize("style", text.STYLES)
+def test_prompts_hide_private_information(style):
     env = envs.make("kuhn_poker")
-    gt = text.game_text(env)
+    gt = text.game_text(env, style)
     assert gt.describe(env.init_state((0, 1)), 0) == gt.describe(env.init_state((0, 2)), 0)
     assert gt.describe(env.init_state((0, 1)), 0) != gt.describe(env.init_state((1, 2)), 0)
     neg = envs.make("negotiation")
-    gn = text.game_text(neg)
+    gn = text.game_text(neg, style)
     a = gn.describe(neg.init_state(jnp.asarray([[1, 6], [6, 1]])), 0)
     assert a == gn.describe(neg.init_state(jnp.asarray([[1, 6], [4, 2]])), 0)
     assert "wood 1, gold 6" in a
     with pytest.raises(ValueError, match="no text interface"):
-        text.game_text(envs.make("catch"))
+        text.game_text(envs.make("catch"), style)
+
+
+def test_compact_style_is_shorter_and_keeps_kuhn_infosets_distinct():
+    env = envs.make("kuhn_poker")
+    verbose, compact = (text.game_text(env, s) for s in ("verbose", "compact"))
+    for g in GAMES:
+        e = envs.make(g)
+        assert 2 * text.game_text(e, "compact").prompt_length < text.game_text(e, "verbose").prompt_length
+    seen = set()
+    for card in range(3):
+        for hist in range(4):  # the 4 decision points: start, after check, after bet, after check-bet
+            mover = int(hist in (1, 2))
+            deal = (card, (card + 1) % 3) if mover == 0 else ((card + 1) % 3, card)
+            state = env.init_state(deal).replace(hist=jnp.int32(hist))
+            seen.add(compact.describe(state, mover))
+            assert verbose.describe(state, mover) != compact.describe(state, mover)
+    assert len(seen) == 12
+    with pytest.raises(ValueError, match="prompt style"):
+        text.game_text(env, "terse")
 
 
 def test_minimax_table_known_values():
@@ -91,6 +112,9 @@ def test_kuhn_exploitability_known_values():
         nash = O.kuhn_nash_policy(alpha)
         np.testing.assert_allclose(O.kuhn_value(nash), -1 / 18, atol=1e-6)
         np.testing.assert_allclose(O.kuhn_exploitability(nash), 0.0, atol=1e-6)
+    # against a uniformly random player (both seats): 0 for the uniform policy itself, 5/36 for Nash
+    np.testing.assert_allclose(O.kuhn_value_vs_uniform(O.kuhn_uniform_policy()), 0.0, atol=1e-6)
+    np.testing.assert_allclose(O.kuhn_value_vs_uniform(O.kuhn_nash_policy(1 / 6)), 5 / 36, atol=1e-6)
     # always-bet is exploitable
     assert float(O.kuhn_exploitability(jnp.ones((3, 4)))) > 0.3
     with pytest.raises(ValueError):

@@ -13,6 +13,7 @@ from jaxrl_reason.agents.spiral.evaluation import kuhn_infoset_prompts
 from jaxrl_reason.agents.spiral.rollout import (GameSpec, canned_answers, canned_responder, host_text, make_rollout, parse_text,
                                                 python_rollout)
 from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
+from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.config import LMConfig
@@ -131,7 +132,42 @@ def test_kuhn_infoset_prompts():
         assert legal[i].tolist() == ([False, False, True, True] if hist >= 2 else [True, True, False, False])
 
 
+def test_compact_kuhn_infoset_prompts():
+    prompts, _ = kuhn_infoset_prompts("compact")
+    verbose, _ = kuhn_infoset_prompts()
+    assert prompts.shape[1] < verbose.shape[1] // 2
+    texts = [V.decode(p) for p in prompts]
+    assert len(set(texts)) == 12 and "card K." in texts[-1] and "History: P0 check, P1 bet." in texts[-1]
+
+
+@pytest.mark.parametrize("labels", ["expert", "played"])
+def test_sft_targets_are_the_experts_moves_at_random_teacher_positions(labels):
+    """Teacher plays uniformly at random (expert_prob 0); with labels="expert" every target is the Kuhn
+    Nash move where Nash is deterministic (call with K facing a bet, fold with J), with "played" the
+    random move (both answers appear)."""
+    cfg = WarmStartConfig(expert_prob=0.0, games_per_game=96, labels=labels)
+    data = sft_examples([GameSpec.make("kuhn_poker", "compact")], cfg, jax.random.key(0))
+    answers = {"K": set(), "J": set()}
+    for tokens, mask in zip(data["tokens"], data["loss_mask"]):
+        text = V.decode(tokens)
+        start = int(np.argmax(mask)) + 1
+        prompt, response = V.decode(tokens[:start]), V.decode(tokens[start:])
+        if "Legal: call fold" in " ".join(prompt.split()):
+            card = prompt.split("card ")[1][0]
+            if card in answers:
+                answers[card].add(response.split("\\boxed{")[1].split("}")[0])
+        assert text.startswith(prompt)
+    if labels == "expert":
+        assert answers == {"K": {"call"}, "J": {"fold"}}
+    else:
+        assert answers == {"K": {"call", "fold"}, "J": {"call", "fold"}}
+    with pytest.raises(ValueError, match="labels"):
+        WarmStartConfig(labels="teacher")
+
+
 def test_config_errors():
+    with pytest.raises(ValueError, match="prompt_style"):
+        SpiralConfig(prompt_style="tiny")
     with pytest.raises(ValueError, match="games must be among"):
         SpiralConfig(games=("chess",))
     with pytest.raises(ValueError, match="even"):

@@ -1,11 +1,14 @@
 """Evaluation of a SPIRAL LM: win rates vs fixed opponents, Kuhn exploitability, transfer to tasks.
 
-    win_rates(graphdef, params, "tictactoe", "minimax", 256, sampler, key)
-        -> {"win", "draw", "loss", "forfeit", "format_error", "mean_return"} of the LM (seats alternate)
+    win_rates(graphdef, params, "tictactoe", "minimax", 256, sampler, key, style="verbose")
+        -> {"win", "draw", "loss", "forfeit", "format_error", "mean_return", "return_se"} of the LM
+           (seats alternate; ``return_se`` is the standard error of ``mean_return``)
     kuhn_lm_policy(graphdef, params, sampler, samples=64, key)  -> ([3, 4] bet/call table, valid rate)
-    kuhn_lm_exploitability(...)                                   -> exploitability of that table
+    kuhn_lm_exploitability(...)                                   -> exploitability of that table, and its
+                                                                     exact value against a uniformly random player
     transfer_eval(model, num_problems, seed, max_new_tokens)     -> tasks.evaluation.greedy_eval per task
 
+``style`` is the prompt style the LM was trained on (``envs.games.text.STYLES``).
 Opponents: ``random`` (every game), ``minimax`` (TicTacToe, perfect play), ``nash`` (Kuhn Poker,
 Nash alpha = 1/6), ``heuristic`` (Negotiation). The LM's Kuhn table is estimated by sampling
 ``samples`` answers at each of the 12 information sets and counting the aggressive action among the
@@ -49,8 +52,8 @@ def opponent_fn(game: GameSpec, name: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sampler: SamplerConfig):
-    game = GameSpec.make(game_name)
+def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sampler: SamplerConfig, style: str):
+    game = GameSpec.make(game_name, style)
     roll = make_rollout(graphdef, game, num_episodes, sampler, opponent_fn(game, opponent))
 
     @jax.jit
@@ -60,24 +63,25 @@ def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sample
         r_opp = jnp.take_along_axis(e.returns, 1 - e.lm_seat[:, None], 1)[:, 0]
         act = e.turns.active.astype(jnp.float32)
         return {"win": (r > r_opp).mean(), "draw": (r == r_opp).mean(), "loss": (r < r_opp).mean(),
-                "mean_return": r.mean(),
+                "mean_return": r.mean(), "return_se": r.std() / jnp.sqrt(r.shape[0] - 1.0),
                 "forfeit": e.forfeit.any(1).mean(),
                 "format_error": ((e.turns.status != gtext.OK) * act).sum() / jnp.maximum(act.sum(), 1.0)}
 
     return run
 
 
-def win_rates(graphdef, params, game: str, opponent: str, num_episodes: int, sampler: SamplerConfig, key) -> dict:
+def win_rates(graphdef, params, game: str, opponent: str, num_episodes: int, sampler: SamplerConfig, key,
+              style: str = "verbose") -> dict:
     """LM vs ``opponent`` over ``num_episodes`` games (even: the LM takes each seat half the time)."""
     if num_episodes < 2 or num_episodes % 2:
         raise ValueError(f"num_episodes must be even and >= 2, got {num_episodes}")
-    out = _match_fn(graphdef, game, opponent, num_episodes, sampler)(params, key)
+    out = _match_fn(graphdef, game, opponent, num_episodes, sampler, style)(params, key)
     return {k: float(v) for k, v in jax.device_get(out).items()}
 
 
-def kuhn_infoset_prompts() -> tuple[jax.Array, jax.Array]:
+def kuhn_infoset_prompts(style: str = "verbose") -> tuple[jax.Array, jax.Array]:
     """Prompts ``[12, P]`` (card-major: J/Q/K x histories ``"", p, b, pb``) and legal masks ``[12, 4]``."""
-    game = GameSpec.make("kuhn_poker")
+    game = GameSpec.make("kuhn_poker", style)
     env = game.env
     cards, hists = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
     cards, hists = cards.reshape(-1), hists.reshape(-1)
@@ -94,9 +98,9 @@ def kuhn_infoset_prompts() -> tuple[jax.Array, jax.Array]:
 
 
 @functools.lru_cache(maxsize=None)
-def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int):
-    game = GameSpec.make("kuhn_poker")
-    prompts, legal = kuhn_infoset_prompts()
+def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int, style: str):
+    game = GameSpec.make("kuhn_poker", style)
+    prompts, legal = kuhn_infoset_prompts(style)
     prompts, legal = jnp.repeat(prompts, samples, 0), jnp.repeat(legal, samples, 0)
     b = prompts.shape[0]
 
@@ -115,16 +119,19 @@ def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int):
     return run
 
 
-def kuhn_lm_policy(graphdef, params, sampler: SamplerConfig, samples: int, key) -> tuple[jax.Array, float]:
+def kuhn_lm_policy(graphdef, params, sampler: SamplerConfig, samples: int, key,
+                   style: str = "verbose") -> tuple[jax.Array, float]:
     """The LM's Kuhn Poker behaviour as a ``[3, 4]`` bet/call table, and its valid-answer rate."""
-    table, valid = _kuhn_policy_fn(graphdef, sampler, samples)(params, key)
+    table, valid = _kuhn_policy_fn(graphdef, sampler, samples, style)(params, key)
     return table, float(valid)
 
 
-def kuhn_lm_exploitability(graphdef, params, sampler: SamplerConfig, samples: int, key) -> dict:
-    table, valid = kuhn_lm_policy(graphdef, params, sampler, samples, key)
+def kuhn_lm_exploitability(graphdef, params, sampler: SamplerConfig, samples: int, key,
+                           style: str = "verbose") -> dict:
+    table, valid = kuhn_lm_policy(graphdef, params, sampler, samples, key, style)
     return {"exploitability": float(O.kuhn_exploitability(table)), "valid_rate": valid,
             "value_vs_nash_p0": float(O.kuhn_value(table, O.kuhn_nash_policy(KUHN_TEACHER_ALPHA))),
+            "value_vs_random": float(O.kuhn_value_vs_uniform(table)),
             "table": np.asarray(table).round(3).tolist()}
 
 

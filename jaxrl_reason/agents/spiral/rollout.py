@@ -46,11 +46,12 @@ class GameSpec:
     text: gtext.GameText
 
     @staticmethod
-    def make(name: str, **env_kwargs) -> "GameSpec":
+    def make(name: str, style: str = "verbose", **env_kwargs) -> "GameSpec":
+        """``style``: the prompt style of the text interface (``envs.games.text.STYLES``)."""
         if name not in GAMES:
             raise ValueError(f"unknown SPIRAL game {name!r}; choose from {GAMES}")
         env = envs.make(name, **env_kwargs)
-        return GameSpec(name=name, env=env, text=gtext.game_text(env))
+        return GameSpec(name=name, env=env, text=gtext.game_text(env, style))
 
     @property
     def prompt_len(self) -> int:

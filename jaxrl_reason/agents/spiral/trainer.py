@@ -44,6 +44,7 @@ class SpiralConfig:
     episodes_per_game: int = 32
     advantage: str = "rae"  # rae | none | fixed (LM vs a fixed opponent)
     opponent: str = "random"  # the fixed opponent of advantage="fixed"
+    prompt_style: str = "verbose"  # the games' prompt style (envs.games.text.STYLES)
     alpha: float = 0.05  # RAE EMA rate
     max_new_tokens: int = 28
     temperature: float = 1.0
@@ -68,6 +69,7 @@ class SpiralConfig:
         need(self.temperature > 0, f"temperature must be > 0 (sampling log-probs are trained on), got {self.temperature}")
         need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
         need(self.minibatches >= 1, "minibatches must be >= 1")
+        need(self.prompt_style in gtext.STYLES, f"prompt_style must be one of {gtext.STYLES}, got {self.prompt_style!r}")
         SamplerConfig(max_new_tokens=self.max_new_tokens)
 
 
@@ -84,7 +86,7 @@ class SpiralState:
 class SpiralTrainer:
     def __init__(self, config: SpiralConfig, model):
         self.config = config
-        self.games = [GameSpec.make(g) for g in config.games]
+        self.games = [GameSpec.make(g, config.prompt_style) for g in config.games]
         self.prompt_len = max(g.prompt_len for g in self.games)
         model.cfg.check_cache(self.prompt_len, config.max_new_tokens, self.prompt_len + config.max_new_tokens)
         self.graphdef, params, rest = nnx.split(model, nnx.Param, ...)

@@ -1,18 +1,23 @@
 """SFT warm start: teach a tiny LM the answer format from games played by a teacher.
 
 A tiny LM trained from scratch cannot read a board from text or write ``\\boxed{...}`` on its own,
-so (as the SPIRAL brief allows) self-play starts from a short supervised warm start on formatted
-moves of a *teacher* that mixes an expert with random-legal play:
+so (as the SPIRAL brief allows) self-play starts from a short supervised warm start. The games are
+played by a *teacher* that mixes an expert with random-legal play, so that the positions are varied:
 
 - TicTacToe: perfect minimax move with probability ``expert_prob``, else a random legal move;
 - Kuhn Poker: a Nash policy (alpha = 1/6) move with probability ``expert_prob``, else random legal;
 - Negotiation: the fixed heuristic with probability ``expert_prob``, else random legal.
 
+The SFT target at each visited position is the expert's move (``labels="expert"``, the default:
+imitation of the expert on the teacher's varied positions) or the move the teacher played
+(``labels="played"``: half of the targets are random moves, so the warm-started LM plays about as
+well as its mixed teacher).
+
 Each example is ``[BOS] prompt`` + ``"<rationale> \\boxed{<action>}"`` + ``EOS`` with the loss on the
 response only; the rationale is a short, state-derived sentence (free cells / own card / own
 values) so that responses carry a little "reasoning" whose length RL can keep or collapse.
 
-    params, metrics = warm_start(model, ("tictactoe", "kuhn_poker"), WarmStartConfig(), seed=0)
+    params, metrics = warm_start(model, ("tictactoe", "kuhn_poker"), WarmStartConfig(), seed=0, style="compact")
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ from jaxrl_reason.envs.games.kuhn_poker import CARD_NAMES
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
 
 KUHN_TEACHER_ALPHA = 1.0 / 6.0
+LABELS = ("expert", "played")
 
 
 @dataclasses.dataclass(frozen=True)
 class WarmStartConfig:
     expert_prob: float = 0.5  # teacher = expert with this probability, else random legal
+    labels: str = "expert"  # SFT target: "expert" (the expert's move) or "played" (the teacher's move)
     games_per_game: int = 256  # teacher games played per game (data set size)
     steps: int = 300
     batch_size: int = 32
@@ -47,6 +54,8 @@ class WarmStartConfig:
     def __post_init__(self):
         if not 0.0 <= self.expert_prob <= 1.0:
             raise ValueError(f"WarmStartConfig: expert_prob must be in [0, 1], got {self.expert_prob}")
+        if self.labels not in LABELS:
+            raise ValueError(f"WarmStartConfig: labels must be one of {LABELS}, got {self.labels!r}")
         if min(self.games_per_game, self.steps, self.batch_size) < 1 or self.lr <= 0:
             raise ValueError("WarmStartConfig: games_per_game, steps, batch_size must be >= 1 and lr > 0")
 
@@ -74,11 +83,14 @@ def expert_player(game: GameSpec):
 
 
 def teacher_player(game: GameSpec, expert_prob: float):
+    """``act(key, state, ts) -> (played, expert)``: the teacher's move (the expert's with probability
+    ``expert_prob``, else random legal) and the expert's move at the same position."""
     expert = expert_player(game)
 
     def act(key, state, ts):
         k0, k1, k2 = jax.random.split(key, 3)
-        return jnp.where(jax.random.uniform(k0) < expert_prob, expert(k1, state, ts), O.random_action(k2, state, ts))
+        best = expert(k1, state, ts)
+        return jnp.where(jax.random.uniform(k0) < expert_prob, best, O.random_action(k2, state, ts)), best
 
     return act
 
@@ -98,8 +110,9 @@ def response_text(game: GameSpec, state, player: int, legal: np.ndarray, action:
 
 
 def teacher_games(game: GameSpec, num_games: int, expert_prob: float, key) -> dict:
-    """Play ``num_games`` teacher-vs-teacher games; per turn ``[T, B]`` prompts, actions, legal
-    masks, movers, states and an ``active`` flag (numpy)."""
+    """Play ``num_games`` teacher-vs-teacher games; per turn ``[T, B]`` prompts, the played
+    ``action``, the ``expert`` action at that position, legal masks, movers, states and an
+    ``active`` flag (numpy)."""
     env, b = game.env, num_games
     teacher = teacher_player(game, expert_prob)
 
@@ -113,8 +126,8 @@ def teacher_games(game: GameSpec, num_games: int, expert_prob: float, key) -> di
             k_a, k_e = jax.random.split(key)
             done = ts.terminated | ts.truncated
             _, legal = mover_view(ts)
-            action = jax.vmap(teacher)(jax.random.split(k_a, b), state, ts)
-            rec = dict(prompts=_render(game, state, ts.current_player), action=action, legal=legal,
+            action, best = jax.vmap(teacher)(jax.random.split(k_a, b), state, ts)
+            rec = dict(prompts=_render(game, state, ts.current_player), action=action, expert=best, legal=legal,
                        player=ts.current_player, active=~done, state=state)
             new = jax.vmap(env.step)(jax.random.split(k_e, b), state, action)
             return _select(done, (state, ts), new), rec
@@ -130,10 +143,11 @@ def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: 
     seqs, starts = [], []
     for game, k in zip(games, jax.random.split(key, len(games))):
         rec = teacher_games(game, cfg.games_per_game, cfg.expert_prob, k)
+        target = rec["expert"] if cfg.labels == "expert" else rec["action"]
         for t, i in zip(*np.nonzero(rec["active"])):
             state = jax.tree.map(lambda x: x[t, i], rec["state"])
             p = int(rec["player"][t, i])
-            resp = encode(response_text(game, state, p, rec["legal"][t, i], rec["action"][t, i]))
+            resp = encode(response_text(game, state, p, rec["legal"][t, i], target[t, i]))
             prompt = rec["prompts"][t, i]
             seqs.append(np.concatenate([prompt, resp, [EOS]]))
             starts.append(len(prompt))
@@ -150,9 +164,11 @@ def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: 
     return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}
 
 
-def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConfig(), seed: int = 0):
-    """SFT ``model`` (in place) on teacher moves of ``games``; returns ``(params, {"nll": [steps]})``."""
-    specs = [GameSpec.make(g) for g in games]
+def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConfig(), seed: int = 0,
+               style: str = "verbose"):
+    """SFT ``model`` (in place) on teacher moves of ``games`` rendered in prompt ``style``; returns
+    ``(params, {"nll": [steps], "examples": count})``."""
+    specs = [GameSpec.make(g, style) for g in games]
     data = sft_examples(specs, cfg, jax.random.key(seed))
     optimizer = make_optimizer(cfg.lr, cfg.steps, warmup_steps=min(20, cfg.steps // 10))
     graphdef, state = init_train_state(model, optimizer)

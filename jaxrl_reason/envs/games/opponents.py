@@ -226,6 +226,13 @@ def kuhn_uniform_policy() -> jax.Array:
     return jnp.full((3, 4), 0.5, jnp.float32)
 
 
+def kuhn_value_vs_uniform(pi: jax.Array) -> jax.Array:
+    """Expected payoff of ``pi`` against a uniformly random player, both seats equally often
+    (chips per game; a Nash policy gets 5/36: +1/9 as player 0, +1/6 as player 1)."""
+    u = kuhn_uniform_policy()
+    return (kuhn_value(pi, u) - kuhn_value(u, pi)) / 2
+
+
 def kuhn_infoset_obs() -> tuple[jax.Array, jax.Array]:
     """Observation and legal mask of the acting player at each information set:
     ``([3, 4, 4] obs, [3, 4, 4] mask)`` indexed ``[card, history, ...]``."""
