@@ -12,7 +12,13 @@ the memory switched off). ``mean_acc`` is the mean held-out accuracy over all ev
 included): the area under the learning curve, a summary of learning speed at equal updates.
 
     python experiments/joyagents.py --preset cpu
+    python experiments/joyagents.py --preset cpu --seeds 8     # seeds seed .. seed+7, paired comparisons
 Plots: accuracy_vs_updates.png (overall + per type), accuracy_vs_trajectories.png; results.md/.csv.
+With ``--seeds N > 1`` every seed is a sub-run (``seed<k>/``, its own plots and table) and the run
+directory gets ``paired.md/.csv``: for each comparison (memory vs none in each mode, node-wise vs
+joint) the mean paired difference of final and mean held-out accuracy, overall and per request type,
+with its standard error over seeds and the number of seeds where it is positive; and
+``accuracy_vs_updates_mean.png``: every arm's held-out accuracy averaged over the seeds.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ ARMS = {"joint": ("joint", False, 1), "joint+memory": ("joint", True, 1), "nodew
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    seeds: int = 1  # > 1: run seeds seed .. seed + seeds - 1 and compare the arms paired by seed
     task: AssistantTask = AssistantTask(difficulty=1)
     system: SystemConfig = SystemConfig(request_tokens=11, step_tokens=6, answer_tokens=2)
     lm: TinyLM = TinyLM(d_model=64, n_layers=2, n_heads=4, d_ff=256, max_seq_len=28)
@@ -67,6 +74,7 @@ class Config:
         need(self.rl_steps >= 1 and self.eval_every >= 1 and self.rl_steps % self.eval_every == 0,
              f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
         need(self.requests_per_step >= 1 and self.heldout >= len(TYPES), "requests_per_step >= 1, heldout >= 4")
+        need(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
 
 
 PRESETS = {
@@ -84,7 +92,46 @@ def _requests(config: Config, requests):
     return requests_from_arrays(request_arrays(requests, config.system.request_tokens, config.system.answer_tokens))
 
 
+#: paired comparisons over seeds: (label, arm, baseline arm)
+COMPARISONS = (("memory (joint)", "joint+memory", "joint"), ("memory (node-wise)", "nodewise+memory", "nodewise"),
+               ("node-wise vs joint", "nodewise", "joint"), ("node-wise vs joint (memory)", "nodewise+memory", "joint+memory"),
+               ("node-wise vs equal-samples joint", "nodewise", "joint_4g"))
+
+
 def run(config: Config, run_dir: RunDir) -> dict:
+    if config.seeds == 1:
+        return run_seed(config, run_dir)[0]
+    per_seed = []
+    for s in range(config.seed, config.seed + config.seeds):
+        summary, curves = run_seed(dataclasses.replace(config, seed=s, seeds=1), sub_run(run_dir, f"seed{s}"))
+        per_seed.append((summary, curves))
+    return paired_summary(config, run_dir, per_seed)
+
+
+def paired_summary(config: Config, run_dir: RunDir, per_seed: list) -> dict:
+    """Paired differences over seeds (``COMPARISONS``) -> paired.md/.csv, and the seed-mean curves."""
+    metrics = ("final_acc", "mean_acc", *[f"acc_{t}" for t in TYPES])
+    rows = []
+    for label, arm, base in COMPARISONS:
+        if arm not in config.arms or base not in config.arms:
+            continue
+        for m in metrics:
+            d = np.asarray([s[f"{arm}/{m}"] - s[f"{base}/{m}"] for s, _ in per_seed])
+            rows.append({"comparison": label, "arm": arm, "baseline": base, "metric": m, "mean_diff": float(d.mean()),
+                         "se": float(d.std(ddof=1) / np.sqrt(len(d))), "positive": f"{int((d > 0).sum())}/{len(d)}"})
+    print(run_dir.write_table("paired", rows))
+    steps = per_seed[0][1][config.arms[0]]["steps"]
+    mean_curves = {a: (steps, np.mean([c[a]["acc"] for _, c in per_seed], axis=0)) for a in config.arms}
+    plot_curves(run_dir.path / "accuracy_vs_updates_mean.png", {"held-out accuracy, mean over seeds": mean_curves},
+                title=f"JoyAgents: {config.seeds} seeds")
+    summary = {"paired": rows, "seeds": [s for s, _ in per_seed], "run_dir": str(run_dir.path)}
+    run_dir.save_json("summary.json", summary)
+    return {"paired": {f"{r['comparison']} | {r['metric']}": f"{r['mean_diff']:+.3f} ± {r['se']:.3f} ({r['positive']})"
+                       for r in rows if r["metric"] in ("final_acc", "mean_acc")}, "run_dir": str(run_dir.path)}
+
+
+def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
+    """One seed: SFT warm start, every arm, plots and results table -> (summary, curves per arm)."""
     task, system = config.task, config.system
     # (1) SFT warm start on scripted, noised traces
     models = build_models(config.lm, system, config.seed)
@@ -162,7 +209,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     summary["memories"] = {a: r["memory_entries"] for a, r in by.items() if "memory_entries" in r}
     summary["run_dir"] = str(run_dir.path)
     run_dir.save_json("summary.json", summary)
-    return summary
+    return summary, curves
 
 
 if __name__ == "__main__":

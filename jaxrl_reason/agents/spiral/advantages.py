@@ -10,6 +10,12 @@ Modes:
 - ``"fixed"``: the fixed-opponent baseline's advantage: the LM plays one seat against a fixed
   opponent and its turns get ``A = R_seat - b[game, seat]`` (the same EMA; the opponent's turns are
   inactive, so their advantage is never used).
+
+A caveat measured with a tiny LM (README, SPIRAL rows): when self-play settles into a forced line
+(one seat always wins), the losing role's baseline converges to -1, so its advantage, and the
+pressure to escape the line, vanishes under RAE; with ``"none"`` the loser keeps ``A = -1``. In
+200 TicTacToe self-play steps the plain run settled into draws while the RAE run collapsed into one
+forced-win line.
 """
 
 from __future__ import annotations
