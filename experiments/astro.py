@@ -6,7 +6,8 @@
    pruning candidate steps) vs best-of-N sampling with (at least) the same number of generated
    tokens; solved = a verified-correct answer was found (all use the same answer verifier);
 3. search on training problems -> linear chains of thought: ASTRO traces (failed branch, reflection,
-   "back to step i", the good step) and direct traces (successful path only);
+   "back to step i", the good step) and direct traces (successful path only), keeping only traces
+   whose successful path passes the local step check (``traces_need_valid_steps``);
 4. three arms, each then GRPO with the verifier reward: base, SFT on ASTRO traces, SFT on direct
    traces; held-out greedy accuracy by difficulty, backtracks per response (and backtracks in
    correct responses), response length over RL steps; plots and a results table.
@@ -49,11 +50,14 @@ class Config:
     search: StepSearchConfig = StepSearchConfig(num_simulations=12, branching=4, max_depth=4, step_tokens=10,
                                                 rollout_tokens=32, temperature=1.0)
     search_batch: int = 32  # problems searched per jitted call
-    search_problems: int = 256  # training problems searched for traces
+    search_problems: int = 512  # training problems searched for traces
     compare_problems: int = 64  # held-out problems for MCTS vs best-of-N
     cloning: CloningConfig = CloningConfig(num_detours=1)
     detours_need_invalid_step: bool = True  # detours only through steps tasks.calc_steps rejects (visible mistakes)
     prune_with_step_check: bool = False  # the trace search prunes rejected steps (measured: no better at equal tokens)
+    # SFT only on traces whose successful path passes tasks.calc_steps (measured: without it about half of the
+    # verified traces reach the answer over false steps and SFT on them falls below the base policy)
+    traces_need_valid_steps: bool = True
     trace_sft_steps: int = 150
     trace_sft_lr: float = 1e-3
     trace_seq_len: int = 112
@@ -136,6 +140,12 @@ def search_traces(config: Config, search, params, problems_batch) -> tuple[list,
         traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b, step_is_valid=check)
                    for b in range(len(res.solved))]
     return traces, search_stats(results)
+
+
+def path_is_valid(trace) -> bool:
+    """Every step of the trace's successful path passes the local check (``tasks.calc_steps``)."""
+    steps = [s for s in trace.direct.split(",") if s.strip()]
+    return bool(steps) and all(calc_steps.step_is_valid(s) for s in steps)
 
 
 def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -> list[dict]:
@@ -221,10 +231,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
     train = make_batch(tasks, np.random.default_rng([config.seed, 17]), config.search_problems, config.prompt_len,
                        config.answer_len)
     traces, stats = search_traces(config, search, params, train)
+    verified = sum(t is not None for t in traces)
+    if config.traces_need_valid_steps:  # drop lucky answers reached over arithmetically false steps
+        traces = [t if t is not None and path_is_valid(t) else None for t in traces]
     found = [t for t in traces if t is not None]
     examples = [f"{p.prompt} -> {t.think} | {t.answer}" for p, t in zip(train.problems, traces) if t is not None][:8]
     run_dir.save_json("trace_examples.json", {"examples": examples})
-    trace_stats = {"search_solved": float(stats["solved"].mean()), "traces": len(found),
+    trace_stats = {"search_solved": float(stats["solved"].mean()), "verified_traces": verified, "traces": len(found),
                    "traces_with_detour": sum(t.detours > 0 for t in found)}
 
     # 4. three arms, each then GRPO
