@@ -11,6 +11,9 @@ reported against the measured throughput of one large jitted matmul in the same 
 
 The model is built in transformers (random init, seed 0), saved as safetensors and imported, so both
 sides run identical weights; both sample with temperature 1, no top-k, no early stop.
+Ours is timed on one device and (``data_parallel`` > 1) with the batch split over that many devices,
+one decode loop each (`generate_data_parallel`); on the CPU those are host devices, one per core
+(``jax_num_cpu_devices``, set before the first JAX operation), against torch's intra-op threads.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.models.lm import LMConfig, Transformer, cache_bytes_per_token, init_cache, param_count
-from jaxrl_reason.models.lm.sampler import SamplerConfig, generate, prepare
+from jaxrl_reason.models.lm.sampler import SamplerConfig, generate, generate_data_parallel, prepare
+from jaxrl_reason.parallel.mesh import make_mesh
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
@@ -49,6 +54,7 @@ class Config:
     hf: bool = True  # time HF generate side by side (needs the `hf` extra)
     torch_threads: int = 0  # 0: torch's default; 1 is fairer on a heavily shared CPU (spinning threads)
     scan_layers: bool = True  # False: unroll the layer scan in the sampler model
+    data_parallel: int = 0  # > 1: also time ours with the batch split over this many devices (CPU: host devices)
     # train step
     train_batch: int = 8
     train_len: int = 128
@@ -72,11 +78,14 @@ class Config:
             raise ValueError(f"fp8_steps must be >= 0 and fp8_block >= 1, got {self.fp8_steps}, {self.fp8_block}")
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError("n_heads must divide d_model and be a multiple of n_kv_heads")
+        if self.data_parallel > 1 and self.batch % self.data_parallel:
+            raise ValueError(f"batch {self.batch} must be divisible by data_parallel {self.data_parallel}")
 
 
 PRESETS = {
-    # unrolled layers: the sampler keeps per-layer weights and cache in its decode loop (no per-step copies)
-    "cpu": Config(scan_layers=False),
+    # unrolled layers: the sampler keeps per-layer weights and cache in its decode loop (no per-step copies);
+    # data_parallel=2: one host device per core of the 2-core CPU machine
+    "cpu": Config(scan_layers=False, data_parallel=2),
     "gpu": Config(vocab_size=32000, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=4, d_ff=5632, dtype="bfloat16",
                   batch=1, prompt_len=128, new_tokens=512, hf=False, train_batch=16, train_len=2048, train_steps=10,
                   train_d_model=1024, train_layers=24, train_vocab=32000, train_d_ff=2816, train_heads=16, remat=True,
@@ -106,9 +115,22 @@ def _hf_model(c: Config):
     return transformers.Qwen2ForCausalLM(cfg).eval()
 
 
-def bench_sampler(c: Config) -> dict:
-    """Decode tokens/s of our sampler and (``hf``) of HF generate on the same weights, median of
-    ``repeats`` interleaved rounds."""
+def data_mesh(n: int) -> Mesh:
+    """Mesh ``data=n`` over the first ``n`` devices; asks for ``n`` CPU host devices first (which only
+    works before the process's first JAX operation)."""
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:  # backend already up: use the devices it has
+        pass
+    if len(jax.devices()) < n:
+        raise ValueError(f"data_parallel={n} needs {n} devices, this process has {len(jax.devices())} "
+                         "(on the CPU: run the script in a fresh process)")
+    return make_mesh(f"data={n}", jax.devices()[:n])
+
+
+def bench_sampler(c: Config, mesh: Mesh | None = None) -> dict:
+    """Decode tokens/s of our sampler (one device; with ``mesh``, also data-parallel over its ``data``
+    axis) and (``hf``) of HF generate on the same weights, median of ``repeats`` interleaved rounds."""
     out: dict = {}
     scfg = SamplerConfig(max_new_tokens=c.new_tokens, temperature=1.0)
     prompts = np.random.default_rng(c.seed).integers(0, c.vocab_size, (c.batch, c.prompt_len))
@@ -141,11 +163,21 @@ def bench_sampler(c: Config) -> dict:
     graphdef, state = nnx.split(model)
     args = prepare(model.cfg, prompts, None, scfg)
     fns["ours"] = lambda i: generate(graphdef, state, *args[:2], jax.random.PRNGKey(i), *args[2:], config=scfg).tokens
+    if mesh is not None:
+        rstate = jax.device_put(state, NamedSharding(mesh, P()))
+        dargs = [jax.device_put(a, NamedSharding(mesh, P("data"))) for a in args]
+        fns["ours_data_parallel"] = lambda i: generate_data_parallel(
+            graphdef, rstate, *dargs[:2], jax.random.PRNGKey(i), *dargs[2:], config=scfg, mesh=mesh).tokens
     t = timing.interleaved(fns, c.repeats)
-    out["decode_tokens_per_s"] = c.batch * c.new_tokens / t["ours"].median
+    suffixes = {"ours": "", "ours_data_parallel": "_data_parallel"}
+    for name, suffix in suffixes.items():
+        if name in t:
+            out[f"decode{suffix}_tokens_per_s"] = c.batch * c.new_tokens / t[name].median
     if c.hf:
         out["hf_generate_tokens_per_s"] = c.batch * c.new_tokens / t["hf"].median
-        out["ratio_vs_hf"] = out["decode_tokens_per_s"] / out["hf_generate_tokens_per_s"]
+        for name, suffix in suffixes.items():
+            if name in t:
+                out[f"ratio{suffix}_vs_hf"] = out[f"decode{suffix}_tokens_per_s"] / out["hf_generate_tokens_per_s"]
 
     @jax.jit
     def prefill(state, toks):
@@ -264,8 +296,9 @@ def kv_bytes_table(c: Config) -> list[dict]:
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
+    mesh = data_mesh(config.data_parallel) if config.data_parallel > 1 else None  # before any JAX operation
     summary = {"device": str(jax.devices()[0].device_kind), "backend": jax.default_backend()}
-    summary.update(bench_sampler(config))
+    summary.update(bench_sampler(config, mesh))
     summary.update(bench_train(config))
     if config.fp8_steps:
         summary.update(bench_fp8(config, run_dir))

@@ -12,6 +12,7 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer, init_cache
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample, sample_joined, sampling_logprobs
 from jaxrl_reason.models.lm.train import token_logprobs, token_logprobs_entropy
+from jaxrl_reason.parallel.mesh import make_mesh
 
 CFG = LMConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, qkv_bias=True, tie_embeddings=True)
 PROMPTS = jax.random.randint(jax.random.PRNGKey(0), (3, 6), 1, 64)
@@ -123,3 +124,33 @@ def test_sampled_logprobs_are_of_sampled_tokens(model):
     assert np.all(np.asarray(lp) > np.log(1e-6))  # never a filtered (-inf) token
     again = sample_joined(model, PROMPTS, LENS, jax.random.PRNGKey(2), cfg)
     np.testing.assert_array_equal(out.tokens, again.tokens)
+
+
+@pytest.fixture(scope="module")
+def rows_mesh():
+    return make_mesh("data=3", jax.devices()[:3])  # one device per prompt row
+
+
+def test_data_parallel_greedy_equals_single_device(model, greedy, rows_mesh):
+    out = sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY, mesh=rows_mesh)
+    assert len(out.tokens.sharding.device_set) == 3
+    np.testing.assert_array_equal(out.tokens, greedy.tokens)
+    np.testing.assert_array_equal(out.lengths, greedy.lengths)
+    np.testing.assert_allclose(out.logprobs, greedy.logprobs, atol=1e-5)
+
+
+def test_data_parallel_sampling_draws_with_the_shard_key(model, rows_mesh):
+    """Shard s samples its rows with fold_in(key, s): row s equals a single-device run with that key."""
+    cfg = SamplerConfig(max_new_tokens=N, temperature=TEMP)
+    key = jax.random.PRNGKey(3)
+    out = sample(model, PROMPTS, LENS, key, cfg, mesh=rows_mesh)
+    for s in (0, 2):
+        ref = sample(model, PROMPTS[s : s + 1], LENS[s : s + 1], jax.random.fold_in(key, s), cfg)
+        np.testing.assert_array_equal(out.tokens[s], ref.tokens[0])
+
+
+def test_data_parallel_bad_mesh(model):
+    with pytest.raises(ValueError, match="not divisible"):
+        sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY, mesh=make_mesh("data=2", jax.devices()[:2]))
+    with pytest.raises(ValueError, match="no axis 'data'"):
+        sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY, mesh=make_mesh("tensor=3", jax.devices()[:3]))

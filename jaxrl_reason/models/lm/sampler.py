@@ -12,6 +12,13 @@ all have stopped. `logprobs` are under the sampling distribution (temperature, t
 for greedy decoding (temperature 0) they are the model's own log-probabilities of the argmax.
 `generate` is the pure function (graphdef static) for use inside larger jitted programs.
 
+Data parallel (``sample(..., mesh=mesh)`` or `generate_data_parallel`): the batch is split over one
+mesh axis and every device runs its own decode loop on its rows with replicated weights (shard_map),
+so nothing crosses devices inside the loop and a shard exits as soon as its own rows have stopped.
+On a CPU, a mesh of one host device per core (``jax.config.update("jax_num_cpu_devices", n)``
+right after ``import jax``) decodes a small model faster than one device using the cores inside each
+op (``experiments/bench_lm.py``).
+
 For RL, ``out.join(prompts, prompt_lens)`` (or `sample_joined`) gives a `JoinedSample`: the
 [B, P+N] sequences (each completion right after its own prompt) with prompt / completion masks and
 the sampling log-probs at their positions, ready for `train.token_logprobs_entropy`.
@@ -27,7 +34,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax.sharding import Mesh, PartitionSpec as P
+
 from jaxrl_reason.models.lm.model import init_cache
+from jaxrl_reason.parallel.mesh import check_batch_divides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +179,26 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
     return SampleOutput(tokens=toks, logprobs=lps, lengths=lengths)
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef", "config", "mesh", "axis"))
+def generate_data_parallel(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, *,
+                           config: SamplerConfig, mesh: Mesh, axis: str = "data"):
+    """`generate` with the batch (B divisible by ``mesh.shape[axis]``) split over mesh axis ``axis``;
+    weights replicated; each device loops on its own rows (other mesh axes repeat the work). Shard
+    ``s`` samples with ``fold_in(key, s)``, so sampled tokens differ from `generate`'s; greedy
+    output is the same."""
+    if axis not in mesh.shape:
+        raise ValueError(f"mesh has no axis {axis!r} (axes: {tuple(mesh.shape)})")
+    check_batch_divides(prompts.shape[0], mesh, (axis,))
+
+    def local(state, prompts, prompt_lens, key, stop_tokens, max_new_tokens):
+        key = jax.random.fold_in(key, jax.lax.axis_index(axis))
+        return generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, config=config)
+
+    rows = P(axis)
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, P(), rows, rows), out_specs=rows,
+                         check_vma=False)(state, prompts, prompt_lens, key, stop_tokens, max_new_tokens)
+
+
 def prepare(model_cfg, prompts, prompt_lens, config: SamplerConfig, stop_tokens=None, max_new_tokens=None):
     """Validate shapes/lengths on the host (before compilation); return normalised jnp arguments."""
     prompts = jnp.asarray(prompts, jnp.int32)
@@ -191,10 +221,14 @@ def prepare(model_cfg, prompts, prompt_lens, config: SamplerConfig, stop_tokens=
     return prompts, prompt_lens, stop_tokens, max_new_tokens
 
 
-def sample(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None) -> SampleOutput:
-    """Convenience wrapper: validate, split the NNX model, run the jitted `generate`."""
+def sample(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None,
+           mesh: Mesh | None = None, axis: str = "data") -> SampleOutput:
+    """Convenience wrapper: validate, split the NNX model, run the jitted `generate` (with ``mesh``:
+    `generate_data_parallel` over mesh axis ``axis``)."""
     args = prepare(model.cfg, prompts, prompt_lens, config, stop_tokens, max_new_tokens)
     graphdef, state = nnx.split(model)
+    if mesh is not None:
+        return generate_data_parallel(graphdef, state, *args[:2], key, *args[2:], config=config, mesh=mesh, axis=axis)
     prompts, prompt_lens, stop_tokens, max_new_tokens = args
     return generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, config=config)
 
