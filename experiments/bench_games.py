@@ -8,7 +8,8 @@ same sampler and checksum, either ``batch_step(k2, ...)`` (one key for the batch
 episodes come from one ``reset_states`` draw) or ``vmap(step)`` over ``split(k2, B)`` keys (rows
 marked "vmap split keys"); its ``SplitEnvironment`` fast path selects the fresh state and encodes
 one observation. Same games: our TicTacToe flips a coin for the first player, as pgx does.
-``sampler="both"`` also times both with a cheaper sampler (one uniform per environment, the
+A row "no environment" times the loop's key splits and sampler alone on a legal mask: pgx over it
+bounds the ratio any environment could reach with that sampler. ``sampler="both"`` also times both with a cheaper sampler (one uniform per environment, the
 k-th legal action) so the environment cost is less hidden by RNG. Search: ``mctx.gumbel_muzero_policy`` with a uniform prior and zero value, the
 model being the real simulator (ours: ``search/alphazero.py``; anchor: the pgx anchor script).
 Measurements are interleaved (``repeats`` rounds, each timing every function once); ratios are
@@ -117,6 +118,27 @@ def ours_rollout(name, B, T, sampler, stepping="batch", **env_kwargs):
     return rollout
 
 
+def no_env_rollout(B, T, num_actions, sampler):
+    """The loop without an environment: the same key splits, sampler and an ``[B, A]`` legal mask
+    (the chosen action is struck out, a row refills when empty) with its checksum. Its time is what
+    the sampler costs any environment, so ``pgx / this`` bounds the ratio any environment can reach."""
+
+    def body(carry, _):
+        key, mask = carry
+        key, k1, k2 = jax.random.split(key, 3)
+        a = sampler(k1, mask)
+        mask = mask & (jnp.arange(num_actions) != a[:, None])
+        mask = mask | ~mask.any(-1, keepdims=True)
+        return (key, mask), (mask.sum(), mask.astype(jnp.float32).sum())
+
+    @jax.jit
+    def rollout(key):
+        _, (d, c) = jax.lax.scan(body, (key, jnp.ones((B, num_actions), bool)), None, T)
+        return d.sum(), c.sum()
+
+    return rollout
+
+
 def pgx_rollout(name, B, T, sampler):
     import pgx
 
@@ -214,10 +236,12 @@ def run(config: Config, run_dir: RunDir | None = None) -> dict:
     for game in config.games:
         for sname, sampler in samplers.items():
             fns = {label: ours_rollout(game, B, T, sampler, mode, **kw) for label, kw, mode in CASES[game]}
+            no_env = f"no environment ({game} mask: ratio bound)"
+            fns[no_env] = no_env_rollout(B, T, envs.make(game).num_actions, sampler)
             if have_pgx:
                 fns["pgx"] = pgx_rollout(PAIRS[game], B, T, sampler)
             med, best, cpu = time_interleaved(fns, config.repeats)
-            for label, _, _ in CASES[game]:
+            for label in [c[0] for c in CASES[game]] + [no_env]:
                 rows.append(_row(label, sname, B, B * T, med, best, cpu, "steps/s", have_pgx))
                 summary[f"{label}_{sname}_ratio"] = rows[-1]["ratio"]
                 summary[f"{label}_{sname}_ratio_cpu_time"] = rows[-1]["ratio_cpu_time"]
