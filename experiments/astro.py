@@ -58,6 +58,8 @@ class Config:
     # SFT only on traces whose successful path passes tasks.calc_steps (measured: without it about half of the
     # verified traces reach the answer over false steps and SFT on them falls below the base policy)
     traces_need_valid_steps: bool = True
+    # False: ASTRO SFT reads the failed steps but takes no loss on them (learns to undo a wrong step, not to write one)
+    loss_on_failed_steps: bool = True
     trace_sft_steps: int = 150
     trace_sft_lr: float = 1e-3
     trace_seq_len: int = 112
@@ -185,16 +187,17 @@ def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -
 
 def sft_on(base: Transformer, problems, traces, config: Config, direct: bool) -> Transformer:
     """A copy of ``base`` fine-tuned on the cloned traces (ASTRO or direct variant)."""
-    data = [dataclasses.replace(p, trace=t.direct if direct else t.think)
+    data = [(dataclasses.replace(p, trace=t.direct if direct else t.think), () if direct else t.failed_spans)
             for p, t in zip(problems, traces) if t is not None]
-    fits = [p for p in data if 2 + len(VOCAB.encode(p.prompt)) + len(VOCAB.encode(p.trace + p.answer)) + 4
-            <= config.trace_seq_len]
+    fits = [(p, spans) for p, spans in data
+            if 2 + len(VOCAB.encode(p.prompt)) + len(VOCAB.encode(p.trace + p.answer)) + 4 <= config.trace_seq_len]
     model = copy_model(base)
     if not fits:
         print(f"no {'direct' if direct else 'ASTRO'} traces fit: the arm keeps the base model")
         return model
-    sft_warm_start(model, fits, config.trace_sft_steps, config.base_sft.batch_size, config.trace_seq_len,
-                   config.trace_sft_lr, seed=config.seed)
+    skip = None if config.loss_on_failed_steps else [spans for _, spans in fits]
+    sft_warm_start(model, [p for p, _ in fits], config.trace_sft_steps, config.base_sft.batch_size,
+                   config.trace_seq_len, config.trace_sft_lr, seed=config.seed, skip_spans=skip)
     return model
 
 

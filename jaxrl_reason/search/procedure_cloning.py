@@ -9,6 +9,9 @@ successful one), then a reflection + explicit backtrack segment, then continues 
     <think>3+4=7,7*2=15,wrong!back to 1,7*2=14</think><answer>14</answer>
 
 ``back to i`` means: keep the first ``i`` steps, drop everything after them (``back to 0`` restarts).
+``ClonedTrace.failed_spans`` locates the failed steps in the trace, so that SFT can leave them out of
+the loss (the model still reads them) and learn to recognise and undo a wrong step without learning to
+write one (``tasks.base.sft_batch(skip_spans=...)``).
 Deterministic given the tree and the seed. ``num_detours=0`` gives the "direct" variant (only the
 successful path). Host-side numpy: this builds an SFT dataset, it is not a hot path.
 
@@ -46,6 +49,7 @@ class ClonedTrace:
     answer: str  # the verified answer
     detours: int  # backtracks actually inserted
     direct: str  # the successful path's think text without detours
+    failed_spans: tuple[tuple[int, int], ...] = ()  # [start, end) character spans of the failed steps in think
 
 
 def _node(tree, b: int) -> dict:
@@ -109,18 +113,20 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
     where = sorted(rng.choice(sorted(options), size=min(config.num_detours, len(options)), replace=False).tolist()) \
         if options and config.num_detours else []
 
-    pieces = []
+    pieces, failed = [], []
     for j, step in enumerate(steps):
         if j in where:
             c = options[j][int(rng.integers(len(options[j])))]
+            failed.append(len(pieces))
             pieces.append(_as_step(edge(path[j], c)))
             pieces.append(config.reflection.format(step=j))
         pieces.append(step)
-    body = "".join(pieces)
-    direct_body = "".join(steps)
     strip = lambda s: s.removeprefix("<think>").split("</think>")[0]
-    think = strip("<think>" + body + think_tail)
-    return ClonedTrace(think=think, answer=answer, detours=len(where), direct=strip("<think>" + direct_body + think_tail))
+    think = strip("<think>" + "".join(pieces) + think_tail)
+    starts = np.cumsum([0] + [len(x) for x in pieces])  # the pieces start think (strip drops only the added tag)
+    spans = tuple((int(starts[i]), min(int(starts[i + 1]), len(think))) for i in failed if starts[i] < len(think))
+    return ClonedTrace(think=think, answer=answer, detours=len(where), direct=strip("<think>" + "".join(steps) + think_tail),
+                       failed_spans=spans)
 
 
 def count_backtracks(text: str, config: CloningConfig = CloningConfig()) -> int:

@@ -107,11 +107,17 @@ def make_batch(tasks: Task | Sequence[Task], rng: np.random.Generator, n: int, p
     return batch_from_problems(problems, ids, prompt_len, answer_len)
 
 
-def sft_batch(problems: Sequence[Problem], seq_len: int, with_trace: bool = True) -> dict:
+def sft_batch(problems: Sequence[Problem], seq_len: int, with_trace: bool = True,
+              skip_spans: Sequence[Sequence[tuple[int, int]]] | None = None) -> dict:
     """Supervised warm-start batch: tokens [B, seq_len] = <bos> prompt response <eos>, loss on the response.
 
     ``loss_mask`` [B, seq_len-1] is 1 where the target token (tokens[:, t+1]) belongs to the response.
+    ``skip_spans`` (per problem, ``[start, end)`` character spans of its trace, e.g.
+    ``ClonedTrace.failed_spans``): those trace tokens stay in the input but get no loss.
     """
+    if skip_spans is not None and (len(skip_spans) != len(problems) or not with_trace):
+        raise ValueError("sft_batch: skip_spans needs with_trace=True and one span list per problem "
+                         f"(got {len(skip_spans)} for {len(problems)} problems)")
     seqs, starts = [], []
     for p in problems:
         prompt = [VOCAB.bos] + VOCAB.encode(p.prompt)
@@ -120,4 +126,11 @@ def sft_batch(problems: Sequence[Problem], seq_len: int, with_trace: bool = True
     tokens, lens = VOCAB.pad_batch(seqs, seq_len)
     t = np.arange(seq_len - 1)[None]
     mask = (t + 1 >= np.asarray(starts)[:, None]) & (t + 1 < lens[:, None])
+    for i, spans in enumerate(skip_spans or ()):
+        for a, b in spans:
+            if not 0 <= a <= b <= len(problems[i].trace) or VOCAB.encode(problems[i].trace[:b]) != \
+                    VOCAB.encode(problems[i].trace)[:b]:
+                raise ValueError(f"sft_batch: span {(a, b)} is not a character span of trace {problems[i].trace!r}")
+            first = starts[i] + 1 + a  # token position of trace character a (after <think>)
+            mask[i, max(first - 1, 0): first + b - a - 1] = False  # targets tokens[first : first + b - a]
     return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}

@@ -10,7 +10,7 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.search.lm_mcts import StepSearchConfig, best_of_n, make_step_search
 from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
-from jaxrl_reason.tasks.base import make_batch
+from jaxrl_reason.tasks.base import Problem, make_batch, sft_batch
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.vocab import VOCAB
 
@@ -45,6 +45,7 @@ def test_procedure_cloning_detours_and_backtracks():
     two = clone_procedure(tree, 0, CloningConfig(num_detours=2), seed=0)
     assert two.think == "3+4=8,wrong!back to 0,3+4=7,7*2=15,wrong!back to 1,7*2=14"
     assert (two.answer, two.detours, two.direct) == ("14", 2, "3+4=7,7*2=14")
+    assert [two.think[a:b] for a, b in two.failed_spans] == ["3+4=8,", "7*2=15,"]
     assert count_backtracks(two.think) == 2
     one = [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s).think for s in range(8)]
     assert set(one) == {"3+4=8,wrong!back to 0,3+4=7,7*2=14", "3+4=7,7*2=15,wrong!back to 1,7*2=14"}
@@ -54,9 +55,23 @@ def test_procedure_cloning_detours_and_backtracks():
     assert {clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, step_is_valid=only_first).think
             for s in range(8)} == {"3+4=7,7*2=15,wrong!back to 1,7*2=14"}
     direct = clone_procedure(tree, 0, CloningConfig(num_detours=0), seed=0)
-    assert direct.think == direct.direct and count_backtracks(direct.think) == 0
+    assert direct.think == direct.direct and count_backtracks(direct.think) == 0 and direct.failed_spans == ()
     tree.embeddings.correct[:] = False
     assert clone_procedure(tree, 0, CloningConfig(), seed=0) is None
+
+
+def test_sft_batch_skips_failed_step_targets():
+    """Skipped trace characters stay in the input and lose exactly their own targets."""
+    p = Problem(prompt="3+4*2=", answer="14", wrong="15", trace="3+4=8,wrong!back to 0,3+4=7,7*2=14", difficulty=2, task="t")
+    full, skip = sft_batch([p], 64), sft_batch([p], 64, skip_spans=[[(0, 6)]])
+    np.testing.assert_array_equal(full["tokens"], skip["tokens"])
+    dropped = np.flatnonzero(full["loss_mask"][0] != skip["loss_mask"][0]) + 1  # positions of the targets
+    assert VOCAB.decode(full["tokens"][0][dropped]) == "3+4=8,"
+    assert skip["loss_mask"][0].sum() == full["loss_mask"][0].sum() - 6
+    with pytest.raises(ValueError, match="span"):
+        sft_batch([p], 64, skip_spans=[[(30, 99)]])
+    with pytest.raises(ValueError, match="one span list per problem"):
+        sft_batch([p], 64, skip_spans=[])
 
 
 def test_configs_reject_bad_values():

@@ -5,6 +5,7 @@
 Uses the LM stack's masked next-token loss and jitted train step; batches are drawn (with
 replacement) from ``problems``. ``prompt_loss=True`` also trains on the prompt text (a
 pre-training-like objective; used to build a deliberately contaminated model for the probe).
+``skip_spans`` (see ``tasks.base.sft_batch``) leaves trace character spans out of the loss.
 Returns the trained nnx.Param state; the model object is updated in place as well.
 """
 
@@ -29,10 +30,10 @@ def _sft_step(graphdef, lr: float, steps: int, seq_len: int):
 
 
 def sft_warm_start(model, problems: Sequence[Problem], steps: int, batch_size: int, seq_len: int, lr: float,
-                   seed: int = 0, prompt_loss: bool = False, with_trace: bool = True):
+                   seed: int = 0, prompt_loss: bool = False, with_trace: bool = True, skip_spans=None):
     if steps < 1 or batch_size < 1 or not problems:
         raise ValueError("sft_warm_start: need steps >= 1, batch_size >= 1 and a non-empty problem list")
-    data = sft_batch(problems, seq_len, with_trace)
+    data = sft_batch(problems, seq_len, with_trace, skip_spans)
     if prompt_loss:
         data["loss_mask"] = (data["tokens"][:, 1:] != 0).astype(np.float32)
     graphdef = nnx.graphdef(model)
