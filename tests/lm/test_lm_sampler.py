@@ -137,6 +137,8 @@ def test_data_parallel_greedy_equals_single_device(model, greedy, rows_mesh):
     np.testing.assert_array_equal(out.tokens, greedy.tokens)
     np.testing.assert_array_equal(out.lengths, greedy.lengths)
     np.testing.assert_allclose(out.logprobs, greedy.logprobs, atol=1e-5)
+    joined = sample_joined(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY, mesh=rows_mesh)
+    np.testing.assert_array_equal(joined.tokens, greedy.join(PROMPTS, LENS).tokens)
 
 
 def test_data_parallel_sampling_draws_with_the_shard_key(model, rows_mesh):

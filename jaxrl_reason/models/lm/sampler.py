@@ -233,8 +233,9 @@ def sample(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=
     return generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, config=config)
 
 
-def sample_joined(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None) -> JoinedSample:
-    """`sample`, then `join_sample` (pad_id = config.pad_id)."""
+def sample_joined(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None,
+                  mesh: Mesh | None = None, axis: str = "data") -> JoinedSample:
+    """`sample` (data-parallel with ``mesh``), then `join_sample` (pad_id = config.pad_id)."""
     args = prepare(model.cfg, prompts, prompt_lens, config, stop_tokens, max_new_tokens)
-    out = sample(model, *args[:2], key, config, *args[2:])
+    out = sample(model, *args[:2], key, config, *args[2:], mesh=mesh, axis=axis)
     return join_sample(args[0], args[1], out, config.pad_id)
