@@ -16,7 +16,6 @@ Plots: accuracy_vs_length.png, memory_vs_length.png, time_vs_length.png, rl_curv
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import jax
 import numpy as np

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games import arena, opponents as O
-from jaxrl_reason.rl.selfplay import SelfPlay, SelfPlayConfig, kuhn_exploitability_metric, kuhn_policy_table
+from jaxrl_reason.rl.selfplay import SelfPlay, SelfPlayConfig, kuhn_policy_table
 from jaxrl_reason.search.alphazero import AlphaZero, AlphaZeroConfig
 from jaxrl_reason.utils.experiment import RunDir
 

@@ -22,7 +22,7 @@ class Sorting:
 
     def __post_init__(self):
         if not 1 <= self.min_difficulty <= self.max_difficulty:
-            raise ValueError(f"Sorting: need 1 <= min_difficulty <= max_difficulty")
+            raise ValueError("Sorting: need 1 <= min_difficulty <= max_difficulty")
 
     def generate(self, rng: np.random.Generator, difficulty: int | None = None) -> Problem:
         k = int(rng.integers(self.min_difficulty, self.max_difficulty + 1)) if difficulty is None else difficulty
@@ -46,7 +46,7 @@ class Parity:
 
     def __post_init__(self):
         if not 1 <= self.min_difficulty <= self.max_difficulty:
-            raise ValueError(f"Parity: need 1 <= min_difficulty <= max_difficulty")
+            raise ValueError("Parity: need 1 <= min_difficulty <= max_difficulty")
 
     def generate(self, rng: np.random.Generator, difficulty: int | None = None) -> Problem:
         k = int(rng.integers(self.min_difficulty, self.max_difficulty + 1)) if difficulty is None else difficulty

@@ -4,7 +4,6 @@ from math import comb
 
 import numpy as np
 import pytest
-from flax import nnx
 
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.sft import sft_warm_start

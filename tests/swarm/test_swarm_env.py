@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxrl_reason import envs
-from jaxrl_reason.envs.swarm import COORDINATOR, EXECUTOR, NUM_ROLES, Swarm, dynamics
+from jaxrl_reason.envs.swarm import COORDINATOR, EXECUTOR, NUM_ROLES, dynamics
 
 KW = dict(num_agents=3, num_targets=2, num_adversaries=1, max_steps=8, max_need=1)
 ENV_D = envs.make("swarm", **KW)

@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.agents.hanabi.bots import BotParams, bot_action
-from jaxrl_reason.envs.hanabi import Hanabi, game
+from jaxrl_reason.envs.hanabi import Hanabi
 from jaxrl_reason.models.policies import masked_logits
 
 
@@ -100,7 +100,6 @@ def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
     ``decks`` ``[G, D]`` (complete, consistent deck orders for records)."""
     if len(seats) != env.num_agents:
         raise ValueError(f"{len(seats)} agents for a {env.num_agents}-player game")
-    cfg = env.config
     state, actions = _game_runner(env, tuple(seats), num_games)(key)
     decks = np.asarray(state.deck, np.int32)  # drawn cards in draw order, then the undrawn rest
     return {"scores": np.asarray(state.score), "actions": np.asarray(actions), "decks": decks}

@@ -190,7 +190,7 @@ def python_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: Sampler
     Per turn: a jitted render + sample call, the answers decoded to strings and parsed on the host
     (``parse_text``, as a text-arena harness does), a jitted env step; stops as soon as every
     game has ended. Returns numpy ``{"returns" [B, 2], "forfeit" [B, 2], "status" [T, B]}``."""
-    env, b = game.env, num_episodes
+    b = num_episodes
     fns = _python_fns(graphdef, game, b, sampler, opponent, responder)
     k_reset, k_play = jax.random.split(key)
     state, ts = fns["reset"](k_reset)

@@ -253,7 +253,7 @@ def _last_action(cfg: GameConfig, state: GameState) -> jax.Array:
 
 def _compact(cfg: GameConfig, state: GameState) -> jax.Array:
     """``[N, obs_size(cfg, "compact")]`` float32."""
-    n, h, c, r, k = cfg.num_players, cfg.hand_size, cfg.num_colours, cfg.num_ranks, cfg.num_cards
+    n, r, k = cfg.num_players, cfg.num_ranks, cfg.num_cards
     f32 = jnp.float32
     hands = state.hands
     has = hands >= 0

@@ -296,7 +296,7 @@ def encode_action(cfg: GameConfig, kind: str, player: int, *, slot: int = 0, tar
 
 def legal_moves(cfg: GameConfig, state: GameState) -> jax.Array:
     """``[N, A]`` bool: the player to move gets the rule-legal moves, the others only the no-op."""
-    n, h = cfg.num_players, cfg.hand_size
+    n = cfg.num_players
     hands = state.hands
     has = hands >= 0  # [N, H]
     discard = has & (state.info_tokens < cfg.max_info_tokens)

@@ -9,13 +9,12 @@ import dataclasses
 import pathlib
 from typing import Callable, Sequence
 
-import jax
 import numpy as np
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
 from jaxrl_reason.tasks.base import make_batch, sample_problems
 from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.experiment import RunDir

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
-import jax
 import numpy as np
 from flax import nnx
 
