@@ -47,14 +47,6 @@ PRESETS = {
 }
 
 
-def _time(fn, *args, repeat: int = 1):
-    jax.block_until_ready(fn(*args))
-    t = time.perf_counter()
-    for _ in range(repeat):
-        out = jax.block_until_ready(fn(*args))
-    return out, (time.perf_counter() - t) / repeat
-
-
 def anchor_rows(A, b, config: Config):
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
@@ -99,7 +91,7 @@ def anchor_rows(A, b, config: Config):
     for name, M in (("none", None), ("jacobi", lambda v: v / dj)):
         f = jax.jit(lambda bb, M=M: jax.scipy.sparse.linalg.gmres(lambda v: Aj @ v, bb, M=M, tol=config.rtol,
                                                                    restart=config.restart, maxiter=its_scipy)[0])
-        x, s = _time(f, bj)
+        x, s = timing.after_warmup(f, bj)
         rows.append(dict(solver="jax.scipy gmres", precond=name, iterations="n/a (not reported)",
                          relres=relres(np.asarray(x)), setup_ms=0.0, solve_ms=1e3 * s))
     try:
@@ -110,7 +102,7 @@ def anchor_rows(A, b, config: Config):
             solver = lx.GMRES(rtol=config.rtol, atol=config.rtol, restart=config.restart, max_steps=its_scipy)
             f = jax.jit(lambda bb, opts=opts, solver=solver: (lambda s: (s.value, s.stats["num_steps"]))(
                 lx.linear_solve(op, bb, solver, options=opts, throw=False)))
-            (x, steps), s = _time(f, bj)
+            (x, steps), s = timing.after_warmup(f, bj)
             rows.append(dict(solver="lineax gmres", precond=name, iterations=f"{int(steps)} cycles",
                              relres=relres(np.asarray(x)), setup_ms=0.0, solve_ms=1e3 * s))
     except ImportError:
@@ -138,8 +130,8 @@ def our_rows(A_sp, b, config: Config):
             M = jax.block_until_ready(build(A))
             setup = time.perf_counter() - t
         else:
-            M, setup = _time(build, A)
-        res, s = _time(lambda bb, M=M: fgmres(A, bb, M=M, restart=config.restart, maxiter=config.maxiter,
+            M, setup = timing.after_warmup(build, A)
+        res, s = timing.after_warmup(lambda bb, M=M: fgmres(A, bb, M=M, restart=config.restart, maxiter=config.maxiter,
                                               rtol=config.rtol), bj)
         rows.append(dict(solver="ours fgmres", precond=name, iterations=int(res.iterations),
                          relres=float(res.relative_residual), setup_ms=1e3 * setup, solve_ms=1e3 * s,

@@ -93,15 +93,9 @@ PRESETS = {
 }
 
 
-def _timed(fn, repeats: int) -> float:
-    """Best wall seconds of `repeats` calls after one warm-up (results blocked on)."""
-    jax.block_until_ready(fn())
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t)
-    return best
+def _best_seconds(fn, repeats: int) -> float:
+    """Best wall seconds of ``repeats`` calls of ``fn()`` after one warm-up."""
+    return timing.interleaved({"f": lambda i: fn()}, repeats)["f"].best
 
 
 def _hf_model(c: Config):
@@ -187,7 +181,7 @@ def bench_sampler(c: Config, mesh: Mesh | None = None) -> dict:
         return m.logits(h[:, -1]), cache
 
     toks = jnp.asarray(prompts, jnp.int32)
-    out["prefill_tokens_per_s"] = c.batch * c.prompt_len / _timed(lambda: prefill(state, toks), c.repeats)
+    out["prefill_tokens_per_s"] = c.batch * c.prompt_len / _best_seconds(lambda: prefill(state, toks), c.repeats)
     out["params"] = param_count(model)
     if c.peak_bandwidth:
         # batch-1 decode reads every weight and the cache once per step
@@ -236,7 +230,7 @@ def _matmul_flops(dtype, n: int = 1024) -> float:
     """Measured FLOP/s of one jitted n x n x n matmul (the reference 'peak' when none is given)."""
     a = jnp.ones((n, n), dtype)
     f = jax.jit(lambda x: x @ x)
-    return 2 * n**3 / _timed(lambda: f(a), 5)
+    return 2 * n**3 / _best_seconds(lambda: f(a), 5)
 
 
 def bench_fp8(c: Config, run_dir: RunDir) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 from jaxrl_reason.solvers import fgmres, finance, learned
 from jaxrl_reason.solvers import preconditioners as pc
 from jaxrl_reason.solvers.blocksize_env import BlockSizeEnv, evaluate
+from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
 
 
@@ -64,13 +65,6 @@ PRESETS = {
     "gpu": Config(heston_ns=128, train_ns=32, train_systems=64, train_steps=500, rl_timesteps=500_000),
 }
 
-
-def _timed(fn, *args):
-    """(result, seconds) of the second call (the first compiles)."""
-    jax.block_until_ready(fn(*args))
-    t = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - t
 
 
 def stack_blocks(seeds, ns, dt):
@@ -127,8 +121,8 @@ def solve_table(config: Config, run_dir: RunDir, net):
             M = None if build is None else jax.block_until_ready(build(A))
             setup = time.perf_counter() - t0 if build is pc.ilu0 else None
             if build is not None and setup is None:
-                M, setup = _timed(build, A)
-            res, solve = _timed(lambda b, M=M: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter,
+                M, setup = timing.after_warmup(build, A)
+            res, solve = timing.after_warmup(lambda b, M=M: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter,
                                                       rtol=config.rtol), b)
             rows.append(dict(family=family, n=s.n, method=name, iterations=int(res.iterations),
                              converged=bool(res.converged), relres=float(res.relative_residual),

@@ -14,3 +14,16 @@ def test_interleaved_warms_up_then_alternates_rounds():
     assert t["a"].best <= t["a"].median <= max(t["a"].wall)
     with pytest.raises(ValueError, match="rounds"):
         timing.interleaved(fns, rounds=0)
+
+
+def test_after_warmup_returns_the_last_result_of_one_plus_repeats_calls():
+    calls = []
+
+    def f(x):
+        calls.append(x)
+        return len(calls)
+
+    out, seconds = timing.after_warmup(f, "x", repeats=3)
+    assert calls == ["x"] * 4 and out == 4 and seconds >= 0
+    with pytest.raises(ValueError, match="repeats"):
+        timing.after_warmup(f, repeats=0)

@@ -31,6 +31,18 @@ class Timings:
         return statistics.median(self.cpu)
 
 
+def after_warmup(fn: Callable[..., Any], *args, repeats: int = 1) -> tuple[Any, float]:
+    """``(result, seconds)``: one untimed call of ``fn(*args)`` (compile, warm up), then the mean
+    wall seconds of ``repeats`` calls (results blocked on); the result is the last call's."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    jax.block_until_ready(fn(*args))
+    t = time.perf_counter()
+    for _ in range(repeats):
+        out = jax.block_until_ready(fn(*args))
+    return out, (time.perf_counter() - t) / repeats
+
+
 def interleaved(fns: Mapping[str, Callable[[int], Any]], rounds: int) -> dict[str, Timings]:
     """Time ``fns[name](i)`` (results blocked on): one untimed call each with ``i = 0`` (compile and
     warm up), then ``rounds`` rounds ``i = 1..rounds`` calling every function once, in turn.
