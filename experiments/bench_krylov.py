@@ -131,8 +131,8 @@ def our_rows(A_sp, b, config: Config):
             setup = time.perf_counter() - t
         else:
             M, setup = timing.after_warmup(build, A)
-        res, s = timing.after_warmup(lambda bb, M=M: fgmres(A, bb, M=M, restart=config.restart, maxiter=config.maxiter,
-                                              rtol=config.rtol), bj)
+        solve_fn = lambda bb, M=M: fgmres(A, bb, M=M, restart=config.restart, maxiter=config.maxiter, rtol=config.rtol)
+        res, s = timing.after_warmup(solve_fn, bj)
         rows.append(dict(solver="ours fgmres", precond=name, iterations=int(res.iterations),
                          relres=float(res.relative_residual), setup_ms=1e3 * setup, solve_ms=1e3 * s,
                          status=res.message))

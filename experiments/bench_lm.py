@@ -30,8 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxrl_reason.models.lm import LMConfig, Transformer, cache_bytes_per_token, init_cache, param_count
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate, generate_data_parallel, prepare
-from jaxrl_reason.parallel.mesh import make_mesh
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.parallel.mesh import make_mesh
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
 
@@ -163,15 +163,14 @@ def bench_sampler(c: Config, mesh: Mesh | None = None) -> dict:
         fns["ours_data_parallel"] = lambda i: generate_data_parallel(
             graphdef, rstate, *dargs[:2], jax.random.PRNGKey(i), *dargs[2:], config=scfg, mesh=mesh).tokens
     t = timing.interleaved(fns, c.repeats)
-    suffixes = {"ours": "", "ours_data_parallel": "_data_parallel"}
-    for name, suffix in suffixes.items():
-        if name in t:
-            out[f"decode{suffix}_tokens_per_s"] = c.batch * c.new_tokens / t[name].median
+    rate = {name: c.batch * c.new_tokens / timings.median for name, timings in t.items()}
+    for name, suffix in (("ours", ""), ("ours_data_parallel", "_data_parallel")):
+        if name in rate:
+            out[f"decode{suffix}_tokens_per_s"] = rate[name]
+            if c.hf:
+                out[f"ratio{suffix}_vs_hf"] = rate[name] / rate["hf"]
     if c.hf:
-        out["hf_generate_tokens_per_s"] = c.batch * c.new_tokens / t["hf"].median
-        for name, suffix in suffixes.items():
-            if name in t:
-                out[f"ratio{suffix}_vs_hf"] = out[f"decode{suffix}_tokens_per_s"] / out["hf_generate_tokens_per_s"]
+        out["hf_generate_tokens_per_s"] = rate["hf"]
 
     @jax.jit
     def prefill(state, toks):

@@ -66,7 +66,6 @@ PRESETS = {
 }
 
 
-
 def stack_blocks(seeds, ns, dt):
     ts = [learned.block_tridiagonal(finance.to_jax(finance.heston(int(s), ns=ns, dt=dt).A), ns) for s in seeds]
     return jax.tree.map(lambda *a: jnp.stack(a), *ts)
@@ -122,8 +121,8 @@ def solve_table(config: Config, run_dir: RunDir, net):
             setup = time.perf_counter() - t0 if build is pc.ilu0 else None
             if build is not None and setup is None:
                 M, setup = timing.after_warmup(build, A)
-            res, solve = timing.after_warmup(lambda b, M=M: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter,
-                                                      rtol=config.rtol), b)
+            solve_fn = lambda b, M=M: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter, rtol=config.rtol)
+            res, solve = timing.after_warmup(solve_fn, b)
             rows.append(dict(family=family, n=s.n, method=name, iterations=int(res.iterations),
                              converged=bool(res.converged), relres=float(res.relative_residual),
                              setup_ms=1e3 * (setup or 0.0), solve_ms=1e3 * solve,

@@ -128,8 +128,8 @@ def sft_batch(problems: Sequence[Problem], seq_len: int, with_trace: bool = True
     mask = (t + 1 >= np.asarray(starts)[:, None]) & (t + 1 < lens[:, None])
     for i, spans in enumerate(skip_spans or ()):
         for a, b in spans:
-            if not 0 <= a <= b <= len(problems[i].trace) or VOCAB.encode(problems[i].trace[:b]) != \
-                    VOCAB.encode(problems[i].trace)[:b]:
+            # character i of the trace must be its token i (no tag before b)
+            if not 0 <= a <= b <= len(problems[i].trace) or len(VOCAB.encode(problems[i].trace[:b])) != b:
                 raise ValueError(f"sft_batch: span {(a, b)} is not a character span of trace {problems[i].trace!r}")
             first = starts[i] + 1 + a  # token position of trace character a (after <think>)
             mask[i, max(first - 1, 0): first + b - a - 1] = False  # targets tokens[first : first + b - a]

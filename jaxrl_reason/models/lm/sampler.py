@@ -33,7 +33,6 @@ import flax
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
 from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxrl_reason.models.lm.model import init_cache
@@ -227,10 +226,8 @@ def sample(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=
     `generate_data_parallel` over mesh axis ``axis``)."""
     args = prepare(model.cfg, prompts, prompt_lens, config, stop_tokens, max_new_tokens)
     graphdef, state = nnx.split(model)
-    if mesh is not None:
-        return generate_data_parallel(graphdef, state, *args[:2], key, *args[2:], config=config, mesh=mesh, axis=axis)
-    prompts, prompt_lens, stop_tokens, max_new_tokens = args
-    return generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, config=config)
+    run = generate if mesh is None else functools.partial(generate_data_parallel, mesh=mesh, axis=axis)
+    return run(graphdef, state, *args[:2], key, *args[2:], config=config)
 
 
 def sample_joined(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None,
