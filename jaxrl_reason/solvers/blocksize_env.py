@@ -68,9 +68,12 @@ def _inv_diag_blocks(A: np.ndarray, k: int) -> np.ndarray:
     Ap[:, :n, :n] = A
     Ap[:, np.arange(n, nb * k), np.arange(n, nb * k)] = 1
     blocks = Ap.reshape(P, nb, k, nb, k)[:, np.arange(nb), :, np.arange(nb), :].transpose(1, 0, 2, 3)
-    scale = np.abs(blocks).max(axis=(2, 3), keepdims=True)
-    singular = np.abs(np.linalg.det(blocks.astype(np.float64)))[..., None, None] <= 1e-12 * np.maximum(scale, 1e-30) ** k
-    blocks = blocks + singular * np.sqrt(np.finfo(np.float32).eps) * np.maximum(scale, 1e-30) * np.eye(k, dtype=A.dtype)
+    scale = np.abs(blocks).max(axis=(2, 3), keepdims=True).astype(np.float64)
+    scale = np.where(scale > 0, scale, 1.0)  # an all-zero block is shifted by sqrt(eps), as in safe_block_inverse
+    # singular: |det| <= 1e-12 scale^k, in logs (scale^k overflows float32 for k = 16 and entries above ~250)
+    sign, logdet = np.linalg.slogdet(blocks.astype(np.float64))
+    singular = ((sign == 0) | (logdet <= np.log(1e-12) + k * np.log(scale[..., 0, 0])))[..., None, None]
+    blocks = blocks + singular * np.sqrt(np.finfo(np.float32).eps) * scale * np.eye(k)
     return np.linalg.inv(blocks.astype(np.float64)).astype(A.dtype)
 
 
@@ -176,6 +179,17 @@ class BlockSizeEnv(Environment):
         terminated = rn <= tol
         truncated = (s.cycles >= self.max_cycles) & ~terminated
         return s, self._timestep(s, reward, terminated, truncated)
+
+
+def previous_action(ts: TimeStep) -> jax.Array:
+    """The action of the last cycle read from an observation (int32, -1 before the first cycle)."""
+    onehot = ts.obs[0, 5:]
+    return jnp.where(onehot.sum() > 0, jnp.argmax(onehot), -1).astype(jnp.int32)
+
+
+def alternate(a: int, b: int):
+    """A scripted ``choose`` for ``evaluate``: action ``a`` on the first cycle, then ``a`` and ``b`` in turn."""
+    return lambda ts: jnp.where(previous_action(ts) == a, b, a).astype(jnp.int32)
 
 
 def evaluate(env: BlockSizeEnv, choose, idxs) -> dict:

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_reason.solvers.blocksize_env import BlockSizeEnv, evaluate
+from jaxrl_reason.solvers.blocksize_env import BlockSizeEnv, _inv_diag_blocks, alternate, evaluate, previous_action
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +18,24 @@ def test_fixed_block_sizes_converge_and_larger_blocks_need_fewer_iterations(env)
     assert bool(large["converged"].all())
     assert float(large["iterations"].mean()) < float(small["iterations"].mean())
     assert np.isfinite(np.asarray(large["ret"])).all()
+
+
+def test_alternate_reads_the_previous_action_from_the_observation(env):
+    state, ts = env.reset_to(0)
+    choose = alternate(1, 0)
+    assert int(previous_action(ts)) == -1 and int(choose(ts)) == 1
+    for expected_prev, expected_next in ((1, 0), (0, 1)):
+        state, ts = env.step(None, state, choose(ts))
+        assert int(previous_action(ts)) == expected_prev and int(choose(ts)) == expected_next
+
+
+def test_block_inverses_shift_only_singular_blocks():
+    rng = np.random.default_rng(0)
+    A = (1e3 * (8 * np.eye(32) + rng.standard_normal((32, 32)))).astype(np.float32)[None]  # entries ~1e3: scale^16
+    A[0, 16:, 16:] = 0  # overflows float32; the second diagonal block is all zero (a KKT constraint block)
+    inv = _inv_diag_blocks(A, 16)
+    np.testing.assert_allclose(inv[0, 0], np.linalg.inv(A[0, :16, :16].astype(np.float64)), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(inv[0, 1], np.eye(16) / np.sqrt(np.finfo(np.float32).eps), rtol=1e-6)
 
 
 def test_bad_config_raises():
