@@ -4,7 +4,9 @@
 2. search vs sampling: on held-out multi-step problems (where one greedy pass often fails), MCTS
    with the base policy (outcome verifier only, and with the local step check of ``tasks.calc_steps``
    pruning candidate steps) vs best-of-N sampling with (at least) the same number of generated
-   tokens; solved = a verified-correct answer was found (all use the same answer verifier);
+   tokens; solved = a verified-correct answer was found (all use the same answer verifier); the table
+   gives each search's paired difference to best-of-N (mean and standard error over problems);
+   ``--compare-only`` stops here (``--compare-problems 512`` for a tight comparison);
 3. search on training problems -> linear chains of thought: ASTRO traces (failed branch, reflection,
    "back to step i", the good step) and direct traces (successful path only), keeping only traces
    whose successful path passes the local step check (``traces_need_valid_steps``);
@@ -68,6 +70,7 @@ class Config:
         loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean"),
         reward=RewardConfig("correct", format_weight=0.1),
     )
+    compare_only: bool = False  # stop after the MCTS vs best-of-N comparison (stage 2)
     rl_steps: int = 60
     eval_every: int = 20
     heldout_problems: int = 192
@@ -155,7 +158,8 @@ def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -
 
     Best-of-N draws whole responses until its mean tokens per problem reach the largest of the
     searches' (per jitted batch), so it never has fewer tokens than a search it is compared with.
-    -> table rows: "all", then one per difficulty ({name}_solved / _tokens per problem).
+    -> table rows: "all", then one per difficulty ({name}_solved / _tokens per problem, and
+    {name}_minus_bon / _se: the per-problem paired difference of solved to best-of-N).
     """
     multi = np.flatnonzero(np.asarray(held.difficulty) >= min(2, config.task.max_difficulty))
     if len(multi) < config.compare_problems:
@@ -180,8 +184,17 @@ def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -
         bon_tokens.append(np.asarray(tok))
     found["best_of_n"] = {"solved": np.concatenate(bon_solved), "tokens": np.concatenate(bon_tokens)}
     diff = np.asarray(compare.difficulty)
-    row = lambda m: {"problems": int(m.sum()), **{f"{name}_{k}": float(f[k][m].mean())
-                                                  for name, f in found.items() for k in ("solved", "tokens")}}
+    bon = found["best_of_n"]["solved"].astype(np.float64)
+
+    def row(m):
+        out = {"problems": int(m.sum()), **{f"{name}_{k}": float(f[k][m].mean())
+                                            for name, f in found.items() for k in ("solved", "tokens")}}
+        for name in searches:  # paired by problem: solved(search) - solved(best-of-N), mean and standard error
+            d = found[name]["solved"][m].astype(np.float64) - bon[m]
+            out[f"{name}_minus_bon"] = float(d.mean())
+            out[f"{name}_minus_bon_se"] = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+        return out
+
     return [{"difficulty": "all", **row(diff > 0)}] + [{"difficulty": int(d), **row(diff == d)} for d in np.unique(diff)]
 
 
@@ -225,10 +238,15 @@ def run(config: Config, run_dir: RunDir) -> dict:
     search = searches["mcts_step_checked" if config.prune_with_step_check else "mcts"]
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
 
-    # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems
-    table = search_vs_sampling(config, searches, graphdef, params, held)
+    # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems (the same held-out
+    # stream, drawn long enough to hold compare_problems multi-step ones; its first heldout_problems are ``held``)
+    compare_pool = recipes.heldout(tasks, max(config.heldout_problems, 2 * config.compare_problems), config.seed,
+                                   config.prompt_len, config.answer_len)
+    table = search_vs_sampling(config, searches, graphdef, params, compare_pool)
     print(run_dir.write_table("search_vs_sampling", table))
-    comparison = {k: v for k, v in table[0].items() if k.endswith(("_solved", "_tokens"))}
+    comparison = {k: v for k, v in table[0].items() if k.endswith(("_solved", "_tokens", "_bon", "_bon_se"))}
+    if config.compare_only:
+        return comparison
 
     # 3. search on training problems -> ASTRO and direct traces
     train = make_batch(tasks, np.random.default_rng([config.seed, 17]), config.search_problems, config.prompt_len,
