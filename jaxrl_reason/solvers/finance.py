@@ -121,8 +121,8 @@ def heston_matrix(ns: int = 64, nv: int = 64, dt: float = 0.5, r: float = 0.03, 
     S, V = np.linspace(0, smax, ns), np.linspace(0, vmax, nv)
     hs, hv = S[1] - S[0], V[1] - V[0]
     Is = sp.identity(ns)
-    D1 = lambda n, h: sp.diags([-1, 1], [-1, 1], shape=(n, n)) / (2 * h)
-    D2 = lambda n, h: sp.diags([1, -2, 1], [-1, 0, 1], shape=(n, n)) / h**2
+    D1 = lambda n, h: sp.diags([-1, 1], [-1, 1], shape=(n, n), dtype=float) / (2 * h)
+    D2 = lambda n, h: sp.diags([1, -2, 1], [-1, 0, 1], shape=(n, n), dtype=float) / h**2
     Sd, Vd = sp.diags(S), sp.diags(V)
     L = (0.5 * sp.kron(Vd, Sd @ Sd @ D2(ns, hs)) + 0.5 * sigma**2 * sp.kron(Vd @ D2(nv, hv), Is)
          + rho * sigma * sp.kron(Vd @ D1(nv, hv), Sd @ D1(ns, hs)) + r * sp.kron(sp.identity(nv), Sd @ D1(ns, hs))
