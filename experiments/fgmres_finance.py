@@ -2,7 +2,9 @@
 none / Jacobi / block-Jacobi (fixed sizes) / ILU(0) / block cyclic reduction (truncated and
 exact) / the meta-learned polynomial on Markowitz, Black-Scholes and Heston; plus the RL
 block-size policy (PPO on ``fgmres_blocksize``) against every fixed block size on held-out
-systems. Writes ``results.md`` / ``rl.md`` tables and ``convergence_<family>.png``.
+systems, with two references (the best size per system in hindsight, the two largest sizes in turn)
+and each row's paired per-system difference to the best single fixed size (``--preset rl``).
+Writes ``results.md`` / ``rl.md`` tables and ``convergence_<family>.png``.
 
 Float64 throughout (``jax.enable_x64``) except the RL environment (float32, rtol 1e-5).
 """
@@ -60,11 +62,13 @@ class Config:
             raise ValueError(f"rl_timesteps must be >= 0, got {self.rl_timesteps}")
 
 
+SMOKE = Config(heston_ns=16, bs_n=200, markowitz_n=50, train_ns=8, train_systems=4, train_steps=20, maxiter=300)
 PRESETS = {
     "cpu": Config(),
-    "smoke": Config(heston_ns=16, bs_n=200, markowitz_n=50, train_ns=8, train_systems=4, train_steps=20,
-                    maxiter=300),
+    "smoke": SMOKE,
     "target": Config(heston_ns=128, train_ns=32, block_sizes=(16, 128)),  # the issue's n = 16,384, dt = 2
+    # the RL block-size study at CPU size (the solver table at smoke size): 1M PPO steps, 128-system pools (4 min)
+    "rl": dataclasses.replace(SMOKE, rl_timesteps=1_000_000, rl_pool=128),
     "gpu": Config(heston_ns=128, train_ns=32, train_systems=64, train_steps=500, rl_timesteps=500_000),
 }
 
@@ -169,20 +173,36 @@ def rl_table(config: Config, run_dir: RunDir):
     policy, carry0 = ppo.evaluation_policy(test, graphdef, out["runner_state"].params)
     choose = lambda ts: policy(carry0, jax.random.key(0), ts)[1]
     idx = np.arange(config.rl_pool)
-    row = lambda name, r: dict(policy=name, iterations=float(r["iterations"].mean()), work=float(r["work"].mean()),
-                               converged=float(r["converged"].mean()))
     fixed = [evaluate(test, lambda ts, a=a: jnp.int32(a), idx) for a in range(test.num_actions)]
-    rows = [row(f"fixed k={k}", r) for k, r in zip(test.block_sizes, fixed)]
+    results = {f"fixed k={k}": r for k, r in zip(test.block_sizes, fixed)}
     # references that explain the RL row: the best size chosen per system in hindsight (no policy that picks one
     # size per system can beat it) and the two largest sizes taken in turn, cycle by cycle (what FGMRES allows)
     its = np.stack([np.where(r["converged"], r["iterations"], np.inf) for r in fixed], 1)  # [P, K]
     best = np.argmin(its, 1)
-    pick = lambda key: np.stack([np.asarray(r[key]) for r in fixed], 1)[idx, best]
-    rows.append(row("best fixed size per system (hindsight)", {k: pick(k) for k in ("iterations", "work", "converged")}))
+    results["best fixed size per system (hindsight)"] = {
+        key: np.stack([np.asarray(r[key]) for r in fixed], 1)[idx, best] for key in ("iterations", "work", "converged")}
     big = np.argsort(test.block_sizes)[-2:]
-    rows.append(row(f"k={test.block_sizes[big[1]]} and k={test.block_sizes[big[0]]} in turn per cycle",
-                    evaluate(test, alternate(int(big[1]), int(big[0])), idx)))
-    rows.append(row("PPO block-size policy", evaluate(test, choose, idx)))
+    results[f"k={test.block_sizes[big[1]]} and k={test.block_sizes[big[0]]} in turn per cycle"] = evaluate(
+        test, alternate(int(big[1]), int(big[0])), idx)
+    results["PPO block-size policy"] = evaluate(test, choose, idx)
+    return rl_rows(results, test.families, [f"fixed k={k}" for k in test.block_sizes])
+
+
+def rl_rows(results: dict, families, fixed_names) -> list[dict]:
+    """Table rows: mean iterations / work / converged over held-out systems, iterations per family, and the
+    paired per-system difference of iterations to the best single fixed size (mean, standard error)."""
+    families = np.asarray(families)
+    mean_its = {name: float(np.asarray(results[name]["iterations"]).mean()) for name in fixed_names}
+    best_fixed = np.asarray(results[min(fixed_names, key=lambda n: (not np.all(results[n]["converged"]), mean_its[n]))]
+                            ["iterations"], np.float64)
+    rows = []
+    for name, r in results.items():
+        its = np.asarray(r["iterations"], np.float64)
+        d = its - best_fixed
+        rows.append(dict(policy=name, iterations=float(its.mean()), work=float(np.asarray(r["work"]).mean()),
+                         converged=float(np.asarray(r["converged"]).mean()),
+                         **{f"its_{f}": float(its[families == f].mean()) for f in dict.fromkeys(families)},
+                         vs_best_fixed=float(d.mean()), vs_best_fixed_se=float(d.std(ddof=1) / np.sqrt(d.size))))
     return rows
 
 
@@ -204,7 +224,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
         rl = rl_table(config, run_dir)
         print(run_dir.write_table("rl", rl))
         best_fixed = min(r["iterations"] for r in rl if r["policy"].startswith("fixed"))
-        summary.update(rl_iterations=rl[-1]["iterations"], best_fixed_iterations=best_fixed)
+        summary.update(rl_iterations=rl[-1]["iterations"], best_fixed_iterations=best_fixed,
+                       rl_vs_best_fixed=rl[-1]["vs_best_fixed"], rl_vs_best_fixed_se=rl[-1]["vs_best_fixed_se"])
     return summary
 
 

@@ -113,6 +113,8 @@ class BlockSizeEnv(Environment):
         self.max_cycles, self.rtol, self.price, self.work_weight = max_cycles, rtol, price, work_weight
         offset = seed * 100_000 + (0 if split == "train" else 50_000)
         A, b = make_pool(family, n, range(offset, offset + pool_size))
+        #: family name of each pool system (``mixed`` cycles through the three)
+        self.families = tuple(FAMILIES[(offset + i) % 3] if family == "mixed" else family for i in range(pool_size))
         self.A, self.b = jnp.asarray(A), jnp.asarray(b)
         self.inv_blocks = tuple(jnp.asarray(_inv_diag_blocks(A, k)) for k in block_sizes)
         absA = np.abs(A)
