@@ -238,10 +238,11 @@ def run(config: Config, run_dir: RunDir) -> dict:
     search = searches["mcts_step_checked" if config.prune_with_step_check else "mcts"]
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
 
-    # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems (the same held-out
-    # stream, drawn long enough to hold compare_problems multi-step ones; its first heldout_problems are ``held``)
-    compare_pool = recipes.heldout(tasks, max(config.heldout_problems, 2 * config.compare_problems), config.seed,
-                                   config.prompt_len, config.answer_len)
+    # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems: ``held`` itself
+    # when it holds enough of them (2x: about 2/3 are multi-step), else a longer draw of the held-out stream
+    # (not an extension of ``held``: a longer draw gives other problems)
+    compare_pool = held if config.heldout_problems >= 2 * config.compare_problems else recipes.heldout(
+        tasks, 2 * config.compare_problems, config.seed, config.prompt_len, config.answer_len)
     table = search_vs_sampling(config, searches, graphdef, params, compare_pool)
     print(run_dir.write_table("search_vs_sampling", table))
     comparison = {k: v for k, v in table[0].items() if k.endswith(("_solved", "_tokens", "_bon", "_bon_se"))}

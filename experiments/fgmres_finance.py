@@ -223,9 +223,10 @@ def run(config: Config, run_dir: RunDir) -> dict:
     if config.rl_timesteps:
         rl = rl_table(config, run_dir)
         print(run_dir.write_table("rl", rl))
-        best_fixed = min(r["iterations"] for r in rl if r["policy"].startswith("fixed"))
-        summary.update(rl_iterations=rl[-1]["iterations"], best_fixed_iterations=best_fixed,
-                       rl_vs_best_fixed=rl[-1]["vs_best_fixed"], rl_vs_best_fixed_se=rl[-1]["vs_best_fixed_se"])
+        ppo_row = rl[-1]
+        summary.update(rl_iterations=ppo_row["iterations"],
+                       best_fixed_iterations=ppo_row["iterations"] - ppo_row["vs_best_fixed"],
+                       rl_vs_best_fixed=ppo_row["vs_best_fixed"], rl_vs_best_fixed_se=ppo_row["vs_best_fixed_se"])
     return summary
 
 

@@ -31,6 +31,12 @@ from jaxrl_reason.solvers import finance
 from jaxrl_reason.solvers.krylov import fgmres_cycle
 
 FAMILIES = ("black_scholes", "markowitz", "heston", "mixed")
+NUM_STATE_FEATURES = 5  # observation features before the one-hot previous action
+
+
+def system_family(family: str, seed: int) -> str:
+    """The family of pool system ``seed``: ``mixed`` cycles through the other three by seed."""
+    return FAMILIES[seed % 3] if family == "mixed" else family
 
 
 def make_system(family: str, n: int, seed: int) -> finance.LinearSystem:
@@ -47,7 +53,7 @@ def make_system(family: str, n: int, seed: int) -> finance.LinearSystem:
             raise ValueError(f"heston family needs n divisible by {nv}, got n={n}")
         return finance.heston(seed, ns=n // nv, nv=nv, dt=float(rng.uniform(0.1, 1.0)))
     if family == "mixed":
-        return make_system(FAMILIES[seed % 3], n, seed)
+        return make_system(system_family(family, seed), n, seed)
     raise ValueError(f"unknown family {family!r}; choose from {FAMILIES}")
 
 
@@ -61,7 +67,10 @@ def make_pool(family: str, n: int, seeds) -> tuple[np.ndarray, np.ndarray]:
 
 def _inv_diag_blocks(A: np.ndarray, k: int) -> np.ndarray:
     """numpy twin of ``preconditioners.block_jacobi`` for a pool ``[P, n, n]`` -> ``[P, nb, k, k]``
-    (set-up off the hot path: one LAPACK call instead of one compilation per block size)."""
+    (set-up off the hot path: one LAPACK call instead of one compilation per block size). Inverts in
+    float64; a block is singular when ``|det| <= 1e-12 max|block|^k`` (the JAX version: when its
+    inverse is not finite) and is then shifted like ``safe_block_inverse`` (``sqrt(eps) max|block|``,
+    ``sqrt(eps)`` for an all-zero block)."""
     P, n, _ = A.shape
     nb = -(-n // k)
     Ap = np.zeros((P, nb * k, nb * k), A.dtype)
@@ -113,8 +122,8 @@ class BlockSizeEnv(Environment):
         self.max_cycles, self.rtol, self.price, self.work_weight = max_cycles, rtol, price, work_weight
         offset = seed * 100_000 + (0 if split == "train" else 50_000)
         A, b = make_pool(family, n, range(offset, offset + pool_size))
-        #: family name of each pool system (``mixed`` cycles through the three)
-        self.families = tuple(FAMILIES[(offset + i) % 3] if family == "mixed" else family for i in range(pool_size))
+        #: family name of each pool system
+        self.families = tuple(system_family(family, offset + i) for i in range(pool_size))
         self.A, self.b = jnp.asarray(A), jnp.asarray(b)
         self.inv_blocks = tuple(jnp.asarray(_inv_diag_blocks(A, k)) for k in block_sizes)
         absA = np.abs(A)
@@ -123,7 +132,7 @@ class BlockSizeEnv(Environment):
         self.pool_size = pool_size
         self.num_agents = 1
         self.num_actions = len(block_sizes)
-        self.obs_shape = (5 + self.num_actions,)
+        self.obs_shape = (NUM_STATE_FEATURES + self.num_actions,)
         self.max_episode_steps = max_cycles
 
     def _obs(self, s: BlockSizeState) -> jax.Array:
@@ -185,7 +194,7 @@ class BlockSizeEnv(Environment):
 
 def previous_action(ts: TimeStep) -> jax.Array:
     """The action of the last cycle read from an observation (int32, -1 before the first cycle)."""
-    onehot = ts.obs[0, 5:]
+    onehot = ts.obs[0, NUM_STATE_FEATURES:]
     return jnp.where(onehot.sum() > 0, jnp.argmax(onehot), -1).astype(jnp.int32)
 
 
