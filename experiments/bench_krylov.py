@@ -30,20 +30,20 @@ class Config:
     maxiter: int = 2000  # inner iterations for the unpreconditioned runs (they may not converge)
     rtol: float = 1e-8
     batch_rhs: int = 64
-    batch_ns: int = 32  # system for the vmap-over-RHS measurement
+    batch_ns: tuple[int, ...] = (8, 16, 32)  # systems (n = batch_ns**2) of the vmap-over-RHS measurement
     anchors: bool = True
 
     def __post_init__(self):
         if self.ns < 4 or self.ns & (self.ns - 1):
             raise ValueError(f"ns must be a power of two >= 4, got {self.ns}")
-        if not 1 <= self.restart <= self.maxiter or self.batch_rhs < 1 or self.batch_ns < 4:
-            raise ValueError("need 1 <= restart <= maxiter, batch_rhs >= 1, batch_ns >= 4")
+        if not 1 <= self.restart <= self.maxiter or self.batch_rhs < 1 or min(self.batch_ns, default=0) < 4:
+            raise ValueError("need 1 <= restart <= maxiter, batch_rhs >= 1, batch_ns (one or more) >= 4")
 
 
 PRESETS = {
     "cpu": Config(),
     "target": Config(ns=128, dt=2.0, maxiter=1000),
-    "gpu": Config(ns=128, dt=2.0, maxiter=10_000, batch_ns=128),
+    "gpu": Config(ns=128, dt=2.0, maxiter=10_000, batch_ns=(32, 128)),
 }
 
 
@@ -139,10 +139,9 @@ def our_rows(A_sp, b, config: Config):
     return rows
 
 
-def batch_cases(config: Config) -> dict:
+def batch_cases(k: int) -> dict:
     """``name -> (A, M)`` of the vmap-over-RHS measurement, from cheap to expensive
-    preconditioner (n = ``batch_ns**2`` for Heston, the same n for Black-Scholes)."""
-    k = config.batch_ns
+    preconditioner (n = ``k**2`` for Heston, the same n for Black-Scholes)."""
     heston = finance.to_jax(finance.heston(0, ns=k, dt=0.5, randomize=False).A)
     bs = finance.to_jax(finance.black_scholes(0, n=k * k, dt=0.001).A)
     return {
@@ -161,7 +160,8 @@ def batch_rows(config: Config, rounds: int = 9) -> list[dict]:
     solve = lambda A, M, b: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter, rtol=config.rtol)
     one, many = jax.jit(solve), jax.jit(jax.vmap(solve, in_axes=(None, None, 0)))
     rows = []
-    for name, (A, M) in batch_cases(config).items():
+    cases = {name: case for k in config.batch_ns for name, case in batch_cases(k).items()}
+    for name, (A, M) in cases.items():
         B = jax.random.normal(jax.random.key(0), (config.batch_rhs, A.shape[0]), jnp.float64)
         t = {k: v.median for k, v in timing.interleaved(
             {"one": lambda i: one(A, M, B[0]), "batch": lambda i: many(A, M, B)}, rounds).items()}

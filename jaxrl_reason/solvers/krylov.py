@@ -16,7 +16,7 @@ one loop with a shared step counter: the Arnoldi step is one batched matvec / ma
 all lanes, the basis update one in-place slab write, and a lane that has converged (or
 failed) is frozen while the others go on; the loop ends when every lane is done. Each
 lane's result (iterations, history, status) equals its own unbatched solve (up to
-round-off). Gram-Schmidt reads only the basis rows in use (chunks of ``GS_CHUNK``).
+round-off). On the CPU the lanes go in groups whose bases fit the cache (``lanes_per_group``).
 
 Precision: the arithmetic follows ``b``'s dtype. For float64 enable x64 first
 (``jax.config.update("jax_enable_x64", True)`` globally, or locally ``with jax.enable_x64(True):``);
@@ -93,9 +93,8 @@ class ArnoldiState:
     All lanes share the step counter ``j``, so the basis update is one in-place slab write
     and the Arnoldi step is one batched matvec; a lane that meets its tolerance, breaks down
     or hits a non-finite value stops (``active`` False) and stays frozen for the cycle.
-    V: ``[L, rows, n]`` orthonormal bases, ``rows >= m + 1`` (a multiple of the Gram-Schmidt
-    chunk; rows past ``j`` are zero). Z: ``[L, rows, n]`` preconditioned directions (flexible
-    variant, same rows as ``V``; ``[L, 0, n]`` otherwise). R: ``[m, m+1, L]``, ``R[j]`` = rotated Hessenberg column
+    V: ``[L, m + 1, n]`` orthonormal bases (rows past ``j`` are zero). Z: ``[L, m + 1, n]``
+    preconditioned directions (flexible variant; ``[L, 0, n]`` otherwise). R: ``[m, m+1, L]``, ``R[j]`` = rotated Hessenberg column
     ``j``. cs, sn: ``[m, L]`` Givens rotations. g: ``[m+1, L]`` rotated ``beta e_1``.
     j: int32 shared steps taken. steps: ``[L]`` int32 steps each lane took. active, breakdown: ``[L]`` bool.
     """
@@ -112,12 +111,12 @@ class ArnoldiState:
     breakdown: jax.Array
 
 
-GS_CHUNK = 8  # Gram-Schmidt reads the basis in chunks of this many rows, only up to row j
+FIRST_ROWS = 8  # Gram-Schmidt steps j < FIRST_ROWS read only these rows of the basis
 
 
 def basis_rows(restart: int) -> int:
-    """Rows of a cycle's basis buffers: ``restart + 1`` rounded up to whole Gram-Schmidt chunks."""
-    return -(-(restart + 1) // GS_CHUNK) * GS_CHUNK
+    """Rows of a cycle's basis buffers (``V``; ``Z`` when flexible)."""
+    return restart + 1
 
 
 def arnoldi_init(R0: jax.Array, m: int, flexible: bool, active: jax.Array | None = None) -> ArnoldiState:
@@ -144,39 +143,29 @@ def arnoldi_init(R0: jax.Array, m: int, flexible: bool, active: jax.Array | None
 def _gram_schmidt(V: jax.Array, w: jax.Array, j: jax.Array):
     """One classical Gram-Schmidt pass against rows ``0..j`` of ``V`` ``[L, rows, n]``.
 
-    Returns ``(h [L, rows], w - h V, V)``; reads only the ``ceil((j+1)/chunk)`` chunks in use,
-    so early iterations do not pay for the whole (mostly zero) basis. ``V`` is threaded
-    through the chunk loops and returned (a read-only loop operand would make XLA copy the
-    whole basis at every step before the in-place row update).
+    Returns ``(h [L, rows], w - h V)``: two batched matrix-vector products over the first
+    ``FIRST_ROWS`` rows while ``j`` is below that, over the whole basis after (rows past ``j``
+    are finite and get zero coefficients). Reading exactly the rows in use would need dynamic
+    slices, which XLA on the CPU materialises, and the loops over them made it copy the whole
+    basis at every step: measured 1.4-3.6x slower in 64-lane batches than these full reads.
     """
     rows = V.shape[1]
-    chunks = j // GS_CHUNK + 1
-    sl = lambda a, c: jax.lax.dynamic_slice_in_dim(a, c * GS_CHUNK, GS_CHUNK, 1)
 
-    def dot(c, hV):
-        h, V = hV
-        return jax.lax.dynamic_update_slice_in_dim(h, jnp.einsum("lcn,ln->lc", sl(V, c), w), c * GS_CHUNK, 1), V
+    def project(r):  # against the first r rows only (static r)
+        Vr = V[:, :r]
+        h = jnp.einsum("lrn,ln->lr", Vr, w) * (jnp.arange(r) <= j)
+        return jnp.pad(h, ((0, 0), (0, rows - r))), w - jnp.einsum("lr,lrn->ln", h, Vr)
 
-    h, V = jax.lax.fori_loop(0, chunks, dot, (jnp.zeros((w.shape[0], rows), w.dtype), V))
-    h = h * (jnp.arange(rows) <= j)
-
-    hV, V = combine_rows(h, V, chunks)
-    return h, w - hV, V
+    if rows <= 2 * FIRST_ROWS:
+        return project(rows)
+    return jax.lax.cond(j < FIRST_ROWS, lambda: project(FIRST_ROWS), lambda: project(rows))
 
 
-def combine_rows(y: jax.Array, V: jax.Array, chunks: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``sum_i y[:, i] V[:, i]`` ``[L, n]`` over the first ``chunks`` chunks of rows of ``V``
-    ``[L, rows, n]`` (``y`` ``[L, >= chunks * GS_CHUNK]``, zero past the rows in use; the rows
-    read must be finite). Returns ``(sum, V)`` (``V`` threaded through the loop, see above)."""
-    sl = lambda a, c: jax.lax.dynamic_slice_in_dim(a, c * GS_CHUNK, GS_CHUNK, 1)
-    rows = V.shape[1]
-    y = jnp.pad(y, ((0, 0), (0, max(rows - y.shape[1], 0))))
-
-    def add(c, acc):
-        s, V = acc
-        return s + jnp.einsum("lc,lcn->ln", sl(y, c), sl(V, c)), V
-
-    return jax.lax.fori_loop(0, chunks, add, (jnp.zeros((V.shape[0], V.shape[2]), V.dtype), V))
+def combine_rows(y: jax.Array, V: jax.Array) -> jax.Array:
+    """``sum_i y[:, i] V[:, i]`` ``[L, n]`` for ``V`` ``[L, rows, n]`` and ``y`` ``[L, <= rows]``
+    (zero past the rows in use; every row of ``V`` must be finite)."""
+    y = jnp.pad(y, ((0, 0), (0, V.shape[1] - y.shape[1])))
+    return jnp.einsum("lr,lrn->ln", y, V)
 
 
 def arnoldi_step(matvec: Callable, st: ArnoldiState, z: jax.Array, tol: jax.Array):
@@ -192,8 +181,9 @@ def arnoldi_step(matvec: Callable, st: ArnoldiState, z: jax.Array, tol: jax.Arra
     z = jnp.where(z_ok[:, None], z, 0)
     w = matvec(z)
     h0 = jnp.linalg.norm(w, axis=1)
-    h, w, V = _gram_schmidt(st.V, w, j)
-    h2, w, V = _gram_schmidt(V, w, j)  # second pass (CGS2)
+    V = st.V
+    h, w = _gram_schmidt(V, w, j)
+    h2, w = _gram_schmidt(V, w, j)  # second pass (CGS2)
     h = (h + h2)[:, : m + 1].T  # [m+1, L]
     hn = jnp.linalg.norm(w, axis=1)
     broke = hn <= jnp.finfo(w.dtype).eps * h0
@@ -248,10 +238,9 @@ def arnoldi_update(st: ArnoldiState, precond: Callable | None = None) -> jax.Arr
     """Corrections ``dx`` ``[L, n]``: ``Z y`` (flexible) or ``M(V y)`` (fixed right
     preconditioner ``precond: [L, n] -> [L, n]``)."""
     y = arnoldi_coefficients(st)
-    chunks = -(-jnp.max(st.steps) // GS_CHUNK)  # read only the rows some lane used
     if st.Z.shape[1]:
-        return combine_rows(y, st.Z, chunks)[0]
-    d = combine_rows(y, st.V, chunks)[0]
+        return combine_rows(y, st.Z)
+    d = combine_rows(y, st.V)
     return d if precond is None else precond(d)
 
 
@@ -344,10 +333,12 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
 
 
 #: On the CPU, lanes are solved in lockstep in groups whose Krylov bases (V and Z) take at most this
-#: many bytes, one group after another: a basis that falls out of the cache makes every
-#: Gram-Schmidt pass memory-bound, and one lockstep group of 64 lanes was measured 2-3x slower
-#: than 64 solves one by one. On accelerators all lanes form one group.
-CPU_LANE_GROUP_BYTES = 8 << 20
+#: many bytes (about half a core's L2), one group after another: bases that fall out of the cache
+#: make every Gram-Schmidt pass memory-bound. Measured (``bench_krylov`` cases, 64 RHS, restart
+#: 50, float64): at n = 1,024 one lane per group (64 solves in turn) took 340 ms where lockstep
+#: groups of 8-64 took 690-830 ms (Jacobi, 160 iterations); at n = 64 groups of 16 beat both 5
+#: and 64. On accelerators all lanes form one group.
+CPU_LANE_GROUP_BYTES = 1 << 20
 
 
 def lanes_per_group(num_lanes: int, n: int, dtype, restart: int, flexible: bool) -> int:
