@@ -93,13 +93,16 @@ class ArnoldiState:
     All lanes share the step counter ``j``, so the basis update is one in-place slab write
     and the Arnoldi step is one batched matvec; a lane that meets its tolerance, breaks down
     or hits a non-finite value stops (``active`` False) and stays frozen for the cycle.
-    V: ``[L, m + 1, n]`` orthonormal bases (rows past ``j`` are zero). Z: ``[L, m + 1, n]``
+    V: ``[L, m + 1, n]`` orthonormal bases (rows past ``j`` are zero). v: ``[L, n]`` row ``j`` of
+    ``V``, the vector the next step preconditions (carried, so that no step reads ``V`` after
+    writing it: XLA would copy the whole basis at every step). Z: ``[L, m + 1, n]``
     preconditioned directions (flexible variant; ``[L, 0, n]`` otherwise). R: ``[m, m+1, L]``, ``R[j]`` = rotated Hessenberg column
     ``j``. cs, sn: ``[m, L]`` Givens rotations. g: ``[m+1, L]`` rotated ``beta e_1``.
     j: int32 shared steps taken. steps: ``[L]`` int32 steps each lane took. active, breakdown: ``[L]`` bool.
     """
 
     V: jax.Array
+    v: jax.Array
     Z: jax.Array
     R: jax.Array
     cs: jax.Array
@@ -128,6 +131,7 @@ def arnoldi_init(R0: jax.Array, m: int, flexible: bool, active: jax.Array | None
     rows = basis_rows(m)
     return ArnoldiState(
         V=jnp.zeros((L, rows, n), dt).at[:, 0].set(v0),
+        v=v0,
         Z=jnp.zeros((L, rows if flexible else 0, n), dt),
         R=jnp.zeros((m, m + 1, L), dt),
         cs=jnp.ones((m, L), dt),
@@ -205,9 +209,11 @@ def arnoldi_step(matvec: Callable, st: ArnoldiState, z: jax.Array, tol: jax.Arra
     ok = z_ok & jnp.isfinite(h).all(axis=0) & jnp.isfinite(vnext).all(axis=1)
     act = st.active & ok
     keep = lambda new, old: jnp.where(act, new, old)
+    vkeep = jnp.where(act[:, None], vnext, 0)
     g = st.g.at[j].set(keep(c * gj, gj)).at[j + 1].set(keep(-s * gj, st.g[j + 1]))
     new = ArnoldiState(
-        V=jax.lax.dynamic_update_slice_in_dim(V, jnp.where(act[:, None], vnext, 0)[:, None], j + 1, 1),
+        V=jax.lax.dynamic_update_slice_in_dim(V, vkeep[:, None], j + 1, 1),
+        v=vkeep,
         Z=jax.lax.dynamic_update_slice_in_dim(st.Z, jnp.where(act[:, None], z, 0)[:, None], j, 1)
         if st.Z.shape[1] else st.Z,
         R=st.R.at[j].set(jnp.where(act, h, st.R[j])),
@@ -299,7 +305,7 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
 
         def body(c):
             st, its, hist, bad = c
-            st, z_ok, ok = arnoldi_step(matvec, st, apply_m(st.V[:, st.j], its), tol)
+            st, z_ok, ok = arnoldi_step(matvec, st, apply_m(st.v, its), tol)
             was = c[0].active
             its = its + (was & ok).astype(jnp.int32)
             val = jnp.abs(st.g[st.steps, lanes]) / scale
@@ -322,7 +328,7 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
         keep = lambda new, old: jnp.where(running.reshape(running.shape + (1,) * (new.ndim - 1)), new, old)
         return _Loop(x=keep(x_new, S.x), rnorm=keep(rn, S.rnorm), its=keep(its, S.its),
                      cycles=keep(S.cycles + 1, S.cycles), status=keep(status.astype(jnp.int32), S.status),
-                     hist=keep(hist, S.hist))
+                     hist=hist)  # only running lanes wrote to it (a select would copy it every cycle)
 
     S = jax.lax.while_loop(lambda S: (S.status == RUNNING).any(), cycle, init)
     last = S.hist[lanes, S.its]
@@ -501,7 +507,7 @@ def fgmres_cycle(matvec: Callable, b: jax.Array, x: jax.Array, precond: Callable
     st = arnoldi_init(r[None], restart, True, jnp.linalg.norm(r)[None] > tol1)
     mv, pm = jax.vmap(matvec), jax.vmap(precond)
     st = jax.lax.while_loop(lambda st: (st.j < restart) & st.active.any(),
-                            lambda st: arnoldi_step(mv, st, pm(st.V[:, st.j]), tol1)[0], st)
+                            lambda st: arnoldi_step(mv, st, pm(st.v), tol1)[0], st)
     x_new = x + arnoldi_update(st)[0]
     ok = jnp.isfinite(x_new).all()
     x_new = jnp.where(ok, x_new, x)
