@@ -260,11 +260,6 @@ class _Loop:
     hist: jax.Array  # [L, maxiter + 1]
 
 
-def _lanes(fn, axes, nargs_batched):
-    """``fn(obj, v...)`` applied lane-wise: ``obj`` mapped with ``axes`` (pytree of 0/None)."""
-    return jax.vmap(fn, in_axes=(axes,) + (0,) * nargs_batched)
-
-
 def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, maxiter, flexible,
                  iteration_dependent) -> KrylovResult:
     """Solve ``L`` systems in lockstep: b, x0 ``[L, n]``, rtol/atol ``[L]``; ``op``/``precond``
@@ -272,15 +267,15 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
     if op_axes is None:  # one operator for all lanes: a sparse/dense matrix times [n, L]
         matvec = lambda X: ops.matmat(op, X)
     else:
-        mv = _lanes(ops.matvec, op_axes, 1)
+        mv = ops.lane_map(ops.matvec, op_axes, 1)
         matvec = lambda X: mv(op, X)
     if precond is None:
         apply_m = lambda V, its: V
     elif iteration_dependent:
-        pm = _lanes(lambda M, v, it: M(v, it), m_axes, 2)
+        pm = ops.lane_map(lambda M, v, it: M(v, it), m_axes, 2)
         apply_m = lambda V, its: pm(precond, V, its)
     else:
-        pm = _lanes(lambda M, v: M(v), m_axes, 1)
+        pm = ops.lane_map(lambda M, v: M(v), m_axes, 1)
         apply_m = lambda V, its: pm(precond, V)
     L = b.shape[0]
     lanes = jnp.arange(L)
@@ -289,7 +284,7 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
     scale = jnp.where(bnorm > 0, bnorm, 1)
     r0 = b - matvec(x0)
     rnorm0 = jnp.linalg.norm(r0, axis=1)
-    op_finite = jax.vmap(ops.entries_finite, in_axes=(op_axes,))(op) if op_axes is not None else ops.entries_finite(op)
+    op_finite = ops.lane_map(ops.entries_finite, op_axes, 0)(op) if op_axes is not None else ops.entries_finite(op)
     finite_in = (jnp.isfinite(b).all(1) & jnp.isfinite(x0).all(1) & op_finite & jnp.isfinite(r0).all(1))
     status0 = jnp.where(~finite_in, NONFINITE_INPUT, jnp.where(rnorm0 <= tol, CONVERGED, RUNNING))
     hist0 = jnp.broadcast_to(jnp.where(finite_in, rnorm0 / scale, jnp.inf)[:, None], (L, maxiter + 1)).astype(b.dtype)

@@ -57,8 +57,23 @@ def _bcoo_matvec_batched(axis_size, in_batched, op, v):
     if any(jax.tree.leaves(op_b)):  # a batch of matrices: the generic rule
         v = v if v_b else jnp.broadcast_to(v, (axis_size,) + v.shape)
         axes = jax.tree.map(lambda f: 0 if f else None, op_b)
-        return jax.vmap(lambda o, x: o @ x, in_axes=(axes, 0))(op, v), True
+        return lane_map(lambda o, x: o @ x, axes, 1)(op, v), True
     return matmat(op, v), True
+
+
+def lane_map(fn: Callable, axes, num_mapped: int) -> Callable:
+    """``fn(obj, *vs)`` vmapped over lanes: ``obj``'s leaves on ``axes`` (``obj``'s pytree with 0/None
+    leaves, or None: nothing mapped), each of the ``num_mapped`` ``vs`` on axis 0.
+
+    Maps leaf by leaf because a ``None`` inside a custom pytree node (a BCOO whose data is batched
+    and whose indices are shared) is not a valid ``vmap`` axis prefix.
+    """
+    def mapped(obj, *vs):
+        leaves, tdef = jax.tree.flatten(obj)
+        leaf_axes = [None] * len(leaves) if axes is None else tdef.flatten_up_to(axes)
+        return jax.vmap(lambda ls, *v: fn(tdef.unflatten(ls), *v), in_axes=(leaf_axes,) + (0,) * num_mapped)(leaves, *vs)
+
+    return mapped
 
 
 def matmat(op: Operator, X: jax.Array) -> jax.Array:

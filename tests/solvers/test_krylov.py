@@ -232,3 +232,28 @@ def test_zero_rhs_returns_zero():
     A, _ = _system()
     r = gmres(jnp.asarray(A, jnp.float32), jnp.zeros(N, jnp.float32))
     assert bool(r.converged) and int(r.iterations) == 0 and float(jnp.abs(r.x).max()) == 0
+
+
+@pytest.mark.parametrize("group_lanes", [3, 1])
+def test_vmap_over_sparse_systems_with_a_shared_pattern(monkeypatch, group_lanes):
+    """BCOO matrices whose data is batched and whose indices are shared (one sparsity pattern, as
+    for a family of discretised PDE steps): each lane equals its own solve, in one lockstep group or
+    one lane at a time."""
+    monkeypatch.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(group_lanes, 10, N) // 2)  # float32
+    dense = [_system(seed=s, shift=2.0 + s)[0] for s in range(3)]
+    pattern = np.abs(np.random.default_rng(5).standard_normal((N, N))) > 1.0
+    np.fill_diagonal(pattern, True)
+    rows, cols = np.nonzero(pattern)
+    idx = jnp.asarray(np.stack([rows, cols], 1))
+    data = jnp.asarray(np.stack([A[rows, cols] for A in dense]), jnp.float32)
+    B = jax.random.normal(jax.random.key(1), (3, N))
+
+    def solve(d, b):
+        A = jsparse.BCOO((d, idx), shape=(N, N))
+        return fgmres(A, b, M=pc.jacobi(A), restart=10, rtol=1e-5)
+
+    batched = jax.jit(jax.vmap(solve))(data, B)
+    for i in range(3):
+        r = solve(data[i], B[i])
+        assert bool(r.converged) and int(batched.iterations[i]) == int(r.iterations)
+        np.testing.assert_allclose(np.asarray(batched.x[i]), np.asarray(r.x), rtol=1e-4, atol=1e-5)
