@@ -27,8 +27,8 @@ on the true residual at the end of a cycle. ``maxiter`` counts inner iterations 
 with ``A`` in the Arnoldi process), not restart cycles as scipy does.
 
 Failure is never silent: ``status`` (see ``STATUS_MESSAGES``) says why the solve stopped,
-``converged`` is False unless the tolerance was met, and ``x`` stays finite (the last
-finite iterate) when the input or the preconditioner produces NaN/Inf.
+``converged`` is False unless the tolerance was met, and ``x`` is the best iterate found
+(finite even when the input or the preconditioner produces NaN/Inf; never worse than ``x0``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def status_message(status) -> str:
 class KrylovResult:
     """Outcome of a solve (add a leading batch axis when vmapped).
 
-    x: ``[n]`` solution (last finite iterate). residual_norm: true ``||b - A x||``.
+    x: ``[n]`` solution: the iterate with the smallest true residual (finite; a cycle that raised
+    the residual is discarded). residual_norm: true ``||b - A x||``.
     relative_residual: ``residual_norm / ||b||``. iterations: int32 inner iterations used.
     restarts: int32 completed cycles. converged: bool. status: int32 code into ``STATUS_MESSAGES``.
     residual_history: ``[maxiter + 1]`` estimated relative residual after each inner iteration
@@ -315,8 +316,11 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
         x_new = S.x + dx
         rn = jnp.linalg.norm(b - matvec(x_new), axis=1)
         ok = jnp.isfinite(x_new).all(1) & jnp.isfinite(rn)
-        x_new = jnp.where(ok[:, None], x_new, S.x)
-        rn = jnp.where(ok, rn, S.rnorm)
+        # keep the better iterate: a cycle can raise the true residual when rounding breaks the Arnoldi
+        # relation (ill-conditioned preconditioned directions); it then ends with STAGNATION
+        better = ok & (rn < S.rnorm)
+        x_new = jnp.where(better[:, None], x_new, S.x)
+        rn = jnp.where(better, rn, S.rnorm)
         status = jnp.select(
             [rn <= tol, bad != 0, ~ok, st.breakdown, rn >= S.rnorm * (1 - 100 * eps), its >= maxiter],
             [CONVERGED, bad, NONFINITE_ITERATE, BREAKDOWN, STAGNATION, MAXITER], RUNNING)

@@ -257,3 +257,17 @@ def test_vmap_over_sparse_systems_with_a_shared_pattern(monkeypatch, group_lanes
         r = solve(data[i], B[i])
         assert bool(r.converged) and int(batched.iterations[i]) == int(r.iterations)
         np.testing.assert_allclose(np.asarray(batched.x[i]), np.asarray(r.x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_cycle_that_raises_the_residual_is_discarded():
+    """Nearly rank-one preconditioned directions (M v = 1e6 c + v) break the Arnoldi relation in
+    float32: the cycle's update makes the true residual worse; the solver reports failure and
+    keeps the better iterate (here x0), it does not return the worse one (relres 1.69 before)."""
+    rng = np.random.default_rng(0)
+    A = 4.0 * np.eye(N) + rng.standard_normal((N, N)) / np.sqrt(N)
+    b, c = rng.standard_normal(N), rng.standard_normal(N)
+    Aj, bj, cj = (jnp.asarray(a, jnp.float32) for a in (A, b, c))
+    res = fgmres(Aj, bj, M=lambda v: 1e6 * cj + v, restart=10, maxiter=40, rtol=1e-6)
+    assert not bool(res.converged) and int(res.status) != krylov.CONVERGED
+    assert float(res.relative_residual) <= 1.0 + 1e-6
+    np.testing.assert_allclose(float(res.residual_norm), float(jnp.linalg.norm(bj - Aj @ res.x)), rtol=1e-4)
