@@ -51,7 +51,7 @@ STATUS_MESSAGES = (
     "not converged: stagnation, a whole restart cycle did not reduce the residual (singular or "
     "badly preconditioned system; try a larger restart or a better preconditioner)",
     "not converged: A or b contains NaN/Inf",
-    "not converged: the preconditioner produced NaN/Inf (x is the last finite iterate)",
+    "not converged: the preconditioner produced NaN/Inf (x is the best finite iterate)",
     "not converged: A*v produced NaN/Inf during the iteration (overflow?)",
 )
 
