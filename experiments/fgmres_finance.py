@@ -3,8 +3,10 @@ none / Jacobi / block-Jacobi (fixed sizes) / ILU(0) / block cyclic reduction (tr
 exact) / the meta-learned polynomial on Markowitz, Black-Scholes and Heston; plus the RL
 block-size policy (PPO on ``fgmres_blocksize``) against every fixed block size on held-out
 systems, with two references (the best size per system in hindsight, the two largest sizes in turn)
-and each row's paired per-system difference to the best single fixed size (``--preset rl``).
-Writes ``results.md`` / ``rl.md`` tables and ``convergence_<family>.png``.
+and each row's paired per-system difference to the best single fixed size (``--preset rl``); and a batch
+of held-out Heston systems solved as one ``vmap`` (learned set-up + FGMRES) against scipy spilu + GMRES
+one system after another (``batch_systems``; the issue's GPU comparison is ``--preset gpu``).
+Writes ``results.md`` / ``rl.md`` / ``batch_systems.md`` tables and ``convergence_<family>.png``.
 
 Float64 throughout (``jax.enable_x64``) except the RL environment (float32, rtol 1e-5).
 """
