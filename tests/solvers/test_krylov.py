@@ -285,4 +285,3 @@ def test_cpu_lane_groups_fit_the_cache_budget_with_a_minimum():
     assert krylov.lanes_per_group(64, 256, jnp.float64, 50, True) == 5  # 13 groups, 1 lane of padding
     assert krylov.lanes_per_group(64, 1024, jnp.float64, 50, True) == krylov.CPU_MIN_LANES_PER_GROUP == 4
     assert krylov.lanes_per_group(3, 1024, jnp.float64, 50, True) == 3
-    assert krylov.lanes_per_group(64, 16384, jnp.float64, 50, True) == 1  # 4 bases would take 53 MB
