@@ -337,17 +337,13 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
         restarts=S.cycles, converged=S.status == CONVERGED, status=S.status, residual_history=hist)
 
 
-#: On the CPU, lanes are solved in lockstep in groups of at least ``CPU_MIN_LANES_PER_GROUP`` and
-#: otherwise as many as keep their Krylov bases (V and Z) within ``CPU_LANE_GROUP_BYTES`` (about half
-#: a core's L2), one group after another: bases that leave the cache make every Gram-Schmidt pass
-#: memory-bound, while lockstep amortises the per-step overhead of short solves. Measured
-#: (``bench_krylov`` cases, 64 RHS, restart 50, float64, medians of 3 interleaved): groups of
-#: 1 / 4 / 16 / 64 lanes took, at n = 1,024, 340 / 309 / 470 / 464 ms (Black-Scholes + Jacobi, 160
-#: iterations) and 47 / 34 / 28 / 38 ms (truncated cyclic reduction, 6); at n = 256, 34 / 22 / 29 /
-#: 45 ms and 9.2 / 7.3 / 6.7 / 7.6 ms; at n = 64 (4 / 16 / 64) 3.4 / 2.6 / 2.6 ms and 4.7 / 2.6 /
-#: 4.2 ms; at n = 4,096 (1 / 4) 9.6 / 11.3 s and 276 / 137 ms. On accelerators all lanes form one group.
+#: On the CPU, lanes are solved in lockstep in groups whose Krylov bases (V and Z) take at most this
+#: many bytes (about half a core's L2), one group after another: bases that fall out of the cache
+#: make every Gram-Schmidt pass memory-bound. Measured (``bench_krylov`` cases, 64 RHS, restart
+#: 50, float64): at n = 1,024 one lane per group (64 solves in turn) took 340 ms where lockstep
+#: groups of 8-64 took 690-830 ms (Jacobi, 160 iterations); at n = 64 groups of 16 beat both 5
+#: and 64. On accelerators all lanes form one group.
 CPU_LANE_GROUP_BYTES = 1 << 20
-CPU_MIN_LANES_PER_GROUP = 4
 
 
 def lanes_per_group(num_lanes: int, n: int, dtype, restart: int, flexible: bool) -> int:
@@ -355,7 +351,7 @@ def lanes_per_group(num_lanes: int, n: int, dtype, restart: int, flexible: bool)
     if jax.default_backend() != "cpu":
         return num_lanes
     per_lane = basis_rows(restart) * n * jnp.dtype(dtype).itemsize * (2 if flexible else 1)
-    groups = math.ceil(num_lanes / max(1, CPU_MIN_LANES_PER_GROUP, CPU_LANE_GROUP_BYTES // per_lane))
+    groups = math.ceil(num_lanes / max(1, CPU_LANE_GROUP_BYTES // per_lane))
     return math.ceil(num_lanes / groups)  # equal groups: at most groups - 1 lanes of padding
 
 

@@ -87,7 +87,6 @@ def lockstep_case(request):
     with pytest.MonkeyPatch.context() as mp:
         if request.param == "groups of 2 lanes":
             mp.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(2, 7, N))
-            mp.setattr(krylov, "CPU_MIN_LANES_PER_GROUP", 1)
             assert krylov.lanes_per_group(5, N, jnp.float64, 7, True) == 2
         return _solve_lockstep_case()
 
@@ -125,7 +124,6 @@ def test_vmap_lockstep_equals_per_rhs_solves(lockstep_case):
 @pytest.mark.parametrize("group_lanes", [2, 1])
 def test_vmap_over_systems_and_iteration_dependent_preconditioner(monkeypatch, group_lanes):
     monkeypatch.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(group_lanes, 10, N) // 2)  # float32
-    monkeypatch.setattr(krylov, "CPU_MIN_LANES_PER_GROUP", 1)
     A0, b0 = _system(shift=1.5)
     A1, b1 = _system(seed=1, shift=2.0)
     As, bs = jnp.asarray(np.stack([A0, A1]), jnp.float32), jnp.asarray(np.stack([b0, b1]), jnp.float32)
@@ -242,7 +240,6 @@ def test_vmap_over_sparse_systems_with_a_shared_pattern(monkeypatch, group_lanes
     for a family of discretised PDE steps): each lane equals its own solve, in one lockstep group or
     one lane at a time."""
     monkeypatch.setattr(krylov, "CPU_LANE_GROUP_BYTES", _group_bytes(group_lanes, 10, N) // 2)  # float32
-    monkeypatch.setattr(krylov, "CPU_MIN_LANES_PER_GROUP", 1)
     dense = [_system(seed=s, shift=2.0 + s)[0] for s in range(3)]
     pattern = np.abs(np.random.default_rng(5).standard_normal((N, N))) > 1.0
     np.fill_diagonal(pattern, True)
@@ -274,14 +271,3 @@ def test_a_cycle_that_raises_the_residual_is_discarded():
     assert not bool(res.converged) and int(res.status) != krylov.CONVERGED
     assert float(res.relative_residual) <= 1.0 + 1e-6
     np.testing.assert_allclose(float(res.residual_norm), float(jnp.linalg.norm(bj - Aj @ res.x)), rtol=1e-4)
-
-
-def test_cpu_lane_groups_fit_the_cache_budget_with_a_minimum():
-    if jax.default_backend() != "cpu":
-        pytest.skip("lane groups are a CPU rule")
-    per_lane = lambda n: krylov.basis_rows(50) * n * 8 * 2  # restart 50, float64, flexible
-    assert per_lane(64) * 16 <= krylov.CPU_LANE_GROUP_BYTES  # 16 lanes of n = 64 fit: 4 groups of 16
-    assert krylov.lanes_per_group(64, 64, jnp.float64, 50, True) == 16
-    assert krylov.lanes_per_group(64, 256, jnp.float64, 50, True) == 5  # 13 groups, 1 lane of padding
-    assert krylov.lanes_per_group(64, 1024, jnp.float64, 50, True) == krylov.CPU_MIN_LANES_PER_GROUP == 4
-    assert krylov.lanes_per_group(3, 1024, jnp.float64, 50, True) == 3
