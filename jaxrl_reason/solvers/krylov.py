@@ -338,11 +338,16 @@ def _solve_lanes(op, op_axes, b, x0, precond, m_axes, rtol, atol, *, restart, ma
 
 
 #: On the CPU, lanes are solved in lockstep in groups whose Krylov bases (V and Z) take at most this
-#: many bytes (about half a core's L2), one group after another: bases that fall out of the cache
-#: make every Gram-Schmidt pass memory-bound. Measured (``bench_krylov`` cases, 64 RHS, restart
-#: 50, float64): at n = 1,024 one lane per group (64 solves in turn) took 340 ms where lockstep
-#: groups of 8-64 took 690-830 ms (Jacobi, 160 iterations); at n = 64 groups of 16 beat both 5
-#: and 64. On accelerators all lanes form one group.
+#: many bytes (about half a core's L2), one group after another: bases that leave the cache make every
+#: Gram-Schmidt pass memory-bound, and a group runs until its slowest lane. Measured (64 lanes, restart
+#: 50, float64), groups of 1 / 4 / 16 / 64 lanes: the same system, 64 right-hand sides (``bench_krylov``),
+#: n = 1,024: 340 / 309 / 470 / 464 ms (Black-Scholes + Jacobi, 160 iterations), 47 / 34 / 28 / 38 ms
+#: (truncated cyclic reduction, 6); n = 256: 34 / 22 / 29 / 45 and 9.2 / 7.3 / 6.7 / 7.6 ms; n = 64
+#: (4 / 16 / 64): 3.4 / 2.6 / 2.6 and 4.7 / 2.6 / 4.2 ms; n = 4,096 (1 / 4): 9.6 / 11.3 s and 276 / 137 ms.
+#: Different systems, whose iteration counts differ (``fgmres_finance`` batch, learned preconditioner):
+#: 16 at n = 1,024 took 121 ms one at a time and 266 ms in groups of 4; 64 at n = 16,384 39.5 / 47.5 s.
+#: So this budget (one lane at a time from n ~ 1,000) favours the general case over same-system batches
+#: of short solves. On accelerators all lanes form one group.
 CPU_LANE_GROUP_BYTES = 1 << 20
 
 

@@ -271,3 +271,14 @@ def test_a_cycle_that_raises_the_residual_is_discarded():
     assert not bool(res.converged) and int(res.status) != krylov.CONVERGED
     assert float(res.relative_residual) <= 1.0 + 1e-6
     np.testing.assert_allclose(float(res.residual_norm), float(jnp.linalg.norm(bj - Aj @ res.x)), rtol=1e-4)
+
+
+def test_cpu_lane_groups_fit_the_cache_budget():
+    if jax.default_backend() != "cpu":
+        pytest.skip("lane groups are a CPU rule")
+    per_lane = krylov.basis_rows(50) * 64 * 8 * 2  # restart 50, float64, flexible, n = 64
+    assert 16 * per_lane <= krylov.CPU_LANE_GROUP_BYTES < 21 * per_lane
+    assert krylov.lanes_per_group(64, 64, jnp.float64, 50, True) == 16  # 4 equal groups
+    assert krylov.lanes_per_group(64, 256, jnp.float64, 50, True) == 5  # 13 groups, 1 lane of padding
+    assert krylov.lanes_per_group(64, 1024, jnp.float64, 50, True) == 1
+    assert krylov.lanes_per_group(3, 16, jnp.float64, 50, True) == 3
