@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason.solvers import fgmres, finance, learned
+from jaxrl_reason.solvers import fgmres, finance, learned, scipy_reference
 from jaxrl_reason.solvers import preconditioners as pc
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
@@ -49,7 +49,6 @@ PRESETS = {
 
 def anchor_rows(A, b, config: Config):
     import scipy.sparse as sp
-    import scipy.sparse.linalg as spla
 
     warnings.filterwarnings("ignore")
     rows = []
@@ -57,21 +56,17 @@ def anchor_rows(A, b, config: Config):
     its_scipy = max(1, config.maxiter // config.restart)
 
     def scipy_run(name, M, setup=0.0):
-        its = [0]
-        cb = lambda _: its.__setitem__(0, its[0] + 1)
         t = time.perf_counter()
-        x, _ = spla.gmres(A, b, M=M, rtol=config.rtol, restart=config.restart, maxiter=its_scipy, callback=cb,
-                          callback_type="pr_norm")
-        rows.append(dict(solver="scipy gmres", precond=name, iterations=its[0], relres=relres(x),
+        x, its = scipy_reference.gmres(A, b, M, rtol=config.rtol, restart=config.restart, maxiter=config.maxiter)
+        rows.append(dict(solver="scipy gmres", precond=name, iterations=its, relres=relres(x),
                          setup_ms=1e3 * setup, solve_ms=1e3 * (time.perf_counter() - t)))
 
     scipy_run("none", None)
     d = A.diagonal()
     scipy_run("jacobi", sp.diags(1 / d))
     t = time.perf_counter()
-    ilu = spla.spilu(A.tocsc(), drop_tol=1e-4, fill_factor=10)
+    M_ilu = scipy_reference.spilu_preconditioner(A)
     t_ilu = time.perf_counter() - t
-    M_ilu = spla.LinearOperator(A.shape, ilu.solve)
     scipy_run("spilu", M_ilu, t_ilu)
     try:
         import pyamg

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxrl_reason.solvers import fgmres, finance, learned
+from jaxrl_reason.solvers import fgmres, finance, learned, scipy_reference
 from jaxrl_reason.solvers import preconditioners as pc
 from jaxrl_reason.solvers.blocksize_env import BlockSizeEnv, alternate, evaluate
 from jaxrl_reason.utils import timing
@@ -159,8 +159,6 @@ def batch_table(config: Config, net) -> list[dict]:
     (block view + truncated cyclic reduction + learned polynomial set-up + FGMRES) from the stacked matrix
     entries; the anchor is scipy spilu + GMRES(restart) solving them one by one (the anchor script's
     settings). Times after compilation; ours the mean of 3 calls."""
-    import scipy.sparse.linalg as spla
-
     mats, data, idx, B = batch_heston(config)
     n, k = B.shape[1], config.heston_ns
 
@@ -173,21 +171,18 @@ def batch_table(config: Config, net) -> list[dict]:
     its_scipy, ok_scipy, rel_scipy = [], [], []
     t = time.perf_counter()
     for A, b in zip(mats, B):
-        try:
-            ilu = spla.spilu(A.tocsc(), drop_tol=1e-4, fill_factor=10)
-        except RuntimeError:  # "Factor is exactly singular": this system fails with the anchor's settings
+        M = scipy_reference.spilu_preconditioner(A)
+        if M is None:  # the factor is exactly singular: the anchor fails on this system
             its_scipy.append(0)
             ok_scipy.append(False)
             rel_scipy.append(np.nan)
             continue
-        count = [0]
-        x, _ = spla.gmres(A, b, M=spla.LinearOperator(A.shape, ilu.solve), rtol=config.rtol, restart=config.restart,
-                          maxiter=max(1, config.maxiter // config.restart),
-                          callback=lambda _: count.__setitem__(0, count[0] + 1), callback_type="pr_norm")
-        its_scipy.append(count[0])
+        x, its = scipy_reference.gmres(A, b, M, rtol=config.rtol, restart=config.restart, maxiter=config.maxiter)
+        its_scipy.append(its)
         rel_scipy.append(np.linalg.norm(b - A @ x) / np.linalg.norm(b))
         ok_scipy.append(rel_scipy[-1] <= config.rtol * (1 + 1e-6))
     scipy_s = time.perf_counter() - t
+
     def row(solver, s, its, ok, rel):
         failed = np.asarray(rel)[~np.asarray(ok)]
         return dict(solver=solver, systems=len(mats), n=n, total_ms=1e3 * s, ms_per_system=1e3 * s / len(mats),

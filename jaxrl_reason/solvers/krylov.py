@@ -401,10 +401,9 @@ def _solve(op, b, x0, precond, rtol, atol, *, restart, maxiter, flexible, iterat
 
     @one.def_vmap
     def batched(axis_size, in_batched, op, b, x0, precond, rtol, atol):
-        axes = lambda flags: jax.tree.map(lambda f: 0 if f else None, flags) if any(jax.tree.leaves(flags)) else None
         lane = lambda a, f: a if f else jnp.broadcast_to(a, (axis_size,) + a.shape)
         op_b, b_b, x0_b, m_b, rtol_b, atol_b = in_batched
-        res = _solve_grouped(op, axes(op_b), lane(b, b_b), lane(x0, x0_b), precond, axes(m_b),
+        res = _solve_grouped(op, ops.batch_axes(op_b), lane(b, b_b), lane(x0, x0_b), precond, ops.batch_axes(m_b),
                              lane(rtol, rtol_b), lane(atol, atol_b), **kw)
         return res, jax.tree.map(lambda _: True, res)
 

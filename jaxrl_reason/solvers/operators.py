@@ -54,11 +54,17 @@ def _bcoo_matvec(op, v):
 @_bcoo_matvec.def_vmap
 def _bcoo_matvec_batched(axis_size, in_batched, op, v):
     op_b, v_b = in_batched
-    if any(jax.tree.leaves(op_b)):  # a batch of matrices: the generic rule
+    axes = batch_axes(op_b)
+    if axes is not None:  # a batch of matrices: the generic rule
         v = v if v_b else jnp.broadcast_to(v, (axis_size,) + v.shape)
-        axes = jax.tree.map(lambda f: 0 if f else None, op_b)
         return lane_map(lambda o, x: o @ x, axes, 1)(op, v), True
     return matmat(op, v), True
+
+
+def batch_axes(flags):
+    """``custom_vmap`` batched flags (a pytree of bools) -> axes (0 batched, None shared) for
+    ``lane_map``, or None when nothing is batched."""
+    return jax.tree.map(lambda f: 0 if f else None, flags) if any(jax.tree.leaves(flags)) else None
 
 
 def lane_map(fn: Callable, axes, num_mapped: int) -> Callable:
