@@ -185,6 +185,24 @@ def test_nodewise_resampling_keeps_the_prefix_fixed(random_system, start):
     assert any(not np.array_equal(a.tokens[n], b.tokens[n]) for n in later)  # the resampled nodes do vary
 
 
+def test_greedy_continuation_decodes_the_later_nodes_greedily(random_system):
+    gd, st, req, rec = random_system
+    hints = jnp.full((len(req),), NOHINT)
+    outs = [run_system(gd, (st,), req, hints, jax.random.key(k), config=SYS, temperature=1.0, start=1, fixed=rec,
+                       continuation_temperature=0.0) for k in (0, 1)]
+    assert not np.array_equal(outs[0].record.tokens[1], outs[1].record.tokens[1])  # node 1 is still sampled
+    for out in outs:  # nodes 2-3 are what greedy decoding writes after that node-1 output
+        greedy = run_system(gd, (st,), req, hints, jax.random.key(5), config=SYS, temperature=0.0, start=2,
+                            fixed=out.record)
+        np.testing.assert_array_equal(out.record.tokens[2:], greedy.record.tokens[2:])
+        np.testing.assert_array_equal(out.reward, greedy.reward)
+    sampled = run_system(gd, (st,), req, hints, jax.random.key(0), config=SYS, temperature=1.0, start=1, fixed=rec)
+    np.testing.assert_array_equal(sampled.record.tokens[1], outs[0].record.tokens[1])  # same key, same node 1
+    assert not np.array_equal(sampled.record.tokens[3], outs[0].record.tokens[3])  # ... sampled after it
+    with pytest.raises(ValueError, match="continuation"):
+        JoyConfig(continuation="beam")
+
+
 def test_separate_models_and_config_errors(random_system):
     gd, st, req, _ = random_system
     hints = jnp.full((len(req),), NOHINT)

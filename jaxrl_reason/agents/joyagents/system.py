@@ -5,6 +5,7 @@ the master answers.
     out = run_system(graphdef, states, req, hints, key, config=cfg)               # greedy
     out.answer [B, A], out.answer_lens [B], out.route [B] (route index, -1 = invalid), out.record (NodeRecord)
     out = run_system(..., temperature=1.0, start=k, fixed=record)   # resample from node k on, prefix fixed
+    out = run_system(..., temperature=1.0, start=k, fixed=record, continuation_temperature=0.0)  # greedy after k
 
 Agents: 0 master, 1 math, 2 QA, 3 function call. Each is an LM policy: one LM with role prompts
 (``states`` a 1-tuple, the default) or one LM per agent (``states`` a 4-tuple of the same graphdef).
@@ -206,11 +207,14 @@ def _step_result(a, out, lens, ended, width: int):
     return tok, jnp.where(is_call, jnp.where(valid, v_len, 1), lens), is_call & valid
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "config", "temperature"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "config", "temperature", "continuation_temperature"))
 def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *, config: SystemConfig,
-               temperature: float = 0.0, start=0, fixed: NodeRecord | None = None) -> SystemOutput:
+               temperature: float = 0.0, start=0, fixed: NodeRecord | None = None,
+               continuation_temperature: float | None = None) -> SystemOutput:
     """All four nodes for a batch of requests; hints [B] (a route token or the "?" token). See the module
     docstring. ``start`` (int, may be traced) > 0 needs ``fixed``; nodes < start are replayed from it.
+    ``continuation_temperature`` (None: ``temperature``) is the temperature of the nodes after ``start``
+    (0: the continuation is the current policy's greedy one, as at evaluation).
 
     The nodes run in one ``lax.scan`` (one compiled sampler for all of them): the node index selects the
     prompt, the acting agent and the token limit; replayed nodes get a zero budget (no decoding)."""
@@ -254,8 +258,12 @@ def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *,
         sampled = n >= start
         budget = jnp.where(active & sampled, limit + 1, 0)
         model_of = jnp.zeros_like(agent) if config.shared else jnp.maximum(agent, 0)
-        toks, lens = _sample(graphdef, states, model_of, prompts, plens, jax.random.fold_in(key, n), budget,
-                             temperature, t)
+        sample = lambda temp: _sample(graphdef, states, model_of, prompts, plens, jax.random.fold_in(key, n), budget,
+                                      temp, t)
+        if continuation_temperature is None or continuation_temperature == temperature:
+            toks, lens = sample(temperature)
+        else:
+            toks, lens = jax.lax.cond(n > start, lambda: sample(continuation_temperature), lambda: sample(temperature))
         toks = jnp.where(sampled, toks, fixed.tokens[n])
         lens = jnp.where(sampled, lens, fixed.lengths[n])
         out, olen, ended = content(toks, lens, limit)

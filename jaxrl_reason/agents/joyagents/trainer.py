@@ -58,6 +58,7 @@ from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
 from jaxrl_reason.tasks.vocab import VOCAB
 
 MODES = ("joint", "nodewise")
+CONTINUATIONS = ("sample", "greedy")
 
 
 def build_models(lm: TinyLM, config: SystemConfig, seed: int) -> list:
@@ -91,6 +92,10 @@ class JoyConfig:
     memory_slots: int = 8
     memory_rate: float = 0.5
     temperature: float = 1.0
+    # node-wise: the nodes after the resampled one are sampled at ``temperature`` ("sample") or decoded
+    # greedily ("greedy": each resampled action is scored by what the current policy does next at
+    # evaluation, without the later nodes' sampling noise in its reward)
+    continuation: str = "sample"
     lr: float = 3e-4
     max_grad_norm: float = 1.0
     advantage: str = "grpo"
@@ -109,6 +114,7 @@ class JoyConfig:
         need(self.memory_slots >= 1, f"memory_slots must be >= 1, got {self.memory_slots}")
         need(0 < self.memory_rate <= 1, f"memory_rate must be in (0, 1], got {self.memory_rate}")
         need(self.temperature > 0, f"temperature must be > 0 for RL sampling, got {self.temperature}")
+        need(self.continuation in CONTINUATIONS, f"continuation must be one of {CONTINUATIONS}, got {self.continuation!r}")
         need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
         need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
 
@@ -202,7 +208,8 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
             def mc(fixed, k):
                 """Node k: G resampled actions after the fixed prefix, each continued to the end. Node 0's
                 group is G fresh trajectories; its first trajectory is the base the others branch from."""
-                out = roll(rep, rep_hints, jax.random.fold_in(k_roll, k), start=k, fixed=fixed)
+                out = roll(rep, rep_hints, jax.random.fold_in(k_roll, k), start=k, fixed=fixed,
+                           continuation_temperature=0.0 if cfg.continuation == "greedy" else None)
                 first = jax.tree.map(lambda x: jnp.repeat(x.reshape(x.shape[0], q, g, *x.shape[2:])[:, :, 0], g, axis=1),
                                      out.record)
                 fixed = jax.tree.map(lambda a, b: jnp.where(k == 0, a, b), first, fixed)
