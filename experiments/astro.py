@@ -234,7 +234,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
     base = base_policy(config)
     graphdef, params = nnx.split(base)
     searches = {"mcts": make_step_search(graphdef, config.search),  # outcome verifier only
-                "mcts_step_checked": make_step_search(graphdef, config.search, calc_steps.step_is_wrong)}
+                "mcts_step_checked": make_step_search(graphdef, config.search, calc_steps.step_is_wrong),
+                # the step check grades nodes (how far rollouts go before a false step) instead of pruning
+                "mcts_step_graded": make_step_search(graphdef, config.search, value_check=calc_steps.step_is_wrong)}
     search = searches["mcts_step_checked" if config.prune_with_step_check else "mcts"]
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
 

@@ -13,7 +13,9 @@ the ``branching`` candidate next steps that were sampled when the node was expan
 - prior: the candidate steps' log-probabilities under the sampling policy (PUCT prior); a candidate
   equal to an earlier one of the same node gets zero prior (``dedupe_candidates``), and so does one
   that an optional local step check rejects (``step_is_wrong``, a process verifier);
-- value: the fraction of the rollouts whose answer passes the verifier (exact match);
+- value: the fraction of the rollouts whose answer passes the verifier (exact match); optionally
+  (``value_check``) graded by a process check: unverified rollouts count ``process_weight`` x the
+  fraction of their steps before the first false one (``steps_before_first_wrong``);
 - a step that closes ``</think>`` makes a terminal node: its edge reward is ``2 * value - 1``, so a
   wrong closed answer is a dead end (-1) that ranks below any open prefix, and its discount is 0, so
   nothing below it counts (expansions below a terminal node are no-ops and are not counted in
@@ -57,6 +59,10 @@ class StepSearchConfig:
     pb_c_init: float = 1.25  # PUCT exploration constant
     dirichlet_fraction: float = 0.0  # root noise (0: search is a deterministic function of the key)
     dedupe_candidates: bool = True  # a repeated candidate step gets zero prior (never a second child)
+    # weight of the graded process value (``make_step_search(value_check=...)``): an open node's value is the
+    # fraction of verified rollouts plus this times the mean fraction of the others' steps that come before
+    # their first step the check rejects
+    process_weight: float = 0.5
 
     def __post_init__(self):
         for f in ("num_simulations", "branching", "max_depth", "step_tokens", "rollout_tokens"):
@@ -64,6 +70,9 @@ class StepSearchConfig:
                 raise ValueError(f"StepSearchConfig.{f} must be >= 1, got {getattr(self, f)}")
         if self.temperature <= 0:
             raise ValueError(f"StepSearchConfig.temperature must be > 0 (candidates are sampled), got {self.temperature}")
+        if not 0.0 <= self.process_weight < 1.0:
+            raise ValueError(f"StepSearchConfig.process_weight must be in [0, 1) (below a verified answer's 1), "
+                             f"got {self.process_weight}")
         if not 0.0 <= self.dirichlet_fraction <= 1.0:
             raise ValueError(f"StepSearchConfig.dirichlet_fraction must be in [0, 1], got {self.dirichlet_fraction}")
 
@@ -90,6 +99,7 @@ class Node:
     rollout_len: jax.Array  # int32
     correct: jax.Array  # bool: some rollout's answer passes the verifier
     value: jax.Array  # float32: fraction of the K rollouts that pass the verifier
+    guide: jax.Array  # float32: the search's value of an open node (``value``, plus the graded process value)
     terminal: jax.Array  # bool: the response closed </think>
     tokens: jax.Array  # int32: tokens generated to expand this node (candidates + rollout)
 
@@ -132,17 +142,40 @@ def _blocked(cfg: StepSearchConfig, node: Node, step_is_wrong) -> jax.Array:
     return blocked & ~jnp.all(blocked, axis=-1, keepdims=True)  # all blocked: fall back to the plain prior
 
 
+def steps_before_first_wrong(response: jax.Array, length: jax.Array, step_is_wrong, step_tokens: int) -> jax.Array:
+    """response [..., N] (from ``<think>``), length [...] -> float32 [...]: the fraction of its complete
+    steps that come before the first step ``step_is_wrong`` rejects (1: none rejected; 0: no step)."""
+
+    def one(seq, n):
+        pos = jnp.arange(seq.shape[0])
+        delim = jnp.isin(seq, jnp.asarray(STEP_DELIMITERS, jnp.int32)) & (pos < n)
+        last = jax.lax.cummax(jnp.where(delim, pos, 0))  # last delimiter at or before p (0: <think>)
+        prev = jnp.concatenate([jnp.zeros((1,), last.dtype), last[:-1]])  # ... strictly before p
+        span = jnp.minimum(pos - prev, step_tokens)  # a longer step is cut, has no delimiter: not judged
+        idx = jnp.minimum(prev[:, None] + 1 + jnp.arange(step_tokens)[None], seq.shape[0] - 1)
+        windows = jnp.where(jnp.arange(step_tokens)[None] < span[:, None], seq[idx], VOCAB.pad)
+        wrong = delim & step_is_wrong(windows, span)
+        first = jnp.where(jnp.any(wrong), jnp.argmax(wrong), seq.shape[0])
+        return jnp.sum(delim & (pos < first)) / jnp.maximum(jnp.sum(delim), 1)
+
+    flat = one if response.ndim == 1 else jax.vmap(one)
+    out = flat(response.reshape(-1, response.shape[-1]), length.reshape(-1))
+    return out.reshape(length.shape).astype(jnp.float32)
+
+
 def _prior_logits(node: Node, blocked: jax.Array) -> jax.Array:
     """PUCT prior logits [B, K]: the step log-probs, -1e9 (zero prior) for ``blocked`` candidates."""
     return jnp.where(blocked, -1e9, node.candidate_logp)
 
 
-def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len):
+def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len, value_check=None):
     """Sample K rollouts to an answer after ``response``; their first steps are the K candidate steps.
 
     problem: (prompts [B, P], prompt_lens [B], answers [B, A], answer_lens [B]);
     response [B, L], response_len [B] -> the expansion fields of ``Node`` (each [B, ...]). The value is
-    the fraction of verified rollouts; the stored rollout is a verified one when there is one.
+    the fraction of verified rollouts; the stored rollout is a verified one when there is one. With
+    ``value_check`` (a ``step_is_wrong``), ``guide`` adds ``process_weight`` x the mean over the
+    unverified rollouts of ``steps_before_first_wrong`` of the whole response (prefix + rollout).
     """
     prompts, prompt_lens, answers, answer_lens = problem
     b, k, s, r = prompts.shape[0], cfg.branching, cfg.step_tokens, cfg.rollout_tokens
@@ -160,12 +193,17 @@ def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response
     step_logp = jnp.sum(jnp.where(pos < step_len[..., None], out.logprobs.reshape(b, k, r), 0.0), -1)
     keep = jnp.argmax(correct, axis=-1)  # a verified rollout if any, else the first
     take = lambda x: jnp.take_along_axis(x, keep.reshape((b,) + (1,) * (x.ndim - 1)), axis=1)[:, 0]
+    value = jnp.mean(correct, -1)
+    guide = value
+    if value_check is not None:
+        graded = steps_before_first_wrong(full, rows(response_len) + out.lengths, value_check, s).reshape(b, k)
+        guide = value + cfg.process_weight * jnp.mean(jnp.where(correct, 0.0, graded), -1)
     return dict(candidates=step, candidate_lens=step_len, candidate_logp=step_logp,
                 rollout=take(toks), rollout_len=take(lens), correct=jnp.any(correct, -1),
-                value=jnp.mean(correct, -1), tokens=lens.sum(-1).astype(jnp.int32))
+                value=value, guide=guide, tokens=lens.sum(-1).astype(jnp.int32))
 
 
-def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None):
+def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_check=None):
     """-> jitted ``search(model_state, key, prompts, prompt_lens, answers, answer_lens) -> SearchResult``.
 
     prompts [B, P] right-padded (``<bos>`` + problem), answers [B, A] padded exact answers.
@@ -173,6 +211,9 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None):
     check of candidate steps [..., S] with lengths [...] -> bool [...]. A rejected step gets zero prior,
     and if it is still chosen (every candidate rejected) its node is a dead end (reward -1) that is
     neither expanded nor counted: a process verifier next to the outcome verifier.
+    ``value_check`` (optional, same signature): the process check grades open nodes instead of pruning:
+    a node whose rollouts go further before their first rejected step is worth more
+    (``StepSearchConfig.process_weight``; a verified rollout still counts 1).
     """
 
     def recurrent_fn(params, key, action, node: Node):
@@ -183,20 +224,21 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None):
         response_len = jnp.minimum(node.response_len + step_len, cfg.response_len)
         closes = jnp.any((step == VOCAB.think_end) & (jnp.arange(cfg.step_tokens) < step_len[:, None]), axis=-1)
         rejected = (jnp.zeros_like(closes) if step_is_wrong is None else step_is_wrong(step, step_len)) & ~node.terminal
-        fields = _expand(model_state, graphdef, cfg, key, problem, response, response_len)
+        fields = _expand(model_state, graphdef, cfg, key, problem, response, response_len, value_check)
         child = Node(response=response, response_len=response_len, terminal=closes | rejected | node.terminal, **fields)
         # below a terminal node nothing changes and nothing counts
         child = jax.tree.map(lambda old, new: jnp.where(
             node.terminal.reshape((-1,) + (1,) * (new.ndim - 1)), old, new), node, child)
         # copied (below a terminal node) or skipped (a rejected step): not generated, not verified
         child = child.replace(tokens=jnp.where(node.terminal | rejected, 0, child.tokens),
-                              correct=child.correct & ~rejected, value=jnp.where(rejected, 0.0, child.value))
+                              correct=child.correct & ~rejected, value=jnp.where(rejected, 0.0, child.value),
+                              guide=jnp.where(rejected, 0.0, child.guide))
         # a closed wrong answer or a rejected step is a dead end (-1), below an open prefix's rollout value
         # (0 or 1), so PUCT does not spend simulations re-selecting it
         reward = jnp.where(rejected, -1.0, jnp.where(closes & ~node.terminal, 2.0 * child.value - 1.0, 0.0))
         reward = reward.astype(jnp.float32)
         discount = jnp.where(child.terminal, 0.0, 1.0).astype(jnp.float32)
-        value = jnp.where(child.terminal, 0.0, child.value).astype(jnp.float32)
+        value = jnp.where(child.terminal, 0.0, child.guide).astype(jnp.float32)
         out = mctx.RecurrentFnOutput(reward=reward, discount=discount, prior_logits=_prior_logits(child, _blocked(cfg, child, step_is_wrong)),
                                      value=value)
         return out, child
@@ -208,10 +250,10 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None):
         root_key, search_key = jax.random.split(key)
         response = jnp.full((b, cfg.response_len), VOCAB.pad, jnp.int32).at[:, 0].set(VOCAB.think)
         response_len = jnp.ones((b,), jnp.int32)
-        fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len)
+        fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len, value_check)
         root_node = Node(response=response, response_len=response_len, terminal=jnp.zeros((b,), bool), **fields)
         blocked = _blocked(cfg, root_node, step_is_wrong)
-        root = mctx.RootFnOutput(prior_logits=_prior_logits(root_node, blocked), value=root_node.value,
+        root = mctx.RootFnOutput(prior_logits=_prior_logits(root_node, blocked), value=root_node.guide,
                                  embedding=root_node)
         out = mctx.muzero_policy(
             (model_state, problem), search_key, root, recurrent_fn, cfg.num_simulations,

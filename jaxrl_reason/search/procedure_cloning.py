@@ -3,8 +3,8 @@
 The chain follows the tree's successful path (root -> a node whose rollout the verifier accepted,
 preferring nodes whose own steps closed ``</think>`` and then the most visited, then that node's
 rollout) and, at up to ``num_detours`` places along it, first
-visits a *failed* sibling branch (a searched child whose value is 0 and whose step differs from the
-successful one), then a reflection + explicit backtrack segment, then continues on the good step:
+visits a *failed* sibling branch (a searched child with no verified answer in its subtree, whose step
+differs from the successful one), then a reflection + explicit backtrack segment, then continues on the good step:
 
     <think>3+4=7,7*2=15,wrong!back to 1,7*2=14</think><answer>14</answer>
 
@@ -56,7 +56,7 @@ def _node(tree, b: int) -> dict:
     """The arrays of problem ``b`` of a (device) tree, as numpy."""
     e = tree.embeddings
     get = lambda x: np.asarray(x[b])
-    return dict(visits=get(tree.node_visits), values=get(tree.node_values), parents=get(tree.parents),
+    return dict(visits=get(tree.node_visits), parents=get(tree.parents),
                 children=get(tree.children_index), response=get(e.response), response_len=get(e.response_len),
                 rollout=get(e.rollout), rollout_len=get(e.rollout_len), correct=get(e.correct))
 
@@ -101,11 +101,17 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
     answer = _ANSWER.search(rest)
     answer = answer.group(1) if answer else ""
 
-    # failed siblings at each depth j (children of path[j] other than path[j+1], searched, value 0)
+    # failed siblings at each depth j (children of path[j] other than path[j+1], searched, no verified answer
+    # below them: read from the tree, not from node values, which a graded process value makes positive)
+    verified_below = np.zeros(t["visits"].shape, bool)
+    for n in good:
+        while n >= 0 and not verified_below[n]:
+            verified_below[n] = True
+            n = int(t["parents"][n])
     options = {}
     for j, (p, nxt) in enumerate(zip(path, path[1:])):
         kids = [int(c) for c in t["children"][p] if c >= 0 and c != nxt]
-        failed = [c for c in kids if t["visits"][c] > 0 and t["values"][c] <= 0.0 and not t["correct"][c]
+        failed = [c for c in kids if t["visits"][c] > 0 and not verified_below[c]
                   and edge(p, c) != steps[j] and (step_is_valid is None or not step_is_valid(_as_step(edge(p, c))))]
         if failed:
             options[j] = failed

@@ -54,6 +54,9 @@ def test_procedure_cloning_detours_and_backtracks():
     only_first = lambda step: step == "3+4=8,"  # calls the first failed step valid
     assert {clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, step_is_valid=only_first).think
             for s in range(8)} == {"3+4=7,7*2=15,wrong!back to 1,7*2=14"}
+    # failed = no verified answer below, whatever the node values (a graded process value makes them positive)
+    tree.node_values[:] = 0.4
+    assert clone_procedure(tree, 0, CloningConfig(num_detours=2), seed=0).think == two.think
     direct = clone_procedure(tree, 0, CloningConfig(num_detours=0), seed=0)
     assert direct.think == direct.direct and count_backtracks(direct.think) == 0 and direct.failed_spans == ()
     tree.embeddings.correct[:] = False
@@ -157,3 +160,28 @@ def test_step_check_agrees_with_host_check_and_prunes_the_search(searched):
             p, a = int(tree.parents[b, n]), int(tree.action_from_parent[b, n])
             if not emb.terminal[b, p] and rejected[b, p, a]:
                 assert not emb.correct[b, n] and int(emb.tokens[b, n]) == 0 and emb.terminal[b, n]
+
+
+def test_graded_process_value_counts_steps_before_the_first_false_one(searched):
+    from jaxrl_reason.search.lm_mcts import steps_before_first_wrong
+    from jaxrl_reason.tasks.calc_steps import step_is_wrong
+
+    bodies = ["3+4=7,7*2=15,15-1=14</think>", "3+4=7,7*2=14</think>", "3+4=8,8*2=16</think>", "", "3+4=7,7*2=1",
+              "123*45=5535,1+1=3,"]  # the last: a first step longer than a window (not judged), then a false one
+    rows = [[VOCAB.think] + VOCAB.encode(b) for b in bodies]
+    toks = np.full((len(rows), 40), VOCAB.pad, np.int32)
+    for i, r in enumerate(rows):
+        toks[i, : len(r)] = r
+    lens = np.array([len(r) for r in rows])
+    got = np.asarray(steps_before_first_wrong(toks, lens, step_is_wrong, 10))
+    np.testing.assert_allclose(got, [1 / 3, 1.0, 0.0, 0.0, 1.0, 0.5])
+    # in the search: guide = value + process_weight x the unverified rollouts' mean graded fraction
+    graphdef, params, batch, plain, _ = searched
+    res = make_step_search(graphdef, CFG, value_check=step_is_wrong)(
+        params, jax.random.key(0), batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
+    emb, visited = res.tree.embeddings, np.asarray(res.tree.node_visits) > 0
+    value, guide = np.asarray(emb.value)[visited], np.asarray(emb.guide)[visited]
+    assert (guide >= value - 1e-6).all() and (guide <= value + CFG.process_weight * (1 - value) + 1e-6).all()
+    np.testing.assert_array_equal(np.asarray(plain.tree.embeddings.guide), np.asarray(plain.tree.embeddings.value))
+    with pytest.raises(ValueError, match="process_weight"):
+        StepSearchConfig(process_weight=1.0)
