@@ -7,7 +7,10 @@ prefill counts); the LLM rows report their own (smaller) count: SFT trace steps,
 episode steps. Each method is then evaluated on the same ``eval_episodes`` episodes (same
 key): mean episode return (mean over agents), mean urgency-weighted coverage, targets served,
 UAVs captured, and the paired difference of each method's return to the prior's on the same
-episodes (``vs_prior``, mean and standard error). Writes per-method learning curves, a
+episodes (``vs_prior``, mean and standard error). ``prior_lookahead`` is a privileged reference,
+not a learner: the prior improved by one step of exact lookahead over single-UAV role changes
+(``agents.rally.lookahead``; it reads the state and simulates), i.e. what the policy improvement
+RMIX's role values aim at could gain over the prior. Writes per-method learning curves, a
 results table (``results.md``), bar plots and a frame strip of one episode of the best
 learned method.
 
@@ -30,14 +33,18 @@ from jaxrl_reason import envs
 from jaxrl_reason.agents.rally import evaluate as rally_eval
 from jaxrl_reason.agents.rally import llm_grpo, rmix
 from jaxrl_reason.agents.rally.intent import RulePrior, act
+from jaxrl_reason.agents.rally.lookahead import lookahead_policy
 from jaxrl_reason.envs.swarm import render
 from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.marl import mappo, qmix
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
 
-METHODS = ("prior", "ippo", "mappo", "qmix", "rmix", "llm_sft", "llm_grpo")
+METHODS = ("prior", "prior_lookahead", "ippo", "mappo", "qmix", "rmix", "llm_sft", "llm_grpo")
 LEARNERS = ("ippo", "mappo", "qmix", "rmix")
+# reads the environment state and simulates (agents.rally.lookahead): a reference for what one step of policy
+# improvement over the prior's roles can gain, not a method a swarm could run
+PRIVILEGED = ("prior_lookahead",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +142,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
 
     if "prior" in config.methods:
         policies["prior"], env_steps["prior"] = (prior_fn, jnp.zeros(())), 0
+    if "prior_lookahead" in config.methods:
+        policies["prior_lookahead"], env_steps["prior_lookahead"] = (lookahead_policy(env, prior), jnp.zeros(())), 0
     for name, module in (("ippo", ppo), ("mappo", mappo)):
         if name in config.methods:
             trainer = module.make_chunked(config.ppo, env)
@@ -175,8 +184,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
     rows, returns = [], {}
     sem = lambda x: float(x.std() / np.sqrt(x.size))
     for name, (fn, carry) in policies.items():
-        stats = jax.jit(functools.partial(rally_eval.play, env, fn, num_episodes=config.eval_episodes))(
-            carry, k_eval)
+        stats = jax.jit(functools.partial(rally_eval.play, env, fn, num_episodes=config.eval_episodes,
+                                          with_state=name in PRIVILEGED))(carry, k_eval)
         stats = {k: np.asarray(v) for k, v in stats.items()}
         returns[name] = stats["return"]
         rows.append({"method": name, "env_steps": env_steps[name],
@@ -192,7 +201,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     if learners:
         _plot_curves(run_dir, learners, config.budget)
     _plot_bars(run_dir, rows)
-    learned = [r for r in rows if r["method"] != "prior"] or rows
+    learned = [r for r in rows if r["method"] not in ("prior", *PRIVILEGED)] or rows
     best = max(learned, key=lambda r: r["mean_return"])["method"]
     fn, carry = policies[best]
     states, actions, alive = jax.jit(functools.partial(rally_eval.record, env, fn))(carry, k_show)

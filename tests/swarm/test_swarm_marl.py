@@ -90,6 +90,27 @@ def test_prior_beats_random(random_return):
     assert float(stats["return"].mean()) > random_return + 1.0
 
 
+def test_lookahead_is_never_worse_than_the_prior_and_its_values_are_exact():
+    from jaxrl_reason.agents.rally.lookahead import lookahead_policy, prior_values, role_deviations
+
+    a = jnp.array([0 * NUM_ROLES + EXECUTOR, 1 * NUM_ROLES + COMMANDER, 1 * NUM_ROLES + COORDINATOR])
+    dev = np.asarray(role_deviations(a))
+    assert dev.shape == (1 + 3 * 3, 3) and (dev[0] == np.asarray(a)).all()
+    assert (dev // NUM_ROLES == np.asarray(a) // NUM_ROLES).all()  # targets kept
+    assert ((dev[1:] != np.asarray(a)).sum(1) <= 1).all() and len({tuple(r) for r in dev}) == 1 + 3 * 2
+    prior = RulePrior(ENV)
+    fn = lambda c, k, ts: (c, act(prior, k, ts))
+    play = lambda f, **kw: jax.jit(functools.partial(rally_eval.play, ENV, f, num_episodes=16, **kw))(
+        jnp.zeros(()), jax.random.key(3))
+    base = play(fn)["return"]
+    # the prior's own candidate is valued at what the prior then earns from the first state
+    state, ts = ENV.reset(jax.random.split(jax.random.split(jax.random.key(3))[0], 16)[0])
+    q0 = prior_values(ENV, prior, state, ts, act(prior, jax.random.key(0), ts)[None])
+    np.testing.assert_allclose(float(q0[0]), float(base[0]), rtol=1e-5)
+    better = play(lookahead_policy(ENV, prior), with_state=True)["return"]
+    assert (np.asarray(better) >= np.asarray(base) - 1e-4).all() and float((better - base).mean()) > 0
+
+
 def test_qmix_takes_exactly_the_env_step_budget():
     # prefill 40 -> 10 per env; 23 per env in all -> 6 online iterations of 2 steps, prefill rounded up
     # to 11; 4 iterations per chunk -> the second chunk is partial and must not overrun the budget

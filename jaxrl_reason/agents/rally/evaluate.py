@@ -10,10 +10,12 @@ from jaxrl_reason.envs.swarm import Swarm
 from jaxrl_reason.rl.evaluate import PolicyFn
 
 
-def play(env: Swarm, policy_fn: PolicyFn, init_carry, key: jax.Array, num_episodes: int) -> dict:
+def play(env: Swarm, policy_fn: PolicyFn, init_carry, key: jax.Array, num_episodes: int,
+         with_state: bool = False) -> dict:
     """``num_episodes`` parallel episodes (each until it ends). Returns ``[num_episodes]`` arrays:
     ``return`` (mean over agents), ``coverage`` (mean per-step urgency-weighted coverage),
-    ``served`` and ``captured`` at the end, ``length``. Jit with env/policy_fn/num_episodes static."""
+    ``served`` and ``captured`` at the end, ``length``. Jit with env/policy_fn/num_episodes static.
+    ``with_state``: a privileged policy, called ``policy_fn(carry, key, ts, env_state)``."""
     k_reset, k_play = jax.random.split(key)
     state, ts = jax.vmap(env.reset)(jax.random.split(k_reset, num_episodes))
     carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_episodes, *jnp.shape(x))), init_carry)
@@ -24,7 +26,8 @@ def play(env: Swarm, policy_fn: PolicyFn, init_carry, key: jax.Array, num_episod
     def body(c, key):
         state, ts, carry, acc = c
         k_act, k_step = jax.random.split(key)
-        carry, action = jax.vmap(policy_fn)(carry, jax.random.split(k_act, num_episodes), ts)
+        extra = (state,) if with_state else ()
+        carry, action = jax.vmap(policy_fn)(carry, jax.random.split(k_act, num_episodes), ts, *extra)
         state, nts = jax.vmap(env.step)(jax.random.split(k_step, num_episodes), state, action)
         a = acc["alive"]
         acc = dict(ret=acc["ret"] + a * nts.reward.mean(-1), cov=acc["cov"] + a * nts.info["coverage"],
