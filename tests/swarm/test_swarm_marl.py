@@ -111,6 +111,22 @@ def test_lookahead_is_never_worse_than_the_prior_and_its_values_are_exact():
     assert (np.asarray(better) >= np.asarray(base) - 1e-4).all() and float((better - base).mean()) > 0
 
 
+def test_lookahead_labels_for_the_distillation_analysis():
+    from jaxrl_reason.cli import load_experiment
+
+    mod = load_experiment("rally_lookahead")
+    data = mod.teacher_decisions(ENV, RulePrior(ENV), jax.random.key(0), 2, ("local", "global"))
+    n = data["role"].shape[0]
+    assert n % ENV.num_agents == 0 and 0 < n <= 2 * ENV.max_episode_steps * ENV.num_agents
+    changes = (data["role"] != data["prior_role"]).reshape(-1, ENV.num_agents).sum(1)
+    assert changes.max() <= 1  # the lookahead changes at most one UAV's role per step
+    local, glob = data["x/local"], data["x/global"]
+    assert local.shape[0] == n and glob.shape[1] > local.shape[1]
+    np.testing.assert_array_equal(glob[:, -local.shape[1]:], local)
+    with pytest.raises(ValueError, match="features"):
+        mod.Config(features=("pixels",))
+
+
 def test_qmix_takes_exactly_the_env_step_budget():
     # prefill 40 -> 10 per env; 23 per env in all -> 6 online iterations of 2 steps, prefill rounded up
     # to 11; 4 iterations per chunk -> the second chunk is partial and must not overrun the budget

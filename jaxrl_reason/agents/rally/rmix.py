@@ -18,9 +18,10 @@ but does not beat the scripted prior at 20k-100k env steps. There is room: one s
 policy improvement over the prior's roles (``agents.rally.lookahead``, privileged: it reads
 the state and simulates) gains +0.5 return (captures 0.42 -> 0.25), from a few role changes
 per episode; averaged over all decisions the gains are small, so the learned utilities'
-errors decide most deviations: with
-a small ``prior_bonus`` the greedy policy deviates and loses return (more captures), with a
-large one it is the prior.
+errors decide most deviations: with a small ``prior_bonus`` the greedy policy deviates and
+loses return (more captures), with a large one it is the prior. Even a classifier trained on
+the lookahead's own choices does not beat the prior (``experiments/rally_lookahead.py``): the
+role changes that pay are not predictable from one step's observation, local or global.
 """
 
 from __future__ import annotations
