@@ -7,7 +7,10 @@ prefill counts); the LLM rows report their own (smaller) count: SFT trace steps,
 episode steps. Each method is then evaluated on the same ``eval_episodes`` episodes (same
 key): mean episode return (mean over agents), mean urgency-weighted coverage, targets served,
 UAVs captured, and the paired difference of each method's return to the prior's on the same
-episodes (``vs_prior``, mean and standard error). ``prior_lookahead`` is a privileged reference,
+episodes (``vs_<baseline>`` for each of ``baselines``, mean and standard error). ``rmix`` learns
+from the scripted prior's transitions, ``rmix_llm`` from the SFT'd LLM intent policy's (RALLY's own
+setting; that prior is weak, so RMIX may change targets and is not pulled towards it online).
+``prior_lookahead`` is a privileged reference,
 not a learner: the prior improved by one step of exact lookahead over single-UAV role changes
 (``agents.rally.lookahead``; it reads the state and simulates), i.e. what the policy improvement
 RMIX's role values aim at could gain over the prior. Writes per-method learning curves, a
@@ -40,11 +43,28 @@ from jaxrl_reason.rl.marl import mappo, qmix
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
 
-METHODS = ("prior", "prior_lookahead", "ippo", "mappo", "qmix", "rmix", "llm_sft", "llm_grpo")
-LEARNERS = ("ippo", "mappo", "qmix", "rmix")
+METHODS = ("prior", "prior_lookahead", "ippo", "mappo", "qmix", "rmix", "llm_sft", "llm_grpo", "rmix_llm")
+LEARNERS = ("ippo", "mappo", "qmix", "rmix", "rmix_llm")
 # reads the environment state and simulates (agents.rally.lookahead): a reference for what one step of policy
 # improvement over the prior's roles can gain, not a method a swarm could run
 PRIVILEGED = ("prior_lookahead",)
+
+
+@dataclasses.dataclass(frozen=True)
+class RMIXSettings:
+    """The semi-offline recipe on top of ``Config.qmix`` (``rmix.rmix_config`` + these fields)."""
+
+    offline_updates: int = 500
+    bc_online: float = 1.0  # large-margin loss towards the prior's actions during the online phase
+    margin: float = 0.05
+    roles_only: bool = True  # keep the prior's target, RMIX picks the role (as in RALLY)
+    td_target: str = "max"  # or "prior": evaluate the prior (SARSA), greedy acting = policy improvement
+    prior_bonus: float = 0.1  # keep the prior's choice unless an action is better by this much
+
+    def qmix_config(self, base: qmix.QMIXConfig) -> qmix.QMIXConfig:
+        return dataclasses.replace(rmix.rmix_config(base, offline_updates=self.offline_updates),
+                                   bc_online=self.bc_online, margin=self.margin, td_target=self.td_target,
+                                   prior_bonus=self.prior_bonus)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,12 +79,10 @@ class Config:
                                        updates_per_chunk=5, lr=1e-3)
     qmix: qmix.QMIXConfig = qmix.QMIXConfig(num_envs=16, total_timesteps=100_000, prefill_steps=4096,
                                             iters_per_chunk=100)
-    rmix_offline_updates: int = 500
-    rmix_bc_online: float = 1.0
-    rmix_margin: float = 0.05
-    rmix_roles_only: bool = True  # keep the prior's target, RMIX picks the role (as in RALLY)
-    rmix_td_target: str = "max"  # or "prior": evaluate the prior (SARSA), greedy acting = policy improvement
-    rmix_prior_bonus: float = 0.1  # keep the prior's choice unless a role is better by this much
+    rmix: RMIXSettings = RMIXSettings()  # RMIX from the scripted prior (near-optimal: stay close to it)
+    # RMIX from the LLM prior (RALLY's setting; the SFT'd LLM is a weak prior: free targets, no pull towards it)
+    rmix_llm: RMIXSettings = RMIXSettings(bc_online=0.0, roles_only=False, prior_bonus=0.0)
+    baselines: tuple[str, ...] = ("prior", "llm_sft", "qmix")  # paired return differences to these methods
     eval_episodes: int = 512
     llm_sft_steps: int = 200
     llm_trace_envs: int = 16
@@ -72,7 +90,7 @@ class Config:
     llm_grpo: llm_grpo.GRPOConfig = llm_grpo.GRPOConfig()
 
     def __post_init__(self):
-        bad = sorted(set(self.methods) - set(METHODS))
+        bad = sorted(set(self.methods) - set(METHODS)) + sorted(set(self.baselines) - set(METHODS))
         if bad or not self.methods:
             raise ValueError(f"unknown method(s) {bad}; choose from {METHODS}")
         if self.budget < 1 or self.eval_episodes < 1:
@@ -84,8 +102,9 @@ class Config:
         if ppo_steps != self.budget:  # PPO rounds up to whole chunks: the budget must fit them exactly
             raise ValueError(f"PPO would take {ppo_steps} env steps, not budget={self.budget}: make budget a "
                              "multiple of ppo.num_envs * ppo.num_steps * ppo.updates_per_chunk")
-        if "llm_grpo" in self.methods and "llm_sft" not in self.methods:
-            raise ValueError("method 'llm_grpo' fine-tunes the 'llm_sft' policy: list both")
+        for needs_llm in ("llm_grpo", "rmix_llm"):
+            if needs_llm in self.methods and "llm_sft" not in self.methods:
+                raise ValueError(f"method {needs_llm!r} starts from the 'llm_sft' policy: list both")
 
     def env_kwargs(self) -> dict:
         return dict(num_agents=self.num_agents, num_targets=self.num_targets, max_steps=self.max_steps)
@@ -97,7 +116,9 @@ PRESETS = {
                                                      updates_per_chunk=10, lr=1e-3),
                     qmix=qmix.QMIXConfig(num_envs=16, total_timesteps=20_000, prefill_steps=2048,
                                          iters_per_chunk=100),
-                    rmix_offline_updates=200, eval_episodes=128, llm_sft_steps=50,
+                    rmix=RMIXSettings(offline_updates=200),
+                    rmix_llm=RMIXSettings(offline_updates=200, bc_online=0.0, roles_only=False, prior_bonus=0.0),
+                    eval_episodes=128, llm_sft_steps=50,
                     llm_grpo=llm_grpo.GRPOConfig(iterations=3, updates=4)),
     "gpu": Config(budget=5_120_000, num_agents=8, num_targets=4,
                   ppo=ppo.PPOConfig(num_envs=1024, num_steps=25, total_timesteps=5_120_000,
@@ -105,7 +126,9 @@ PRESETS = {
                   qmix=qmix.QMIXConfig(num_envs=256, total_timesteps=5_120_000, prefill_steps=100_000,
                                        buffer_size=1_000_000, batch_size=1024, iters_per_chunk=200,
                                        hidden=128),
-                  rmix_offline_updates=5000, eval_episodes=4096, llm_sft_steps=2000,
+                  rmix=RMIXSettings(offline_updates=5000),
+                  rmix_llm=RMIXSettings(offline_updates=5000, bc_online=0.0, roles_only=False, prior_bonus=0.0),
+                  eval_episodes=4096, llm_sft_steps=2000,
                   llm_trace_envs=256, llm_grpo=llm_grpo.GRPOConfig(iterations=100, num_groups=32, group_size=8,
                                                                    updates=16, minibatch=1024)),
 }
@@ -126,10 +149,13 @@ def train(run_dir: RunDir, name: str, trainer, key, num_chunks: int, steps_per_c
     return state
 
 
-def rmix_qmix_config(config: Config) -> qmix.QMIXConfig:
-    return dataclasses.replace(rmix.rmix_config(config.qmix, offline_updates=config.rmix_offline_updates),
-                               bc_online=config.rmix_bc_online, margin=config.rmix_margin,
-                               td_target=config.rmix_td_target, prior_bonus=config.rmix_prior_bonus)
+def train_rmix(config: Config, settings: RMIXSettings, run_dir: RunDir, name: str, env, prior, key):
+    """RMIX from ``prior``'s transitions -> ((greedy policy_fn, carry), env steps taken)."""
+    cfg = settings.qmix_config(config.qmix)
+    trainer = rmix.make_chunked(cfg, env, prior, roles_only=settings.roles_only)
+    state = train(run_dir, name, trainer, key, cfg.num_chunks, cfg.iters_per_chunk)
+    policy = rmix.greedy_policy(cfg, env, trainer.graphdef, state.params, prior, roles_only=settings.roles_only)
+    return policy, int(state.env_steps)
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
@@ -156,15 +182,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         policies["qmix"] = qmix.greedy_policy(config.qmix, env, trainer.graphdef, state.params)
         env_steps["qmix"] = int(state.env_steps)
     if "rmix" in config.methods:
-        cfg = rmix_qmix_config(config)
-        trainer = rmix.make_chunked(cfg, env, prior, roles_only=config.rmix_roles_only)
-        state = train(run_dir, "rmix", trainer, k_train, cfg.num_chunks, cfg.iters_per_chunk)
-        policies["rmix"] = rmix.greedy_policy(cfg, env, trainer.graphdef, state.params, prior,
-                                              roles_only=config.rmix_roles_only)
-        env_steps["rmix"] = int(state.env_steps)
-    for name in LEARNERS:
-        if name in env_steps and env_steps[name] != config.budget:
-            raise RuntimeError(f"{name} took {env_steps[name]} env steps, not the budget {config.budget}")
+        policies["rmix"], env_steps["rmix"] = train_rmix(config, config.rmix, run_dir, "rmix", env, prior, k_train)
     if "llm_sft" in config.methods:
         from jaxrl_reason.agents.rally import llm
 
@@ -180,6 +198,12 @@ def run(config: Config, run_dir: RunDir) -> dict:
                                                   log_offset=config.llm_sft_steps)
             policies["llm_grpo"], env_steps["llm_grpo"] = _intent_fn(tuned), sft_steps + stats["env_steps"]
         sub.close()
+        if "rmix_llm" in config.methods:  # RALLY's own setting: RMIX from the LLM prior's transitions
+            policies["rmix_llm"], env_steps["rmix_llm"] = train_rmix(config, config.rmix_llm, run_dir, "rmix_llm", env,
+                                                                     lm_policy, k_train)
+    for name in LEARNERS:
+        if name in env_steps and env_steps[name] != config.budget:
+            raise RuntimeError(f"{name} took {env_steps[name]} env steps, not the budget {config.budget}")
 
     rows, returns = [], {}
     sem = lambda x: float(x.std() / np.sqrt(x.size))
@@ -192,10 +216,11 @@ def run(config: Config, run_dir: RunDir) -> dict:
                      "mean_return": float(stats["return"].mean()), "return_sem": sem(stats["return"]),
                      "coverage": float(stats["coverage"].mean()), "served": float(stats["served"].mean()),
                      "captured": float(stats["captured"].mean())})
-    if "prior" in returns:  # every method plays the same episodes (same key): paired difference to the prior
+    # every method plays the same episodes (same key): paired differences to each baseline that ran
+    for base in (b for b in config.baselines if b in returns):
         for row in rows:
-            diff = returns[row["method"]] - returns["prior"]
-            row.update(vs_prior=float(diff.mean()), vs_prior_sem=sem(diff))
+            diff = returns[row["method"]] - returns[base]
+            row.update({f"vs_{base}": float(diff.mean()), f"vs_{base}_sem": sem(diff)})
     print(run_dir.write_table("results", rows))
     learners = [m for m in LEARNERS if m in policies]
     if learners:

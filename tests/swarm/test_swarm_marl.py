@@ -111,7 +111,7 @@ def test_lookahead_is_never_worse_than_the_prior_and_its_values_are_exact():
     assert (np.asarray(better) >= np.asarray(base) - 1e-4).all() and float((better - base).mean()) > 0
 
 
-def test_lookahead_labels_for_the_distillation_analysis():
+def test_rally_scripts_lookahead_labels_and_config_errors():
     from jaxrl_reason.cli import load_experiment
 
     mod = load_experiment("rally_lookahead")
@@ -125,6 +125,11 @@ def test_lookahead_labels_for_the_distillation_analysis():
     np.testing.assert_array_equal(glob[:, -local.shape[1]:], local)
     with pytest.raises(ValueError, match="features"):
         mod.Config(features=("pixels",))
+    rally = load_experiment("rally")
+    with pytest.raises(ValueError, match="llm_sft"):
+        rally.Config(methods=("prior", "rmix_llm"))
+    with pytest.raises(ValueError, match="unknown"):
+        rally.Config(baselines=("oracle",))
 
 
 def test_qmix_takes_exactly_the_env_step_budget():
