@@ -158,8 +158,8 @@ def steps_before_first_wrong(response: jax.Array, length: jax.Array, step_is_wro
         first = jnp.where(jnp.any(wrong), jnp.argmax(wrong), seq.shape[0])
         return jnp.sum(delim & (pos < first)) / jnp.maximum(jnp.sum(delim), 1)
 
-    flat = one if response.ndim == 1 else jax.vmap(one)
-    out = flat(response.reshape(-1, response.shape[-1]), length.reshape(-1))
+    length = jnp.asarray(length)
+    out = jax.vmap(one)(response.reshape(-1, response.shape[-1]), length.reshape(-1))
     return out.reshape(length.shape).astype(jnp.float32)
 
 

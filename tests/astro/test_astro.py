@@ -175,6 +175,8 @@ def test_graded_process_value_counts_steps_before_the_first_false_one(searched):
     lens = np.array([len(r) for r in rows])
     got = np.asarray(steps_before_first_wrong(toks, lens, step_is_wrong, 10))
     np.testing.assert_allclose(got, [1 / 3, 1.0, 0.0, 0.0, 1.0, 0.5])
+    one = steps_before_first_wrong(toks[0], lens[0], step_is_wrong, 10)  # a single response: a scalar
+    assert one.shape == () and float(one) == pytest.approx(1 / 3)
     # in the search: guide = value + process_weight x the unverified rollouts' mean graded fraction
     graphdef, params, batch, plain, _ = searched
     res = make_step_search(graphdef, CFG, value_check=step_is_wrong)(
