@@ -31,11 +31,12 @@ from flax import nnx
 
 from jaxrl_reason import envs
 from jaxrl_reason.agents.rally import evaluate as rally_eval
+from jaxrl_reason.agents.rally import rmix
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.agents.rally.lookahead import lookahead_policy
 from jaxrl_reason.envs.swarm import NUM_ROLES
 from jaxrl_reason.models.policies import MLP
-from jaxrl_reason.rl.marl import common
+from jaxrl_reason.rl.marl import common, qmix
 from jaxrl_reason.utils.experiment import RunDir
 
 FEATURES = ("local", "global")
@@ -69,11 +70,14 @@ class Config:
 PRESETS = {"cpu": Config(), "full": Config(teacher_episodes=4096, train_steps=20000)}
 
 
-def decision_features(kind: str, ts, proposal: jax.Array) -> jax.Array:
+#: RMIX's agent-net input: observation, agent id and the prior's proposal (``qmix.agent_input``)
+RMIX_INPUT = rmix.rmix_config(qmix.QMIXConfig())
+
+
+def decision_features(env, kind: str, ts, proposal: jax.Array) -> jax.Array:
     """ONE environment's timestep, proposal [A] -> [A, D]: the RMIX agent input (``local``), or it with the
     global state in front (``global``)."""
-    num_actions = ts.legal_action_mask.shape[-1]
-    x = jnp.concatenate([common.with_agent_id(common.flat_obs(ts)), jax.nn.one_hot(proposal, num_actions)], -1)
+    x = qmix.agent_input(RMIX_INPUT, env, common.flat_obs(ts), proposal)
     if kind == "global":
         g = common.global_state(ts)
         x = jnp.concatenate([jnp.broadcast_to(g, (x.shape[0], g.shape[-1])), x], -1)
@@ -91,7 +95,7 @@ def teacher_decisions(env, prior, key, num_episodes: int, kinds) -> dict:
             state, ts, alive = c
             proposal = act(prior, k, ts).astype(jnp.int32)
             _, action = teacher(None, k, ts, state)
-            out = ({f"x/{kind}": decision_features(kind, ts, proposal) for kind in kinds}, action % NUM_ROLES,
+            out = ({f"x/{kind}": decision_features(env, kind, ts, proposal) for kind in kinds}, action % NUM_ROLES,
                    proposal % NUM_ROLES, jnp.broadcast_to(alive, proposal.shape))
             state, ts = env.step(k, state, action)
             return (state, ts, alive & ~ts.done), out
@@ -136,12 +140,12 @@ def fit(config: Config, x: np.ndarray, role: np.ndarray, weight: np.ndarray, key
     return graphdef, params
 
 
-def student_policy(prior, kind: str, graphdef, params, threshold: float):
+def student_policy(env, prior, kind: str, graphdef, params, threshold: float):
     """The prior's action, with the classifier's role where it is at least ``threshold`` sure of a change."""
 
     def policy(carry, key, ts):
         proposal = act(prior, key, ts).astype(jnp.int32)
-        p = jax.nn.softmax(nnx.merge(graphdef, params)(decision_features(kind, ts, proposal)), -1)
+        p = jax.nn.softmax(nnx.merge(graphdef, params)(decision_features(env, kind, ts, proposal)), -1)
         role = jnp.argmax(p, -1)
         change = (p.max(-1) >= threshold) & (role != proposal % NUM_ROLES)
         return carry, jnp.where(change, (proposal // NUM_ROLES) * NUM_ROLES + role, proposal)
@@ -171,7 +175,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         for t in config.thresholds:  # recall / precision of role changes on the training decisions
             pred = np.where(probs.max(-1) >= t, probs.argmax(-1), data["prior_role"])
             says_change = pred != data["prior_role"]
-            d = play(student_policy(prior, kind, graphdef, params, t)) - base
+            d = play(student_policy(env, prior, kind, graphdef, params, t)) - base
             rows.append({"policy": "student", "features": kind, "threshold": t,
                          "recall": float(np.mean(pred[changed] == data["role"][changed])),
                          "precision": float(np.mean((pred == data["role"])[says_change])) if says_change.any() else 0.0,
