@@ -18,9 +18,9 @@ the first is the base trajectory; then at each later node k (step 1, step 2, fin
 resampled with nodes < k fixed to the base (``run_system(start=k, fixed=...)``) and each
 continuation runs to the end and is scored (one ``lax.scan`` over k; ``continuation="greedy"`` decodes
 the nodes after k greedily, so each resampled action is scored by what the current policy does next).
-Each (request, node) group gives group advantages for the G resampled actions of node k only. Marginal-benefit selection keeps, per
-request, the ``top_k`` active nodes whose groups have the largest reward variance; only those rows
-enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the shared
+Each (request, node) group gives group advantages for the G resampled actions of node k only.
+Marginal-benefit selection keeps, per request, the ``top_k`` active nodes whose groups have the largest
+reward variance; only those rows enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the shared
 ``minibatch_epochs``) per RL step, so "updates" are comparable; the node-wise step samples 4G
 trajectories (G full + 3 x G continuations) per request against G for the plain one, which the
 metrics report (``trajectories``).
