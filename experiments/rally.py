@@ -67,6 +67,10 @@ class RMIXSettings:
                                    prior_bonus=self.prior_bonus)
 
 
+#: RMIX from the LLM prior (RALLY's setting): the SFT'd LLM is a weak prior, so free targets, no pull towards it
+FROM_WEAK_PRIOR = RMIXSettings(bc_online=0.0, roles_only=False, prior_bonus=0.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
@@ -80,8 +84,7 @@ class Config:
     qmix: qmix.QMIXConfig = qmix.QMIXConfig(num_envs=16, total_timesteps=100_000, prefill_steps=4096,
                                             iters_per_chunk=100)
     rmix: RMIXSettings = RMIXSettings()  # RMIX from the scripted prior (near-optimal: stay close to it)
-    # RMIX from the LLM prior (RALLY's setting; the SFT'd LLM is a weak prior: free targets, no pull towards it)
-    rmix_llm: RMIXSettings = RMIXSettings(bc_online=0.0, roles_only=False, prior_bonus=0.0)
+    rmix_llm: RMIXSettings = FROM_WEAK_PRIOR
     baselines: tuple[str, ...] = ("prior", "llm_sft", "qmix")  # paired return differences to these methods
     eval_episodes: int = 512
     llm_sft_steps: int = 200
@@ -117,7 +120,7 @@ PRESETS = {
                     qmix=qmix.QMIXConfig(num_envs=16, total_timesteps=20_000, prefill_steps=2048,
                                          iters_per_chunk=100),
                     rmix=RMIXSettings(offline_updates=200),
-                    rmix_llm=RMIXSettings(offline_updates=200, bc_online=0.0, roles_only=False, prior_bonus=0.0),
+                    rmix_llm=dataclasses.replace(FROM_WEAK_PRIOR, offline_updates=200),
                     eval_episodes=128, llm_sft_steps=50,
                     llm_grpo=llm_grpo.GRPOConfig(iterations=3, updates=4)),
     "gpu": Config(budget=5_120_000, num_agents=8, num_targets=4,
@@ -127,7 +130,7 @@ PRESETS = {
                                        buffer_size=1_000_000, batch_size=1024, iters_per_chunk=200,
                                        hidden=128),
                   rmix=RMIXSettings(offline_updates=5000),
-                  rmix_llm=RMIXSettings(offline_updates=5000, bc_online=0.0, roles_only=False, prior_bonus=0.0),
+                  rmix_llm=dataclasses.replace(FROM_WEAK_PRIOR, offline_updates=5000),
                   eval_episodes=4096, llm_sft_steps=2000,
                   llm_trace_envs=256, llm_grpo=llm_grpo.GRPOConfig(iterations=100, num_groups=32, group_size=8,
                                                                    updates=16, minibatch=1024)),
