@@ -86,6 +86,13 @@ def test_configs_reject_bad_values():
         CloningConfig(reflection="go back")
     with pytest.raises(ValueError, match="num_detours"):
         CloningConfig(num_detours=-1)
+    from jaxrl_reason.cli import load_experiment
+
+    bench = load_experiment("bench_search")
+    with pytest.raises(ValueError, match="num_samples"):
+        bench.Config(num_samples=0)
+    with pytest.raises(ValueError, match="astro_preset"):
+        bench.run(bench.Config(astro_preset="tpu"), None)
 
 
 @pytest.fixture(scope="module")

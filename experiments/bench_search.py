@@ -1,0 +1,108 @@
+"""Throughput of the step-level MCTS over a language model (ASTRO's search) next to best-of-N sampling.
+
+Both run jitted and batched over the same held-out problems with the same model (the ASTRO base policy:
+a tiny LM after a short SFT, so rollouts stop at their answers as in the experiment; ``sft_steps=0``
+times a random model). Timed after compilation, interleaved round by round (``utils.timing``):
+
+- MCTS: simulations/s (problems x simulations per call / seconds) and generated tokens/s (the tokens the
+  search counts: candidates and rollouts of expanded nodes; the batched search also computes, and
+  discards, expansions below closed answers, which are not counted);
+- best-of-N: ``num_samples`` whole responses per problem, generated tokens/s;
+- ratio: the search's tokens/s over best-of-N's (the price of tree search per generated token:
+  short rollouts from many prefixes instead of one long batch of samples).
+
+    python experiments/bench_search.py --preset cpu
+    python experiments/bench_search.py --preset gpu
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.cli import load_experiment
+from jaxrl_reason.models.lm import Transformer
+from jaxrl_reason.rl.grpo import recipes
+from jaxrl_reason.rl.grpo.sft import sft_warm_start
+from jaxrl_reason.search.lm_mcts import best_of_n, make_step_search
+from jaxrl_reason.utils import timing
+from jaxrl_reason.utils.experiment import RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    astro_preset: str = "cpu"  # experiments/astro.py preset: model size, task, base SFT, search, prompt lengths
+    problems: int = 32  # problems per jitted call (both methods)
+    num_samples: int = 16  # best-of-N samples per problem
+    sft_steps: int = 300  # base-policy SFT steps before timing (0: a random model)
+    rounds: int = 3
+
+    def __post_init__(self):
+        for f in ("problems", "num_samples", "rounds"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")
+        if self.sft_steps < 0:
+            raise ValueError(f"Config.sft_steps must be >= 0, got {self.sft_steps}")
+
+
+PRESETS = {
+    "cpu": Config(),
+    "gpu": Config(astro_preset="gpu", problems=256, num_samples=32, sft_steps=600),
+}
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    astro = load_experiment("astro")
+    if config.astro_preset not in astro.PRESETS:
+        raise ValueError(f"astro_preset must be one of {sorted(astro.PRESETS)}, got {config.astro_preset!r}")
+    a = dataclasses.replace(astro.PRESETS[config.astro_preset], seed=config.seed)
+    model = Transformer(a.lm(), rngs=nnx.Rngs(config.seed))
+    if config.sft_steps:
+        ws = a.base_sft
+        sft_warm_start(model, recipes.sft_problems([a.task], ws.problems, config.seed), config.sft_steps,
+                       ws.batch_size, ws.seq_len, ws.lr, seed=config.seed)
+    graphdef, params = nnx.split(model)
+    batch = recipes.heldout([a.task], config.problems, config.seed, a.prompt_len, a.answer_len)
+    problem = (batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
+    search = make_step_search(graphdef, a.search)
+    tokens = {}
+
+    def mcts(i):
+        out = search(params, jax.random.key(i), *problem)
+        tokens.setdefault("mcts", []).append(out.tokens)
+        return out.solved
+
+    def bon(i):
+        solved, toks = best_of_n(graphdef, params, jax.random.key(i), *problem, num_samples=config.num_samples,
+                                 max_new_tokens=a.grpo.max_new_tokens, temperature=a.search.temperature)
+        tokens.setdefault("best_of_n", []).append(toks)
+        return solved
+
+    t = timing.interleaved({"mcts": mcts, "best_of_n": bon}, config.rounds)
+    # tokens per call: mean over the timed rounds (the first call compiled)
+    per_call = {k: float(np.mean([np.asarray(x).sum() for x in v[1:]])) for k, v in tokens.items()}
+    rate = {k: per_call[k] / t[k].median for k in t}
+    rows = [
+        {"method": f"MCTS ({a.search.num_simulations} sims, {a.search.branching} rollouts/expansion)",
+         "problems": config.problems, "seconds": t["mcts"].median,
+         "simulations_per_s": config.problems * a.search.num_simulations / t["mcts"].median,
+         "tokens_per_call": per_call["mcts"], "tokens_per_s": rate["mcts"]},
+        {"method": f"best-of-{config.num_samples}", "problems": config.problems, "seconds": t["best_of_n"].median,
+         "simulations_per_s": float("nan"), "tokens_per_call": per_call["best_of_n"], "tokens_per_s": rate["best_of_n"]},
+    ]
+    print(run_dir.write_table("results", rows))
+    summary = {"device": jax.devices()[0].device_kind, "simulations_per_s": rows[0]["simulations_per_s"],
+               "mcts_tokens_per_s": rate["mcts"], "best_of_n_tokens_per_s": rate["best_of_n"],
+               "tokens_per_s_ratio": rate["mcts"] / rate["best_of_n"]}
+    print(f"search / best-of-N generated tokens per second: {summary['tokens_per_s_ratio']:.2f}")
+    return summary
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)
