@@ -1,8 +1,8 @@
 """Throughput of the step-level MCTS over a language model (ASTRO's search) next to best-of-N sampling.
 
-Both run jitted and batched over the same held-out problems with the same model (the ASTRO base policy:
-a tiny LM after a short SFT, so rollouts stop at their answers as in the experiment; ``sft_steps=0``
-times a random model). Timed after compilation, interleaved round by round (``utils.timing``):
+Both run jitted and batched over the same held-out problems with the same model (the ASTRO base policy,
+``astro.base_policy``: a tiny LM after a short SFT, so rollouts stop at their answers as in the
+experiment). Timed after compilation, interleaved round by round (``utils.timing``):
 
 - MCTS: simulations/s (problems x simulations per call / seconds) and generated tokens/s (the tokens the
   search counts: candidates and rollouts of expanded nodes; the batched search also computes, and
@@ -24,9 +24,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.cli import load_experiment
-from jaxrl_reason.models.lm import Transformer
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.search.lm_mcts import best_of_n, make_step_search
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
@@ -38,20 +36,17 @@ class Config:
     astro_preset: str = "cpu"  # experiments/astro.py preset: model size, task, base SFT, search, prompt lengths
     problems: int = 32  # problems per jitted call (both methods)
     num_samples: int = 16  # best-of-N samples per problem
-    sft_steps: int = 300  # base-policy SFT steps before timing (0: a random model)
     rounds: int = 3
 
     def __post_init__(self):
         for f in ("problems", "num_samples", "rounds"):
             if getattr(self, f) < 1:
                 raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")
-        if self.sft_steps < 0:
-            raise ValueError(f"Config.sft_steps must be >= 0, got {self.sft_steps}")
 
 
 PRESETS = {
     "cpu": Config(),
-    "gpu": Config(astro_preset="gpu", problems=256, num_samples=32, sft_steps=600),
+    "gpu": Config(astro_preset="gpu", problems=256, num_samples=32),
 }
 
 
@@ -60,12 +55,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     if config.astro_preset not in astro.PRESETS:
         raise ValueError(f"astro_preset must be one of {sorted(astro.PRESETS)}, got {config.astro_preset!r}")
     a = dataclasses.replace(astro.PRESETS[config.astro_preset], seed=config.seed)
-    model = Transformer(a.lm(), rngs=nnx.Rngs(config.seed))
-    if config.sft_steps:
-        ws = a.base_sft
-        sft_warm_start(model, recipes.sft_problems([a.task], ws.problems, config.seed), config.sft_steps,
-                       ws.batch_size, ws.seq_len, ws.lr, seed=config.seed)
-    graphdef, params = nnx.split(model)
+    graphdef, params = nnx.split(astro.base_policy(a))
     batch = recipes.heldout([a.task], config.problems, config.seed, a.prompt_len, a.answer_len)
     problem = (batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
     search = make_step_search(graphdef, a.search)
