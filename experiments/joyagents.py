@@ -19,6 +19,9 @@ directory gets ``paired.md/.csv``: for each comparison (memory vs none in each m
 joint) the mean paired difference of final and mean held-out accuracy, overall and per request type,
 with its standard error over seeds and the number of seeds where it is positive; and
 ``accuracy_vs_updates_mean.png``: every arm's held-out accuracy averaged over the seeds.
+Every evaluation also scores the same number of training-split requests (``train_eval/``,
+``train_final_acc``, ``train_mean_acc``): RL acts on those directly, while held-out accuracy also needs
+the sub-agents' skills to generalise to unseen requests.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
 
 def paired_summary(config: Config, run_dir: RunDir, per_seed: list) -> dict:
     """Paired differences over seeds (``COMPARISONS``) -> paired.md/.csv, and the seed-mean curves."""
-    metrics = ("final_acc", "mean_acc", *[f"acc_{t}" for t in TYPES])
+    metrics = ("final_acc", "mean_acc", "train_final_acc", "train_mean_acc", *[f"acc_{t}" for t in TYPES])
     rows = []
     for label, arm, base in COMPARISONS:
         if arm not in config.arms or base not in config.arms:
@@ -121,13 +124,15 @@ def paired_summary(config: Config, run_dir: RunDir, per_seed: list) -> dict:
                          "se": float(d.std(ddof=1) / np.sqrt(len(d))), "positive": f"{int((d > 0).sum())}/{len(d)}"})
     print(run_dir.write_table("paired", rows))
     steps = per_seed[0][1][config.arms[0]]["steps"]
-    mean_curves = {a: (steps, np.mean([c[a]["acc"] for _, c in per_seed], axis=0)) for a in config.arms}
-    plot_curves(run_dir.path / "accuracy_vs_updates_mean.png", {"held-out accuracy, mean over seeds": mean_curves},
+    mean_curve = lambda key: {a: (steps, np.mean([c[a][key] for _, c in per_seed], axis=0)) for a in config.arms}
+    plot_curves(run_dir.path / "accuracy_vs_updates_mean.png",
+                {"held-out accuracy, mean over seeds": mean_curve("acc"),
+                 "training-split accuracy, mean over seeds": mean_curve("train_acc")},
                 title=f"JoyAgents: {config.seeds} seeds")
     summary = {"paired": rows, "seeds": [s for s, _ in per_seed], "run_dir": str(run_dir.path)}
     run_dir.save_json("summary.json", summary)
     return {"paired": {f"{r['comparison']} | {r['metric']}": f"{r['mean_diff']:+.3f} ± {r['se']:.3f} ({r['positive']})"
-                       for r in rows if r["metric"] in ("final_acc", "mean_acc")}, "run_dir": str(run_dir.path)}
+                       for r in rows if r["metric"] in ("final_acc", "mean_acc", "train_final_acc", "train_mean_acc")}, "run_dir": str(run_dir.path)}
 
 
 def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
@@ -141,6 +146,10 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
                                         "last": [float(x[-10:].mean()) for x in losses]})
     held = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 3]), config.heldout, "heldout",
                                                  balanced=True))
+    # the same number of training-split requests: where RL acts directly (held-out accuracy also needs the
+    # sub-agents' skills to generalise to unseen requests)
+    train = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 4]), config.heldout, "train",
+                                                  balanced=True))
 
     # (2) RL arms from the same start, same request stream
     rows, curves = [], {}
@@ -151,7 +160,8 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
         arm_dir = sub_run(run_dir, arm.replace("+", "_"))
 
         def log_eval(state, d=arm_dir, tr=trainer):
-            d.log(int(state.step), {f"eval/{k}": v for k, v in evaluate(tr, state, held).items()})
+            d.log(int(state.step), {**{f"eval/{k}": v for k, v in evaluate(tr, state, held).items()},
+                                    **{f"train_eval/{k}": v for k, v in evaluate(tr, state, train).items()}})
 
         def chunk(state, tr=trainer, log_eval=log_eval):
             out = []
@@ -172,15 +182,18 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
         final = evaluate(trainer, state, held)
         steps, acc = series(arm_dir, "eval/accuracy")
         _, traj = series(arm_dir, "trajectories")
+        _, train_acc = series(arm_dir, "train_eval/accuracy")
         row = {"arm": arm, "mode": mode, "memory": memory, "updates": int(state.step), "start_acc": float(acc[0]),
                "final_acc": final["accuracy"], "best_acc": float(acc.max()), "mean_acc": float(acc.mean()),
                "trajectories": float(traj.sum()), **{f"acc_{t}": final[f"accuracy/{t}"] for t in TYPES},
-               "route_acc": final["route_accuracy"]}
+               "route_acc": final["route_accuracy"], "train_final_acc": float(train_acc[-1]),
+               "train_mean_acc": float(train_acc.mean())}
         if memory:
             row["final_acc_memory_off"] = evaluate(trainer, state, held, use_memory=False)["accuracy"]
             row["memory_entries"] = str(state.memory.entries())
         rows.append(row)
-        curves[arm] = {"steps": steps, "acc": acc, "traj_per_update": float(traj.mean()) if len(traj) else 0.0,
+        curves[arm] = {"steps": steps, "acc": acc, "train_acc": train_acc,
+                       "traj_per_update": float(traj.mean()) if len(traj) else 0.0,
                        **{t: series(arm_dir, f"eval/accuracy/{t}")[1] for t in TYPES}}
         arm_dir.close()
         print(row, flush=True)
@@ -194,7 +207,8 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
             c = curves[r["arm"]]
             hit = np.nonzero(c["acc"] >= base["final_acc"] - 1e-9)[0]
             r["updates_to_joint_final"] = int(c["steps"][hit[0]]) if len(hit) else -1
-    panels = {"held-out accuracy (all types)": {a: (c["steps"], c["acc"]) for a, c in curves.items()}}
+    panels = {"held-out accuracy (all types)": {a: (c["steps"], c["acc"]) for a, c in curves.items()},
+              "training-split accuracy (all types)": {a: (c["steps"], c["train_acc"]) for a, c in curves.items()}}
     for t in TYPES:
         panels[t] = {a: (c["steps"], c[t]) for a, c in curves.items()}
     plot_curves(run_dir.path / "accuracy_vs_updates.png", panels, title="JoyAgents: held-out greedy accuracy vs updates")
@@ -205,6 +219,7 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
     by = {r["arm"]: r for r in rows}
     summary = {f"{a}/{k}": v for a, r in by.items() for k, v in r.items()
                if k in ("final_acc", "best_acc", "mean_acc", "start_acc", "updates_to_joint_final", "final_acc_memory_off",
+                        "train_final_acc", "train_mean_acc",
                         "trajectories", *[f"acc_{t}" for t in TYPES])}
     summary["memories"] = {a: r["memory_entries"] for a, r in by.items() if "memory_entries" in r}
     summary["run_dir"] = str(run_dir.path)
