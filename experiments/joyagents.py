@@ -111,9 +111,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
     return paired_summary(config, run_dir, per_seed)
 
 
+#: the summary metrics of every paired comparison (held-out, then training-split accuracy)
+HEADLINE = ("final_acc", "mean_acc", "train_final_acc", "train_mean_acc")
+
+
 def paired_summary(config: Config, run_dir: RunDir, per_seed: list) -> dict:
     """Paired differences over seeds (``COMPARISONS``) -> paired.md/.csv, and the seed-mean curves."""
-    metrics = ("final_acc", "mean_acc", "train_final_acc", "train_mean_acc", *[f"acc_{t}" for t in TYPES])
+    metrics = (*HEADLINE, *[f"acc_{t}" for t in TYPES])
     rows = []
     for label, arm, base in COMPARISONS:
         if arm not in config.arms or base not in config.arms:
@@ -132,7 +136,7 @@ def paired_summary(config: Config, run_dir: RunDir, per_seed: list) -> dict:
     summary = {"paired": rows, "seeds": [s for s, _ in per_seed], "run_dir": str(run_dir.path)}
     run_dir.save_json("summary.json", summary)
     return {"paired": {f"{r['comparison']} | {r['metric']}": f"{r['mean_diff']:+.3f} ± {r['se']:.3f} ({r['positive']})"
-                       for r in rows if r["metric"] in ("final_acc", "mean_acc", "train_final_acc", "train_mean_acc")}, "run_dir": str(run_dir.path)}
+                       for r in rows if r["metric"] in HEADLINE}, "run_dir": str(run_dir.path)}
 
 
 def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
@@ -179,22 +183,22 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
             log_eval(state)
         state = run_chunks(arm_dir, state, chunk, config.rl_steps // config.eval_every,
                            steps_per_chunk=config.eval_every, desc=arm)
-        final = evaluate(trainer, state, held)
+        # the last logged evaluation is the final one (rl_steps is a multiple of eval_every)
         steps, acc = series(arm_dir, "eval/accuracy")
         _, traj = series(arm_dir, "trajectories")
         _, train_acc = series(arm_dir, "train_eval/accuracy")
+        by_type = {t: series(arm_dir, f"eval/accuracy/{t}")[1] for t in TYPES}
         row = {"arm": arm, "mode": mode, "memory": memory, "updates": int(state.step), "start_acc": float(acc[0]),
-               "final_acc": final["accuracy"], "best_acc": float(acc.max()), "mean_acc": float(acc.mean()),
-               "trajectories": float(traj.sum()), **{f"acc_{t}": final[f"accuracy/{t}"] for t in TYPES},
-               "route_acc": final["route_accuracy"], "train_final_acc": float(train_acc[-1]),
+               "final_acc": float(acc[-1]), "best_acc": float(acc.max()), "mean_acc": float(acc.mean()),
+               "trajectories": float(traj.sum()), **{f"acc_{t}": float(by_type[t][-1]) for t in TYPES},
+               "route_acc": float(series(arm_dir, "eval/route_accuracy")[1][-1]), "train_final_acc": float(train_acc[-1]),
                "train_mean_acc": float(train_acc.mean())}
         if memory:
             row["final_acc_memory_off"] = evaluate(trainer, state, held, use_memory=False)["accuracy"]
             row["memory_entries"] = str(state.memory.entries())
         rows.append(row)
         curves[arm] = {"steps": steps, "acc": acc, "train_acc": train_acc,
-                       "traj_per_update": float(traj.mean()) if len(traj) else 0.0,
-                       **{t: series(arm_dir, f"eval/accuracy/{t}")[1] for t in TYPES}}
+                       "traj_per_update": float(traj.mean()) if len(traj) else 0.0, **by_type}
         arm_dir.close()
         print(row, flush=True)
 
@@ -211,7 +215,7 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
               "training-split accuracy (all types)": {a: (c["steps"], c["train_acc"]) for a, c in curves.items()}}
     for t in TYPES:
         panels[t] = {a: (c["steps"], c[t]) for a, c in curves.items()}
-    plot_curves(run_dir.path / "accuracy_vs_updates.png", panels, title="JoyAgents: held-out greedy accuracy vs updates")
+    plot_curves(run_dir.path / "accuracy_vs_updates.png", panels, title="JoyAgents: greedy accuracy vs updates (per type: held-out)")
     plot_curves(run_dir.path / "accuracy_vs_trajectories.png",
                 {"held-out accuracy vs sampled trajectories (x = updates x trajectories per update)":
                  {a: (c["steps"] * c["traj_per_update"], c["acc"]) for a, c in curves.items()}})
