@@ -13,7 +13,8 @@ the ``branching`` candidate next steps that were sampled when the node was expan
 - prior: the candidate steps' log-probabilities under the sampling policy (PUCT prior); a candidate
   equal to an earlier one of the same node gets zero prior (``dedupe_candidates``), and so does one
   that an optional local step check rejects (``step_is_wrong``, a process verifier);
-- value: the fraction of the rollouts whose answer passes the verifier (exact match); optionally
+- value: the fraction of the rollouts whose answer passes the verifier (``verify``: exact match by
+  default, or ``tasks.rewards.answer_verifier(task)`` for a task with many valid answers); optionally
   (``value_check``) graded by a process check: unverified rollouts count ``process_weight`` x the
   fraction of their steps before the first false one (``steps_before_first_wrong``);
 - a step that closes ``</think>`` makes a terminal node: its edge reward is ``2 * value - 1``, so a
@@ -41,7 +42,7 @@ from flax import struct
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.rl.grpo.trainer import join
-from jaxrl_reason.tasks.rewards import exact_match, parse_response
+from jaxrl_reason.tasks.rewards import verify_exact
 from jaxrl_reason.tasks.vocab import VOCAB
 
 #: Step delimiters of the character vocabulary: ``,`` between steps, ``</think>`` after the last.
@@ -168,7 +169,8 @@ def _prior_logits(node: Node, blocked: jax.Array) -> jax.Array:
     return jnp.where(blocked, -1e9, node.candidate_logp)
 
 
-def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len, value_check=None):
+def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len, value_check=None,
+            verify=verify_exact):
     """Sample K rollouts to an answer after ``response``; their first steps are the K candidate steps.
 
     problem: (prompts [B, P], prompt_lens [B], answers [B, A], answer_lens [B]);
@@ -185,8 +187,8 @@ def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response
                    jnp.full((b * k, 1), VOCAB.answer_end, jnp.int32), jnp.full((b * k,), r, jnp.int32),
                    config=SamplerConfig(max_new_tokens=r, temperature=cfg.temperature, pad_id=VOCAB.pad))
     full = join(rows(response), rows(response_len), out.tokens)  # [B*K, L+R]
-    correct = exact_match(full, parse_response(full, rows(response_len) + out.lengths), rows(answers),
-                          rows(answer_lens)).reshape(b, k)
+    correct = verify(full, rows(response_len) + out.lengths, rows(prompts), rows(prompt_lens), rows(answers),
+                     rows(answer_lens)).reshape(b, k)
     toks, lens = out.tokens.reshape(b, k, r), out.lengths.reshape(b, k)
     step, step_len = _first_steps(toks, lens, s)
     pos = jnp.arange(r)
@@ -203,7 +205,7 @@ def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response
                 value=value, guide=guide, tokens=lens.sum(-1).astype(jnp.int32))
 
 
-def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_check=None):
+def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_check=None, verify=verify_exact):
     """-> jitted ``search(model_state, key, prompts, prompt_lens, answers, answer_lens) -> SearchResult``.
 
     prompts [B, P] right-padded (``<bos>`` + problem), answers [B, A] padded exact answers.
@@ -214,6 +216,7 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
     ``value_check`` (optional, same signature): the process check grades open nodes instead of pruning:
     a node whose rollouts go further before their first rejected step is worth more
     (``StepSearchConfig.process_weight``; a verified rollout still counts 1).
+    ``verify``: the answer verifier of the task (``tasks.rewards.answer_verifier``; default exact match).
     """
 
     def recurrent_fn(params, key, action, node: Node):
@@ -224,7 +227,7 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
         response_len = jnp.minimum(node.response_len + step_len, cfg.response_len)
         closes = jnp.any((step == VOCAB.think_end) & (jnp.arange(cfg.step_tokens) < step_len[:, None]), axis=-1)
         rejected = (jnp.zeros_like(closes) if step_is_wrong is None else step_is_wrong(step, step_len)) & ~node.terminal
-        fields = _expand(model_state, graphdef, cfg, key, problem, response, response_len, value_check)
+        fields = _expand(model_state, graphdef, cfg, key, problem, response, response_len, value_check, verify)
         child = Node(response=response, response_len=response_len, terminal=closes | rejected | node.terminal, **fields)
         # below a terminal node nothing changes and nothing counts
         child = jax.tree.map(lambda old, new: jnp.where(
@@ -250,7 +253,7 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
         root_key, search_key = jax.random.split(key)
         response = jnp.full((b, cfg.response_len), VOCAB.pad, jnp.int32).at[:, 0].set(VOCAB.think)
         response_len = jnp.ones((b,), jnp.int32)
-        fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len, value_check)
+        fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len, value_check, verify)
         root_node = Node(response=response, response_len=response_len, terminal=jnp.zeros((b,), bool), **fields)
         blocked = _blocked(cfg, root_node, step_is_wrong)
         root = mctx.RootFnOutput(prior_logits=_prior_logits(root_node, blocked), value=root_node.guide,
@@ -273,12 +276,12 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
     return search
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens", "temperature"))
-def best_of_n(graphdef, model_state, key, prompts, prompt_lens, answers, answer_lens, *, num_samples: int,
-              max_new_tokens: int, temperature: float):
-    """Baseline: ``num_samples`` whole responses per problem, solved if any passes the verifier.
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens", "temperature", "verify"))
+def sample_and_verify(graphdef, model_state, key, prompts, prompt_lens, answers, answer_lens, *, num_samples: int,
+                      max_new_tokens: int, temperature: float, verify=verify_exact):
+    """``num_samples`` whole responses per problem, each checked by ``verify`` (as in the search).
 
-    -> (solved [B] bool, tokens [B] int32 generated in total).
+    -> (verified [B, num_samples] bool, tokens [B, num_samples] int32 generated per response).
     """
     b = prompts.shape[0]
     rows = lambda x: jnp.repeat(x, num_samples, axis=0)
@@ -286,5 +289,14 @@ def best_of_n(graphdef, model_state, key, prompts, prompt_lens, answers, answer_
     out = generate(graphdef, model_state, rows(prompts), rows(prompt_lens), key,
                    jnp.broadcast_to(stops, (b * num_samples, 1)), jnp.full((b * num_samples,), max_new_tokens, jnp.int32),
                    config=SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, pad_id=VOCAB.pad))
-    ok = exact_match(out.tokens, parse_response(out.tokens, out.lengths), rows(answers), rows(answer_lens))
-    return ok.reshape(b, num_samples).any(-1), out.lengths.reshape(b, num_samples).sum(-1)
+    ok = verify(out.tokens, out.lengths, rows(prompts), rows(prompt_lens), rows(answers), rows(answer_lens))
+    return ok.reshape(b, num_samples), out.lengths.reshape(b, num_samples)
+
+
+def best_of_n(graphdef, model_state, key, prompts, prompt_lens, answers, answer_lens, **kw):
+    """Baseline: ``sample_and_verify`` (same keywords), solved if any response passes.
+
+    -> (solved [B] bool, tokens [B] int32 generated in total).
+    """
+    ok, tokens = sample_and_verify(graphdef, model_state, key, prompts, prompt_lens, answers, answer_lens, **kw)
+    return ok.any(-1), tokens.sum(-1)

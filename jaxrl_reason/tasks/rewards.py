@@ -5,6 +5,8 @@ spurious-rewards study.
     parsed = parse_response(tokens, lengths)           # tokens [B, N] int32, lengths [B]
     ok = exact_match(tokens, parsed, answers, answer_lens)
     scores = score(tasks, batch, tokens, lengths)      # dict of [B] arrays (host entry point)
+    verify = answer_verifier(task)                     # in-jit: verify(tokens, lengths, prompts, prompt_lens,
+                                                       #   answers, answer_lens) -> [B] bool
     r = combine_rewards(RewardConfig("random"), key, scores)
 
 A response is well formatted iff it is exactly ``<think>..</think><answer>..</answer>`` (the tags are
@@ -15,6 +17,7 @@ truncated at the length limit) never raise: they are not correct and get ``malfo
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import flax
@@ -22,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_reason.tasks.base import Problem
 from jaxrl_reason.tasks.vocab import VOCAB
 
 VARIANTS = ("correct", "random", "inverted", "wrong_label", "format_only")
@@ -98,6 +102,42 @@ def score(tasks: Sequence, batch, tokens, lengths) -> dict[str, np.ndarray]:
             wrong[i] = ans is not None and ans == prob.wrong
     return {"correct": correct, "wrong_match": wrong, "formatted": np.asarray(parsed.formatted),
             "has_answer": np.asarray(parsed.has_answer)}
+
+
+def verify_exact(tokens, lengths, prompts, prompt_lens, answers, answer_lens) -> jax.Array:
+    """In-jit verifier of exact-match tasks: responses tokens [B, N] (from ``<think>``), lengths [B] -> [B] bool."""
+    del prompts, prompt_lens
+    return exact_match(tokens, parse_response(tokens, lengths), answers, answer_lens)
+
+
+@functools.cache
+def answer_verifier(task):
+    """-> a jittable ``verify(tokens, lengths, prompts, prompt_lens, answers, answer_lens) -> [B] bool`` for ``task``.
+
+    Exact-match tasks: ``verify_exact``. Others (countdown: many valid answers): ``task.check`` on the host
+    through ``jax.pure_callback`` (the prompt text is decoded from ``prompts`` [B, P], ``<bos>`` first), so a
+    jitted search can call the task's own verifier. Cached: one function object per task (a static argument
+    of ``search.lm_mcts.best_of_n``).
+    """
+    if task.exact_match:
+        return verify_exact
+
+    def host(tokens, lengths, prompts, prompt_lens):
+        parsed = parse_response(jnp.asarray(tokens), jnp.asarray(lengths))
+        out = np.zeros(len(tokens), bool)
+        for i, ans in enumerate(answer_strings(tokens, parsed)):
+            if ans is not None:
+                prompt = VOCAB.decode(np.asarray(prompts[i])[1: int(prompt_lens[i])], stop_at_pad=False)
+                out[i] = bool(task.check(ans, Problem(prompt=prompt, answer="", wrong="", trace="", difficulty=0,
+                                                      task=task.name)))
+        return out
+
+    def verify(tokens, lengths, prompts, prompt_lens, answers, answer_lens):
+        del answers, answer_lens
+        shape = jax.ShapeDtypeStruct(tokens.shape[:1], jnp.bool_)
+        return jax.pure_callback(host, shape, tokens, lengths, prompts, prompt_lens, vmap_method="sequential")
+
+    return verify
 
 
 @dataclasses.dataclass(frozen=True)
