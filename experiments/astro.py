@@ -1,10 +1,11 @@
 """ASTRO at small scale: step-level MCTS over a tiny LM -> procedure cloning -> SFT -> GRPO.
 
-1. base policy: a tiny char-level LM with a short, partial SFT on gold RandomCalculation traces;
+1. base policy: a tiny char-level LM with a short, partial SFT on the task's gold traces (RandomCalculation;
+   ``--preset countdown``: Countdown, verified by ``task.check`` in the search too);
 2. search vs sampling: on held-out multi-step problems (where one greedy pass often fails), MCTS
    with the base policy (outcome verifier only, and with the local step check of ``tasks.calc_steps``
    pruning candidate steps) vs best-of-N sampling with (at least) the same number of generated
-   tokens; solved = a verified-correct answer was found (all use the same answer verifier); the table
+   tokens, overall and per difficulty; solved = a verified-correct answer was found (all use the same answer verifier); the table
    gives each search's paired difference to best-of-N (mean and standard error over problems);
    ``--compare-only`` stops here (``--compare-problems 512`` for a tight comparison);
 3. search on training problems -> linear chains of thought: ASTRO traces (failed branch, reflection,
@@ -30,12 +31,13 @@ from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
-from jaxrl_reason.search.lm_mcts import StepSearchConfig, best_of_n, make_step_search
+from jaxrl_reason.search.lm_mcts import StepSearchConfig, make_step_search, sample_and_verify
 from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
 from jaxrl_reason.tasks import calc_steps
 from jaxrl_reason.tasks.base import make_batch
+from jaxrl_reason.tasks.countdown import Countdown
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
-from jaxrl_reason.tasks.rewards import RewardConfig, score
+from jaxrl_reason.tasks.rewards import RewardConfig, answer_verifier, score
 from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.experiment import RunDir
 
@@ -45,7 +47,8 @@ STOPS = np.array([VOCAB.answer_end, VOCAB.eos], np.int32)
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
-    task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=3, max_operand=9, ops="+-*")
+    # RandomCalculation (one exact answer) or Countdown (reach a target; many valid answers, verified by task.check)
+    task: RandomCalculation | Countdown = RandomCalculation(min_difficulty=1, max_difficulty=3, max_operand=9, ops="+-*")
     d_model: int = 64
     n_layers: int = 2
     base_sft: recipes.WarmStart = recipes.WarmStart(problems=2048, steps=300, batch_size=32, lr=3e-3, seq_len=64)
@@ -54,8 +57,11 @@ class Config:
     search_batch: int = 32  # problems searched per jitted call
     search_problems: int = 512  # training problems searched for traces
     compare_problems: int = 64  # held-out problems for MCTS vs best-of-N
+    compare_min_difficulty: int = 2  # ... of at least this difficulty (multi-step: one greedy pass often fails)
     cloning: CloningConfig = CloningConfig(num_detours=1)
-    detours_need_invalid_step: bool = True  # detours only through steps tasks.calc_steps rejects (visible mistakes)
+    # detours only through visible mistakes (``shows_mistake``): a step tasks.calc_steps rejects; countdown: an
+    # attempt whose steps are true but whose result misses the target
+    detours_need_visible_mistake: bool = True
     prune_with_step_check: bool = False  # the trace search prunes rejected steps (measured: no better at equal tokens)
     # SFT only on traces whose successful path passes tasks.calc_steps (measured: without it about half of the
     # verified traces reach the answer over false steps and SFT on them falls below the base policy)
@@ -103,6 +109,11 @@ PRESETS = {
         grpo=dataclasses.replace(Config().grpo, prompts_per_step=64, group_size=16, max_new_tokens=112),
         rl_steps=200, heldout_problems=1024, prompt_len=32,
     ),
+    # countdown (2-4 numbers up to 9): a search task, where one greedy pass rarely finds the target for 3-4 numbers
+    "countdown": Config(task=Countdown(min_difficulty=2, max_difficulty=4, max_number=9), answer_len=16,
+                        compare_min_difficulty=3, cloning=CloningConfig(num_detours=1, detour="attempt"),
+                        trace_sft_steps=50,
+                        base_sft=recipes.WarmStart(problems=2048, steps=1500, batch_size=32, lr=3e-3, seq_len=64)),
 }
 
 
@@ -138,13 +149,28 @@ def search_stats(results) -> dict:
 
 def search_traces(config: Config, search, params, problems_batch) -> tuple[list, dict]:
     """Search every problem -> (cloned traces per problem or None, ``search_stats``)."""
-    check = calc_steps.step_is_valid if config.detours_need_invalid_step else None
     traces, results = [], []
     for i, res in search_batches(config, search, params, problems_batch):
         results.append(res)
-        traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b, step_is_valid=check)
+        traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b,
+                                   shows_mistake=shows_mistake(config.task, problems_batch.problems[i + b])
+                                   if config.detours_need_visible_mistake else None)
                    for b in range(len(res.solved))]
     return traces, search_stats(results)
+
+
+def shows_mistake(task, problem):
+    """-> ``check(detour text) -> bool``: the detour shows its mistake. Countdown: its steps are all true and
+    the last one's result is not the problem's target (a finished attempt that visibly misses); otherwise:
+    the detour step is false (``tasks.calc_steps``)."""
+    if isinstance(task, Countdown):
+        target = problem.prompt.rsplit(" to ", 1)[1]
+
+        def misses_target(text: str) -> bool:
+            steps = [s for s in text.split(",") if s]
+            return bool(steps) and all(map(calc_steps.step_is_valid, steps)) and steps[-1].split("=")[-1] != target
+        return misses_target
+    return lambda text: not calc_steps.step_is_valid(text)
 
 
 def path_is_valid(trace) -> bool:
@@ -153,37 +179,70 @@ def path_is_valid(trace) -> bool:
     return bool(steps) and all(calc_steps.step_is_valid(s) for s in steps)
 
 
+def take_matched(ok, tok, budget, groups):
+    """Per group, the fewest responses per problem whose mean tokens reach the group's mean budget.
+
+    ok, tok [B, N]: verified flag and tokens of N drawn responses; budget [B]; groups [B]
+    -> (solved [B]: any of the taken responses verified, tokens [B]: their tokens), or None when N
+    responses do not reach some group's budget.
+    """
+    solved, tokens = np.zeros(len(budget), bool), np.zeros(len(budget), np.int64)
+    for g in np.unique(groups):
+        m = groups == g
+        spent = np.cumsum(tok[m], axis=1).mean(0)  # [N]: mean tokens of the first j+1 responses
+        if spent[-1] < budget[m].mean():
+            return None
+        j = int(np.argmax(spent >= budget[m].mean()))
+        solved[m], tokens[m] = ok[m, : j + 1].any(1), tok[m, : j + 1].sum(1)
+    return solved, tokens
+
+
+def matched_best_of_n(config: Config, graphdef, params, key, part, budget, groups):
+    """Best-of-N on one batch of problems with, in each group (difficulty), at least the searches' mean tokens.
+
+    budget [B]: the searches' tokens per problem (the largest over searches); groups [B]. Draws N responses
+    per problem, growing N until every group's budget can be met, then ``take_matched`` -> (solved [B], tokens [B]).
+    """
+    per_sample = config.grpo.max_new_tokens
+    n = max(1, int(budget.max() // per_sample))  # a lower bound; grow until every group's budget is reached
+    while True:
+        ok, tok = sample_and_verify(graphdef, params, key, part.prompts, part.prompt_lens, part.answers, part.answer_lens,
+                                    num_samples=n, max_new_tokens=per_sample, temperature=config.search.temperature,
+                                    verify=answer_verifier(config.task))
+        ok, tok = np.asarray(ok), np.asarray(tok)
+        taken = take_matched(ok, tok, budget, groups)
+        if taken is not None:
+            return taken
+        short = max(budget[groups == g].mean() / max(tok[groups == g].sum(1).mean(), 1.0) for g in np.unique(groups))
+        n = int(np.ceil(n * short)) + 1
+
+
 def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -> list[dict]:
     """Each search in ``searches`` ({name: search fn}) vs best-of-N on held-out multi-step problems.
 
     Best-of-N draws whole responses until its mean tokens per problem reach the largest of the
-    searches' (per jitted batch), so it never has fewer tokens than a search it is compared with.
+    searches', per jitted batch and per difficulty within it (``matched_best_of_n``), so it never has
+    fewer tokens than a search it is compared with, overall or in any difficulty row.
     -> table rows: "all", then one per difficulty ({name}_solved / _tokens per problem, and
     {name}_minus_bon / _se: the per-problem paired difference of solved to best-of-N).
     """
-    multi = np.flatnonzero(np.asarray(held.difficulty) >= min(2, config.task.max_difficulty))
+    multi = np.flatnonzero(np.asarray(held.difficulty) >= min(config.compare_min_difficulty, config.task.max_difficulty))
     if len(multi) < config.compare_problems:
-        raise ValueError(f"only {len(multi)} held-out multi-step problems for compare_problems={config.compare_problems}")
+        raise ValueError(f"only {len(multi)} held-out problems of difficulty >= {config.compare_min_difficulty} for "
+                         f"compare_problems={config.compare_problems}")
     compare = held.take(multi[: config.compare_problems])
     found = {name: search_stats([r for _, r in search_batches(config, search, params, compare)])
              for name, search in searches.items()}
-    per_sample = config.grpo.max_new_tokens
+    diff = np.asarray(compare.difficulty)
     bon_solved, bon_tokens = [], []
     for i in range(0, config.compare_problems, config.search_batch):
         part = compare.take(range(i, i + config.search_batch))
-        budget = max(f["tokens"][i: i + config.search_batch].mean() for f in found.values())
-        n = max(1, int(budget // per_sample))  # a lower bound; grow until the budget is reached
-        while True:
-            ok, tok = best_of_n(graphdef, params, jax.random.key(7 + i), part.prompts, part.prompt_lens, part.answers,
-                                part.answer_lens, num_samples=n, max_new_tokens=per_sample,
-                                temperature=config.search.temperature)
-            if float(np.asarray(tok).mean()) >= budget:
-                break
-            n = int(np.ceil(n * budget / max(float(np.asarray(tok).mean()), 1.0))) + 1
-        bon_solved.append(np.asarray(ok))
-        bon_tokens.append(np.asarray(tok))
+        budget = np.max([f["tokens"][i: i + config.search_batch] for f in found.values()], axis=0)
+        ok, tok = matched_best_of_n(config, graphdef, params, jax.random.key(7 + i), part, budget,
+                                    diff[i: i + config.search_batch])
+        bon_solved.append(ok)
+        bon_tokens.append(tok)
     found["best_of_n"] = {"solved": np.concatenate(bon_solved), "tokens": np.concatenate(bon_tokens)}
-    diff = np.asarray(compare.difficulty)
     bon = found["best_of_n"]["solved"].astype(np.float64)
 
     def row(m):
@@ -233,10 +292,12 @@ def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
     base = base_policy(config)
     graphdef, params = nnx.split(base)
-    searches = {"mcts": make_step_search(graphdef, config.search),  # outcome verifier only
-                "mcts_step_checked": make_step_search(graphdef, config.search, calc_steps.step_is_wrong),
+    verify = answer_verifier(config.task)
+    searches = {"mcts": make_step_search(graphdef, config.search, verify=verify),  # outcome verifier only
+                "mcts_step_checked": make_step_search(graphdef, config.search, calc_steps.step_is_wrong, verify=verify),
                 # the step check grades nodes (how far rollouts go before a false step) instead of pruning
-                "mcts_step_graded": make_step_search(graphdef, config.search, value_check=calc_steps.step_is_wrong)}
+                "mcts_step_graded": make_step_search(graphdef, config.search, value_check=calc_steps.step_is_wrong,
+                                                     verify=verify)}
     search = searches["mcts_step_checked" if config.prune_with_step_check else "mcts"]
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
 

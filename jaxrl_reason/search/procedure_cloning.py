@@ -8,6 +8,10 @@ differs from the successful one), then a reflection + explicit backtrack segment
 
     <think>3+4=7,7*2=15,wrong!back to 1,7*2=14</think><answer>14</answer>
 
+The detour is the failed child's step (``detour="step"``) or the whole failed attempt
+(``detour="attempt"``: the step and the child's rollout up to ``</think>`` when it closes, so that a wrong end result
+is in the text, e.g. countdown's ``count 3 5 7 to 22``: ``3+5=8,8*7=56,wrong!back to 0,3*5=15,15+7=22``).
+
 ``back to i`` means: keep the first ``i`` steps, drop everything after them (``back to 0`` restarts).
 ``ClonedTrace.failed_spans`` locates the failed steps in the trace, so that SFT can leave them out of
 the loss (the model still reads them) and learn to recognise and undo a wrong step without learning to
@@ -35,8 +39,11 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>")
 class CloningConfig:
     num_detours: int = 1  # failed branches visited before the successful step (0 = direct)
     reflection: str = "wrong!back to {step},"  # must contain {step}, no tags; ends with the step delimiter
+    detour: str = "step"  # "step": the failed child's step; "attempt": the step and its rollout's reasoning
 
     def __post_init__(self):
+        if self.detour not in ("step", "attempt"):
+            raise ValueError(f"CloningConfig.detour must be 'step' or 'attempt', got {self.detour!r}")
         if self.num_detours < 0:
             raise ValueError(f"CloningConfig.num_detours must be >= 0, got {self.num_detours}")
         if "{step}" not in self.reflection or "<" in self.reflection:
@@ -72,12 +79,13 @@ def _as_step(text: str) -> str:
 
 
 def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
-                    step_is_valid: Callable[[str], bool] | None = None) -> ClonedTrace | None:
+                    shows_mistake: Callable[[str], bool] | None = None) -> ClonedTrace | None:
     """Linearise problem ``b``'s tree; ``None`` when the search found no verified answer.
 
-    ``step_is_valid`` (optional, e.g. ``tasks.calc_steps.step_is_valid``): a local check of one step;
-    when given, a failed sibling is used as a detour only if its step fails the check, so every
-    reflection follows a visible mistake (a step whose rollouts merely failed is not called wrong).
+    ``shows_mistake`` (optional): a check of a detour's text (steps ending with ``,``), e.g.
+    ``lambda t: not tasks.calc_steps.step_is_valid(t)``; when given, a failed sibling is used as a
+    detour only if its text shows the mistake, so every reflection follows a visible one (a step whose
+    rollouts merely failed is not called wrong).
     """
     t = _node(tree, b)
     good = np.flatnonzero((t["visits"] > 0) & t["correct"])
@@ -108,11 +116,18 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
         while n >= 0 and not verified_below[n]:
             verified_below[n] = True
             n = int(t["parents"][n])
+    def detour(p, c) -> str:
+        text = _as_step(edge(p, c))
+        if config.detour == "attempt" and "</think>" not in edge(p, c):
+            rest, closed, _ = _text(t["rollout"][c], t["rollout_len"][c]).partition("</think>")
+            text += _as_step(rest) if closed and rest else ""  # an unclosed rollout: the step alone
+        return text
+
     options = {}
     for j, (p, nxt) in enumerate(zip(path, path[1:])):
         kids = [int(c) for c in t["children"][p] if c >= 0 and c != nxt]
         failed = [c for c in kids if t["visits"][c] > 0 and not verified_below[c]
-                  and edge(p, c) != steps[j] and (step_is_valid is None or not step_is_valid(_as_step(edge(p, c))))]
+                  and edge(p, c) != steps[j] and (shows_mistake is None or shows_mistake(detour(p, c)))]
         if failed:
             options[j] = failed
     rng = np.random.default_rng(seed)
@@ -124,7 +139,7 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
         if j in where:
             c = options[j][int(rng.integers(len(options[j])))]
             failed.append(len(pieces))
-            pieces.append(_as_step(edge(path[j], c)))
+            pieces.append(detour(path[j], c))
             pieces.append(config.reflection.format(step=j))
         pieces.append(step)
     strip = lambda s: s.removeprefix("<think>").split("</think>")[0]

@@ -51,9 +51,15 @@ def test_procedure_cloning_detours_and_backtracks():
     assert set(one) == {"3+4=8,wrong!back to 0,3+4=7,7*2=14", "3+4=7,7*2=15,wrong!back to 1,7*2=14"}
     assert one == [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s).think for s in range(8)]
     # with a local step check, a detour goes only through a step that fails it
-    only_first = lambda step: step == "3+4=8,"  # calls the first failed step valid
-    assert {clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, step_is_valid=only_first).think
+    not_first = lambda step: step != "3+4=8,"  # calls the first failed step valid
+    assert {clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, shows_mistake=not_first).think
             for s in range(8)} == {"3+4=7,7*2=15,wrong!back to 1,7*2=14"}
+    # "attempt" detours write out the failed child's rollout reasoning too (node 1's rollout: '8</think>...')
+    attempt = CloningConfig(num_detours=2, detour="attempt")
+    assert clone_procedure(tree, 0, attempt, seed=0).think == "3+4=8,8,wrong!back to 0,3+4=7,7*2=15,wrong!back to 1,7*2=14"
+    seen = []
+    clone_procedure(tree, 0, attempt, seed=0, shows_mistake=lambda text: seen.append(text) or True)
+    assert sorted(seen) == ["3+4=8,8,", "7*2=15,"]  # a step that closed </think> has nothing more to write
     # failed = no verified answer below, whatever the node values (a graded process value makes them positive)
     tree.node_values[:] = 0.4
     assert clone_procedure(tree, 0, CloningConfig(num_detours=2), seed=0).think == two.think
@@ -86,6 +92,8 @@ def test_configs_reject_bad_values():
         CloningConfig(reflection="go back")
     with pytest.raises(ValueError, match="num_detours"):
         CloningConfig(num_detours=-1)
+    with pytest.raises(ValueError, match="detour"):
+        CloningConfig(detour="branch")
     from jaxrl_reason.cli import load_experiment
 
     bench = load_experiment("bench_search")
@@ -194,3 +202,60 @@ def test_graded_process_value_counts_steps_before_the_first_false_one(searched):
     np.testing.assert_array_equal(np.asarray(plain.tree.embeddings.guide), np.asarray(plain.tree.embeddings.value))
     with pytest.raises(ValueError, match="process_weight"):
         StepSearchConfig(process_weight=1.0)
+
+
+def test_countdown_verifier_runs_the_task_check_inside_jit_and_the_search(searched):
+    """A task with many valid answers: the search and best-of-N verify with ``task.check`` (host callback)."""
+    from jaxrl_reason.tasks.countdown import Countdown
+    from jaxrl_reason.tasks.rewards import answer_verifier, verify_exact
+
+    task = Countdown(max_difficulty=2)
+    assert answer_verifier(RandomCalculation()) is verify_exact and answer_verifier(task) is answer_verifier(task)
+    batch = make_batch(task, np.random.default_rng(0), 2, PROMPT_LEN, 8)
+    assert (batch.problems[0].prompt, batch.problems[0].answer) == ("count 1 3 to 4", "3+1")
+    bodies = ["<think></think><answer>1+3</answer>", "<think></think><answer>3+1</answer>",
+              "<think></think><answer>1+1+3</answer>", "<think>1+3</answer>", ""]
+    want = [True, True, False, False, False]
+    rows = [VOCAB.encode(t) for t in bodies]
+    toks = np.full((len(rows), 24), VOCAB.pad, np.int32)
+    for i, r in enumerate(rows):
+        toks[i, : len(r)] = r
+    first = batch.take([0] * len(rows))
+    got = jax.jit(answer_verifier(task))(toks, np.array([len(r) for r in rows]), first.prompts, first.prompt_lens,
+                                         first.answers, first.answer_lens)
+    assert np.asarray(got).tolist() == want
+    exact = verify_exact(toks, np.array([len(r) for r in rows]), first.prompts, first.prompt_lens, first.answers,
+                         first.answer_lens)
+    assert np.asarray(exact).tolist() == [False, True, False, False, False]  # exact match misses "1+3"
+    # in the search, a node's verifier flag is task.check of its response + rollout
+    graphdef, params, _, _, _ = searched
+    res = make_step_search(graphdef, CFG, verify=answer_verifier(task))(
+        params, jax.random.key(0), batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
+    emb, visits = res.tree.embeddings, np.asarray(res.tree.node_visits)
+    for i in range(2):
+        for n in np.flatnonzero(visits[i] > 0):
+            text = VOCAB.decode(np.concatenate([emb.response[i, n, : int(emb.response_len[i, n])],
+                                                emb.rollout[i, n, : int(emb.rollout_len[i, n])]]), stop_at_pad=False)
+            answer = text.split("<answer>")[-1].split("</answer>")[0] if text.endswith("</answer>") else None
+            assert bool(emb.correct[i, n]) == (answer is not None and task.check(answer, batch.problems[i]))
+    ok, _ = best_of_n(graphdef, params, jax.random.key(1), batch.prompts, batch.prompt_lens, batch.answers,
+                      batch.answer_lens, num_samples=2, max_new_tokens=8, temperature=1.0, verify=answer_verifier(task))
+    assert ok.shape == (2,)
+
+
+
+def test_best_of_n_is_matched_to_the_search_tokens_per_difficulty(searched):
+    from jaxrl_reason.cli import load_experiment
+
+    astro = load_experiment("astro")
+    ok = np.array([[0, 0, 1], [0, 1, 0], [1, 0, 0]], bool)
+    tok = np.array([[5, 5, 5], [10, 10, 10], [4, 4, 4]])
+    # group 0 (rows 0, 1) needs a mean of 12 tokens: two responses each (mean 15; one gives 7.5); group 1 needs 1
+    solved, tokens = astro.take_matched(ok, tok, np.array([14, 10, 1]), np.array([0, 0, 1]))
+    assert solved.tolist() == [False, True, True] and tokens.tolist() == [10, 20, 4]
+    assert astro.take_matched(ok, tok, np.array([40, 40, 1]), np.array([0, 0, 1])) is None  # 3 responses: mean 22.5
+    graphdef, params, batch, _, _ = searched
+    config = types.SimpleNamespace(grpo=types.SimpleNamespace(max_new_tokens=8), search=CFG, task=RandomCalculation())
+    budget = np.array([30, 10])
+    solved, tokens = astro.matched_best_of_n(config, graphdef, params, jax.random.key(2), batch, budget, np.array([1, 2]))
+    assert (tokens >= budget).all() and solved.dtype == bool  # one problem per group: at least its own budget
