@@ -112,7 +112,13 @@ PRESETS = {
     # countdown (2-4 numbers up to 9): a search task, where one greedy pass rarely finds the target for 3-4 numbers
     "countdown": Config(task=Countdown(min_difficulty=2, max_difficulty=4, max_number=9), answer_len=16,
                         compare_min_difficulty=3, cloning=CloningConfig(num_detours=1, detour="attempt"),
-                        trace_sft_steps=50,
+                        # a 4-number response takes ~45 tokens, a step up to 11
+                        search=dataclasses.replace(Config().search, step_tokens=12, rollout_tokens=48),
+                        # any failed attempt (measured: only 4 of 280 traces found one with true steps that misses
+                        # the target; the base policy's failed attempts bend a step to land on it)
+                        detours_need_visible_mistake=False,
+                        trace_sft_steps=50, trace_seq_len=128,  # room for a failed attempt, the reflection and a retry
+                        grpo=dataclasses.replace(Config().grpo, max_new_tokens=96),
                         base_sft=recipes.WarmStart(problems=2048, steps=1500, batch_size=32, lr=3e-3, seq_len=64)),
 }
 
