@@ -114,16 +114,15 @@ def verify_exact(tokens, lengths, prompts, prompt_lens, answers, answer_lens) ->
 def answer_verifier(task):
     """-> a jittable ``verify(tokens, lengths, prompts, prompt_lens, answers, answer_lens) -> [B] bool`` for ``task``.
 
-    Exact-match tasks: ``verify_exact``. Others (countdown: many valid answers): ``task.check`` on the host
-    through ``jax.pure_callback`` (the prompt text is decoded from ``prompts`` [B, P], ``<bos>`` first), so a
-    jitted search can call the task's own verifier. Cached: one function object per task (a static argument
-    of ``search.lm_mcts.best_of_n``).
+    Exact-match tasks: ``verify_exact``. Others (countdown: many valid answers): the answer span is parsed
+    in jit, then ``task.check`` runs on the host through ``jax.pure_callback`` (the prompt text is decoded from
+    ``prompts`` [B, P], ``<bos>`` first), so a jitted search can call the task's own verifier. Cached: one
+    function object per task (a static argument of ``search.lm_mcts.sample_and_verify``).
     """
     if task.exact_match:
         return verify_exact
 
-    def host(tokens, lengths, prompts, prompt_lens):
-        parsed = parse_response(jnp.asarray(tokens), jnp.asarray(lengths))
+    def host(tokens, prompts, prompt_lens, parsed):
         out = np.zeros(len(tokens), bool)
         for i, ans in enumerate(answer_strings(tokens, parsed)):
             if ans is not None:
@@ -134,8 +133,9 @@ def answer_verifier(task):
 
     def verify(tokens, lengths, prompts, prompt_lens, answers, answer_lens):
         del answers, answer_lens
+        parsed = parse_response(tokens, lengths)
         shape = jax.ShapeDtypeStruct(tokens.shape[:1], jnp.bool_)
-        return jax.pure_callback(host, shape, tokens, lengths, prompts, prompt_lens, vmap_method="sequential")
+        return jax.pure_callback(host, shape, tokens, prompts, prompt_lens, parsed, vmap_method="sequential")
 
     return verify
 
