@@ -226,9 +226,10 @@ def matched_best_of_n(config: Config, graphdef, params, key, part, budget, group
 def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -> list[dict]:
     """Each search in ``searches`` ({name: search fn}) vs best-of-N on held-out multi-step problems.
 
-    Best-of-N draws whole responses until its mean tokens per problem reach the largest of the
-    searches', per jitted batch and per difficulty within it (``matched_best_of_n``), so it never has
-    fewer tokens than a search it is compared with, overall or in any difficulty row.
+    Best-of-N draws whole responses until, per jitted batch and per difficulty within it, its mean
+    tokens per problem reach the mean of each problem's largest spend over the searches
+    (``matched_best_of_n``), so it never has fewer tokens than a search it is compared with, overall or
+    in any difficulty row.
     -> table rows: "all", then one per difficulty ({name}_solved / _tokens per problem, and
     {name}_minus_bon / _se: the per-problem paired difference of solved to best-of-N).
     """
