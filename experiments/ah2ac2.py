@@ -21,6 +21,7 @@ from jaxrl_reason.agents.hanabi import bc, ippo, play, records
 from jaxrl_reason.agents.hanabi.bots import BOTS
 from jaxrl_reason.envs.hanabi import Hanabi
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Config:
     crossplay_3p: bool = True
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.num_records < self.bc.batch_games:
             raise ValueError(f"num_records={self.num_records} < bc.batch_games={self.bc.batch_games}")
         if not 0.0 < self.hdr_lambda <= 1.0:

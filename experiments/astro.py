@@ -40,6 +40,7 @@ from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig, answer_verifier, score
 from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 STOPS = np.array([VOCAB.answer_end, VOCAB.eos], np.int32)
 
@@ -84,6 +85,7 @@ class Config:
     answer_len: int = 12
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
             raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
         for f in ("search_batch", "search_problems", "compare_problems", "trace_sft_steps", "heldout_problems"):
@@ -340,7 +342,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     rows, curves = [], {}
     for name, model in arms.items():
         before = evaluate_reasoning(model, tasks, held, n, config.cloning)
-        arm_dir = recipes.sub_run(run_dir, name)
+        arm_dir = run_dir.child(name)
         trainer = GRPOTrainer(config.grpo, model, tasks, config.prompt_len, config.answer_len)
         state = recipes.train(arm_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
                               config.eval_every, lambda m: evaluate_reasoning(m, tasks, held, n, config.cloning),

@@ -28,6 +28,7 @@ from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.search import alphazero as AZ
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 PAIRS = {"tictactoe": "tic_tac_toe", "kuhn_poker": "kuhn_poker"}
 
@@ -43,6 +44,7 @@ class Config:
     sampler: str = "both"  # "categorical" (anchor loop) or "both"
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.batch_size < 1 or self.steps < 1 or self.repeats < 1 or self.search_batch < 1:
             raise ValueError("batch_size, steps, repeats and search_batch must be >= 1")
         if not set(self.games) <= set(PAIRS):

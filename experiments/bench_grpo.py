@@ -23,6 +23,7 @@ from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Config:
     steps: int = 3
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.warmup < 1 or self.steps < 1:
             raise ValueError(f"warmup and steps must be >= 1 (the first step compiles), got {self.warmup}, {self.steps}")
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxrl_reason import envs
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Config:
     jaxmarl: bool = True
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not self.batch_sizes or min(self.batch_sizes) < 1 or self.steps < 1 or self.repeats < 1:
             raise ValueError("batch_sizes must be non-empty and positive; steps, repeats >= 1")
         if not self.obs_modes:

@@ -20,6 +20,7 @@ from jaxrl_reason.solvers import fgmres, finance, learned, scipy_reference
 from jaxrl_reason.solvers import preconditioners as pc
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Config:
     anchors: bool = True
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.ns < 4 or self.ns & (self.ns - 1):
             raise ValueError(f"ns must be a power of two >= 4, got {self.ns}")
         if not 1 <= self.restart <= self.maxiter or self.batch_rhs < 1 or min(self.batch_ns, default=0) < 4:

@@ -34,6 +34,7 @@ from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_
 from jaxrl_reason.parallel.mesh import make_mesh
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Config:
     fp8_block: int = 32
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if min(self.batch, self.prompt_len, self.new_tokens, self.repeats, self.train_steps) < 1:
             raise ValueError("batch, prompt_len, new_tokens, repeats, train_steps must be >= 1")
         if self.fp8_steps < 0 or self.fp8_block < 1:

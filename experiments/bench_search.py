@@ -28,6 +28,7 @@ from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.search.lm_mcts import best_of_n, make_step_search
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Config:
     rounds: int = 3
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for f in ("problems", "num_samples", "rounds"):
             if getattr(self, f) < 1:
                 raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")

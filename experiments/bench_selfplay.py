@@ -30,6 +30,7 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Config:
     repeats: int = 2
 
     def __post_init__(self):
+        check_hyperparameters(self)
         GameSpec.make(self.game)
         if self.num_episodes < 1 or self.repeats < 1:
             raise ValueError("num_episodes and repeats must be >= 1")

@@ -23,6 +23,7 @@ import numpy as np
 from jaxrl_reason import envs
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Config:
     swarm_kwargs: tuple[tuple[str, object], ...] = ()  # extra SwarmConfig fields
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not self.agent_counts or min(self.agent_counts) < 4 or any(n % 4 for n in self.agent_counts):
             raise ValueError(f"agent_counts must be multiples of 4 (>= 4), got {self.agent_counts}")
         if self.batch < 1 or self.min_batch < 1 or self.steps < 1 or self.repeats < 1:

@@ -26,6 +26,7 @@ from jaxrl_reason.solvers import preconditioners as pc
 from jaxrl_reason.solvers.blocksize_env import BlockSizeEnv, alternate, evaluate
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Config:
     batch_systems: int = 0  # held-out Heston systems solved as one batch (learned preconditioner) vs scipy ILU one by one
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.heston_ns < 4 or self.train_ns < 4 or self.heston_ns & (self.heston_ns - 1):
             raise ValueError(f"heston_ns must be a power of two >= 4 (got {self.heston_ns}); train_ns >= 4")
         if not 1 <= self.restart <= self.maxiter:

@@ -35,10 +35,11 @@ from jaxrl_reason.agents.joyagents.data import TraceNoise
 from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
 from jaxrl_reason.agents.joyagents.trainer import JoyConfig, JoyTrainer, build_models, evaluate, sft_warm_start
 from jaxrl_reason.agents.memagent.trainer import SFTConfig
-from jaxrl_reason.rl.grpo.recipes import TinyLM, plot_curves, series, sub_run
+from jaxrl_reason.rl.grpo.recipes import TinyLM, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 # arm -> (mode, memory, group-size multiplier); "joint_4g" is plain joint GRPO with 4G trajectories per request, the
 # same number of sampled trajectories per update as node-wise sampling (4 nodes x G): the equal-samples control
@@ -63,6 +64,8 @@ class Config:
     heldout: int = 256
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok, msg):
             if not ok:
                 raise ValueError(f"joyagents Config: {msg}")
@@ -106,7 +109,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         return run_seed(config, run_dir)[0]
     per_seed = []
     for s in range(config.seed, config.seed + config.seeds):
-        summary, curves = run_seed(dataclasses.replace(config, seed=s, seeds=1), sub_run(run_dir, f"seed{s}"))
+        summary, curves = run_seed(dataclasses.replace(config, seed=s, seeds=1), run_dir.child(f"seed{s}"))
         per_seed.append((summary, curves))
     return paired_summary(config, run_dir, per_seed)
 
@@ -161,7 +164,7 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
         mode, memory, mult = ARMS[arm]
         rl = dataclasses.replace(config.rl, mode=mode, memory=memory, group_size=config.rl.group_size * mult)
         trainer = JoyTrainer(rl, system, models)
-        arm_dir = sub_run(run_dir, arm.replace("+", "_"))
+        arm_dir = run_dir.child(arm.replace("+", "_"))
 
         def log_eval(state, d=arm_dir, tr=trainer):
             d.log(int(state.step), {**{f"eval/{k}": v for k, v in evaluate(tr, state, held).items()},

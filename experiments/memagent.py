@@ -31,6 +31,7 @@ from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model, plot_curves, serie
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,8 @@ class Config:
     timing_docs: int = 8
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok, msg):
             if not ok:
                 raise ValueError(f"memagent Config: {msg}")

@@ -17,6 +17,7 @@ from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.evaluate import evaluate, random_policy
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Config:
     eval_episodes: int = 1000
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.env not in envs.registered_names():
             raise ValueError(f"unknown env {self.env!r}; registered: {envs.registered_names()}")
         if self.checkpoint_every < 1 or self.eval_episodes < 1:

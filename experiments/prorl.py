@@ -18,6 +18,7 @@ from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks import Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting
 from jaxrl_reason.tasks.evaluation import pass_at_k_eval
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 MIX = (RandomCalculation(1, 1, 9, "+-*"), Countdown(2, 2, 5), Sorting(2, 4), Parity(2, 6), OrderingPuzzle(3, 4))
 
@@ -42,6 +43,7 @@ class Config:
     answer_len: int = 12
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.reset_every < 1:
             raise ValueError(f"reset_every must be >= 1, got {self.reset_every}")
         if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
@@ -77,7 +79,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     final = {"start": pass_at_k_eval(model, tasks, held, config.final_samples, ks, max_new_tokens=n)}
     curves, kl, ent = {}, {}, {}
     for arm, every in (("no reset", None), (f"reset every {config.reset_every}", config.reset_every)):
-        sub = recipes.sub_run(run_dir, "reset" if every else "no_reset")
+        sub = run_dir.child("reset" if every else "no_reset")
         nnx.update(model, start_state)
         trainer = GRPOTrainer(dataclasses.replace(config.grpo, ref_reset_every=every), model, tasks,
                               config.prompt_len, config.answer_len)

@@ -17,6 +17,7 @@ from jaxrl_reason.tasks.evaluation import greedy_eval, pass_at_k_eval
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Config:
     answer_len: int = 12
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
             raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
         if self.heldout_problems < 1 or self.passk_problems < 1 or self.passk_samples < 1:

@@ -40,8 +40,9 @@ from jaxrl_reason.agents.rally.lookahead import lookahead_policy
 from jaxrl_reason.envs.swarm import render
 from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.marl import mappo, qmix
-from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.experiment import RunDir, read_metrics
 from jaxrl_reason.utils.loop import run_chunks
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 METHODS = ("prior", "prior_lookahead", "ippo", "mappo", "qmix", "rmix", "llm_sft", "llm_grpo", "rmix_llm")
 LEARNERS = ("ippo", "mappo", "qmix", "rmix", "rmix_llm")
@@ -60,6 +61,9 @@ class RMIXSettings:
     roles_only: bool = True  # keep the prior's target, RMIX picks the role (as in RALLY)
     td_target: str = "max"  # or "prior": evaluate the prior (SARSA), greedy acting = policy improvement
     prior_bonus: float = 0.1  # keep the prior's choice unless an action is better by this much
+
+    def __post_init__(self):
+        check_hyperparameters(self)
 
     def qmix_config(self, base: qmix.QMIXConfig) -> qmix.QMIXConfig:
         return dataclasses.replace(rmix.rmix_config(base, offline_updates=self.offline_updates),
@@ -93,6 +97,7 @@ class Config:
     llm_grpo: llm_grpo.GRPOConfig = llm_grpo.GRPOConfig()
 
     def __post_init__(self):
+        check_hyperparameters(self)
         bad = sorted(set(self.methods) - set(METHODS)) + sorted(set(self.baselines) - set(METHODS))
         if bad or not self.methods:
             raise ValueError(f"unknown method(s) {bad}; choose from {METHODS}")
@@ -137,15 +142,8 @@ PRESETS = {
 }
 
 
-def method_dir(run_dir: RunDir, name: str) -> RunDir:
-    """``<run_dir>/<name>/``: one learner's metrics and checkpoints (resumed with the parent)."""
-    path = run_dir.path / name
-    path.mkdir(exist_ok=True)
-    return RunDir(path, resumed=run_dir.resumed)
-
-
 def train(run_dir: RunDir, name: str, trainer, key, num_chunks: int, steps_per_chunk: int):
-    sub = method_dir(run_dir, name)
+    sub = run_dir.child(name)
     state = run_chunks(sub, jax.jit(trainer.init)(key), jax.jit(trainer.update_chunk), num_chunks,
                        steps_per_chunk=steps_per_chunk, desc=name)
     sub.close()
@@ -189,7 +187,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     if "llm_sft" in config.methods:
         from jaxrl_reason.agents.rally import llm
 
-        sub = method_dir(run_dir, "llm")
+        sub = run_dir.child("llm")
         sub.truncate_metrics(-1)  # not checkpointed: a resumed run redoes the LLM stages
         k_sft, k_rl = jax.random.split(k_train)
         lm_policy = llm.train_llm_policy(env, prior, k_sft, sft_steps=config.llm_sft_steps, run_dir=sub,
@@ -252,7 +250,7 @@ def _plot_curves(run_dir: RunDir, methods, budget):
 
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for name in methods:
-        rows = RunDir(run_dir.path / name, resumed=True).read_metrics()
+        rows = read_metrics(run_dir.path / name / "metrics.jsonl")
         pts = sorted((r["env_steps"], r["episode_return"]) for r in rows  # rows where episodes ended
                      if "episode_return" in r and r.get("episodes", 1) > 0)
         if pts:

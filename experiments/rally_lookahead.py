@@ -38,6 +38,8 @@ from jaxrl_reason.envs.swarm import NUM_ROLES
 from jaxrl_reason.models.policies import MLP
 from jaxrl_reason.rl.marl import common, qmix
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 FEATURES = ("local", "global")
 
@@ -59,6 +61,7 @@ class Config:
     eval_episodes: int = 512
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not self.features or any(f not in FEATURES for f in self.features):
             raise ValueError(f"features must be a non-empty subset of {FEATURES}, got {self.features}")
         if min(self.teacher_episodes, self.train_steps, self.batch_size, self.eval_episodes, self.hidden) < 1:
@@ -120,7 +123,7 @@ class RoleClassifier(nnx.Module):
 def fit(config: Config, x: np.ndarray, role: np.ndarray, weight: np.ndarray, key) -> tuple:
     """Weighted cross-entropy, Adam -> (graphdef, params)."""
     graphdef, params = nnx.split(RoleClassifier(x.shape[-1], config.hidden, rngs=nnx.Rngs(config.seed)))
-    tx = optax.adam(config.lr)
+    tx = guard_optimizer(optax.adam(config.lr))
 
     def step(carry, k):
         params, opt = carry

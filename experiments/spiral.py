@@ -28,6 +28,7 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 TINY_LM = LMConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=512)
 
@@ -48,6 +49,7 @@ class Config:
     transfer_problems: int = 64
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.lm.vocab_size != VOCAB_SIZE:
             raise ValueError(f"lm.vocab_size must be {VOCAB_SIZE} (task specials + bytes), got {self.lm.vocab_size}")
         if self.steps < 1 or self.eval_every < 1 or self.kuhn_samples < 1 or self.transfer_problems < 1:

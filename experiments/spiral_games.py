@@ -26,6 +26,7 @@ from jaxrl_reason.envs.games import arena, opponents as O
 from jaxrl_reason.rl.selfplay import SelfPlay, SelfPlayConfig, kuhn_policy_table
 from jaxrl_reason.search.alphazero import AlphaZero, AlphaZeroConfig
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Config:
     log_every: int = 10
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if min(self.ttt_eval_games, self.ttt_curve_games, self.neg_eval_games, self.log_every) < 1:
             raise ValueError("ttt_eval_games, ttt_curve_games, neg_eval_games and log_every must be >= 1")
         if self.tictactoe.env != "tictactoe" or self.kuhn.env != "kuhn_poker" or self.negotiation.env != "negotiation":

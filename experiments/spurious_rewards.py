@@ -21,6 +21,7 @@ from jaxrl_reason.tasks.evaluation import contamination_probe, greedy_eval
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import VARIANTS, RewardConfig
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Config:
     answer_len: int = 12
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not self.variants or set(self.variants) - set(VARIANTS):
             raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
         if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
@@ -55,7 +57,7 @@ PRESETS = {
                   task=RandomCalculation(min_difficulty=1, max_difficulty=3),
                   warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
                   grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=48),
-                  rl_steps=300, heldout_problems=1024, probe_problems=128, prompt_len=40, answer_len=16),
+                  rl_steps=300, eval_every=20, heldout_problems=1024, probe_problems=128, prompt_len=40, answer_len=16),
 }
 
 
@@ -82,7 +84,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     start = evaluate(model)["accuracy"]
     final, curves = {}, {}
     for variant in config.variants:
-        sub = recipes.sub_run(run_dir, variant)
+        sub = run_dir.child(variant)
         cfg = dataclasses.replace(config.grpo, reward=RewardConfig(variant, random_p=config.random_p))
         nnx.update(model, start_state)
         trainer = GRPOTrainer(cfg, model, tasks, config.prompt_len, config.answer_len)

@@ -19,7 +19,12 @@ import types
 
 import tyro
 
-from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils import guard
+from jaxrl_reason.utils.checkpoint import CheckpointError
+from jaxrl_reason.utils.experiment import RunDir, RunDirError
+
+#: Failures a run reports as one clear line (exit code 1) instead of a traceback.
+RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError)
 
 
 def experiments_dir() -> pathlib.Path:
@@ -64,6 +69,8 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     parser.add_argument("--resume", nargs="?", const=True, default=False,
                         help="continue the latest run of this experiment (or the run dir given)")
     parser.add_argument("--run-root", default="runs", help="where run directories go")
+    parser.add_argument("--on-nonfinite", default="raise", choices=guard.POLICIES,
+                        help="a NaN/inf loss, gradient or parameter: stop the run (raise) or skip the update")
     args, rest = parser.parse_known_args(argv)
     if "-h" in rest or "--help" in rest:
         parser.print_help()
@@ -73,13 +80,17 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
         config = tyro.cli(type(preset), default=preset, args=rest, prog=f"jaxrl-reason run {name}")
     except ValueError as err:  # raised by the config's own validation
         raise SystemExit(f"invalid config for {name}: {err}") from None
-    run_dir = RunDir.create(name, config, root=args.run_root, resume=args.resume)
-    print(f"[{name}] preset={args.preset} run dir: {run_dir.path}", flush=True)
     try:
-        summary = module.run(config, run_dir)
-    finally:
-        run_dir.close()
-    run_dir.save_json("summary", summary or {})
+        run_dir = RunDir.create(name, config, root=args.run_root, resume=args.resume,
+                                on_nonfinite=args.on_nonfinite)
+        print(f"[{name}] preset={args.preset} run dir: {run_dir.path}", flush=True)
+        try:
+            summary = module.run(config, run_dir)
+            run_dir.save_json("summary", summary or {})
+        finally:
+            run_dir.close()
+    except RUN_ERRORS as err:  # clear message, exit code 1, no traceback
+        raise SystemExit(f"{name}: {type(err).__name__}: {err}") from None
     print(json.dumps(summary, indent=2, default=str))
     return summary
 

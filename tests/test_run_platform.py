@@ -44,7 +44,7 @@ def test_checkpoint_round_trip_and_errors(tmp_path):
     for f in (tmp_path / "ck" / "3").rglob("*"):
         if f.is_file():
             f.write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match=r"corrupt or unreadable.*delete .*3 to resume from step 2"):
+    with pytest.raises(CheckpointError, match=r"corrupt: unreadable.*delete .*3 to resume from step 2"):
         ck.restore(_state())
     step, restored = ck.restore(_state(), step=2)
     assert step == 2 and int(restored["n"]) == 2
@@ -91,8 +91,8 @@ def _final_params(run_dir: pathlib.Path):
     ck = Checkpointer(run_dir / "checkpoints")
     step = ck.latest_step()
     with ocp.CheckpointManager(run_dir / "checkpoints") as m:
-        raw = m.restore(step, args=ocp.args.StandardRestore())
-    return step, raw
+        raw = m.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    return step, raw.state
 
 
 ARGS = ["--ppo.total-timesteps", str(16 * 8 * 12), "--ppo.num-envs", "16", "--ppo.num-steps", "8",

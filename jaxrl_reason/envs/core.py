@@ -8,10 +8,14 @@ data lives in a ``state`` pytree. ``reset`` and ``step`` are pure functions of
 from __future__ import annotations
 
 import abc
+import functools
+import inspect
+import operator
 from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 PRNGKey = jax.Array
@@ -58,6 +62,18 @@ class Environment(abc.ABC):
     - ``"penalty"``: the episode terminates, the offender gets
       ``-illegal_action_penalty`` and every other agent gets 0;
     - ``"none"``: every action is always legal (the mask is all True).
+
+    Input checks, installed on every subclass (users' ones too) by ``__init_subclass__``:
+
+    - ``step`` and ``transition`` run ``check_action`` first: the action's shape must be
+      ``action_shape()`` and its dtype integer (discrete) or floating (``action_dim`` set); both
+      are static, so a mismatch raises at trace time (``ValueError`` / ``TypeError``), under
+      ``jit`` or not. Python ints and numpy scalars are fine (converted by ``jnp.asarray``).
+    - ``__init__`` arguments annotated ``int`` (or ``int | None``) must be integers: ``2.5`` or
+      ``True`` raise ``TypeError``; numpy ints are fine.
+    - Non-finite continuous actions are the environment's to handle, documented in its docstring
+      (the swarm: a non-finite component counts as 0 and ``info["nonfinite_action"]`` flags the agent);
+      states must stay finite.
     """
 
     num_agents: int
@@ -72,6 +88,15 @@ class Environment(abc.ABC):
     #: Upper bound on episode length in steps (used by tests and wrappers).
     max_episode_steps: int
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for method in ("step", "transition"):
+            fn = cls.__dict__.get(method)
+            if inspect.isfunction(fn) and not getattr(fn, "__isabstractmethod__", False):
+                setattr(cls, method, _action_checked(fn))
+        if inspect.isfunction(cls.__dict__.get("__init__")):
+            cls.__init__ = _int_args_checked(cls.__init__)
+
     @property
     def name(self) -> str:
         return type(self).__name__
@@ -82,8 +107,9 @@ class Environment(abc.ABC):
 
     @abc.abstractmethod
     def step(self, key: PRNGKey, state: State, action: jax.Array) -> tuple[State, TimeStep]:
-        """Advance one step. ``action`` is an int32 scalar for turn-based games
-        (the current player's move) and ``[num_agents]`` for simultaneous ones."""
+        """Advance one step. ``action`` has shape ``action_shape()``: a scalar for turn-based games
+        (the current player's move), ``[num_agents]`` for simultaneous ones, ``[num_agents,
+        action_dim]`` for continuous ones; integer dtype, floating when continuous (checked first)."""
 
     def action_shape(self) -> tuple[int, ...]:
         """Shape of the ``action`` argument of ``step``."""
@@ -93,11 +119,77 @@ class Environment(abc.ABC):
             return (self.num_agents, self.action_dim)
         return (self.num_agents,)
 
+    def check_action(self, action, where: str = "step") -> jax.Array:
+        """``action`` as an array, once its static shape (``action_shape()``) and dtype (integer, or
+        floating when ``action_dim`` is set) are checked; raises ``ValueError`` / ``TypeError``."""
+        action = jnp.asarray(action)
+        want_shape = tuple(self.action_shape())
+        continuous = self.action_dim is not None
+        kind, kind_name = (jnp.floating, "a floating") if continuous else (jnp.integer, "an integer")
+        if action.shape != want_shape or not jnp.issubdtype(action.dtype, kind):
+            error = ValueError if action.shape != want_shape else TypeError
+            raise error(
+                f"{self.name}.{where}: action must have shape {want_shape} and {kind_name} dtype "
+                f"({'continuous' if continuous else 'discrete'} actions), got shape {action.shape} "
+                f"dtype {action.dtype}"
+            )
+        return action
+
     def __repr__(self) -> str:
         return (
             f"{self.name}(num_agents={self.num_agents}, num_actions={self.num_actions}, "
             f"obs_shape={self.obs_shape})"
         )
+
+
+def _action_checked(fn):
+    """``fn(self, key, state, action)`` with ``self.check_action`` run on ``action`` first."""
+    if getattr(fn, "_checks_action", False):
+        return fn
+
+    @functools.wraps(fn)
+    def method(self, key, state, action):
+        return fn(self, key, state, self.check_action(action, fn.__name__))
+
+    method._checks_action = True
+    return method
+
+
+#: ``__init__`` annotations checked by ``_int_args_checked``: annotation -> whether None is allowed.
+_INT_ANNOTATIONS = {"int": False, "int | None": True, "Optional[int]": True}
+
+
+def _int_args_checked(init):
+    """``init`` rejecting non-integer values (floats, bools) of arguments annotated ``int``."""
+    if getattr(init, "_checks_ints", False):
+        return init
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        sig = inspect.signature(checked)  # at call time: follows a ``__signature__`` set later (Swarm)
+        for name, value in sig.bind(self, *args, **kwargs).arguments.items():
+            param = sig.parameters[name]
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            ann = param.annotation
+            none_ok = _INT_ANNOTATIONS.get(ann if isinstance(ann, str) else inspect.formatannotation(ann))
+            if none_ok is not None and not (none_ok and value is None) and not _is_int(value):
+                raise TypeError(f"{type(self).__name__}: {name} must be an integer, got {value!r}")
+        init(self, *args, **kwargs)
+
+    checked._checks_ints = True
+    return checked
+
+
+def _is_int(value) -> bool:
+    """True for Python / numpy integers (and integer 0-d arrays), False for bools and floats."""
+    if isinstance(value, (bool, np.bool_)) or getattr(value, "dtype", None) == bool:
+        return False
+    try:
+        operator.index(value)
+        return True
+    except TypeError:
+        return False
 
 
 class Observation(NamedTuple):

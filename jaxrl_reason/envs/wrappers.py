@@ -15,7 +15,12 @@ def where_done(done: jax.Array, fresh, old):
 
 
 class Wrapper(Environment):
-    """Forwards the static attributes of the wrapped environment."""
+    """Forwards the static attributes of the wrapped environment.
+
+    ``step`` checks the action like every ``Environment`` (``check_action``, against the wrapped
+    environment's ``action_shape()``); a wrapper that changes the action space overrides
+    ``action_shape`` / ``action_dim``.
+    """
 
     def __init__(self, env: Environment):
         self.env = env
@@ -36,6 +41,17 @@ class Wrapper(Environment):
     @property
     def obs_dtype(self):
         return self.env.obs_dtype
+
+    @property
+    def action_dim(self):
+        return self.env.action_dim
+
+    @property
+    def illegal_action_penalty(self):
+        return self.env.illegal_action_penalty
+
+    def action_shape(self) -> tuple[int, ...]:
+        return self.env.action_shape()
 
     @property
     def name(self) -> str:

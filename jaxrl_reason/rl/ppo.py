@@ -30,6 +30,8 @@ from jaxrl_reason import envs
 from jaxrl_reason.models.policies import make_policy, masked_logits
 from jaxrl_reason.rl.gae import compute_gae
 from jaxrl_reason.rl.ppo_loss import masked_mean, ppo_loss
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +55,7 @@ class PPOConfig:
     hidden: int = 64
 
     def __post_init__(self):
+        check_hyperparameters(self)
         positive = ("num_envs", "num_steps", "total_timesteps", "updates_per_chunk",
                     "update_epochs", "num_minibatches", "hidden")
         for name in positive:
@@ -154,7 +157,7 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
         optax.linear_schedule(config.lr, 0.0, config.num_updates * steps_per_update)
         if config.anneal_lr else config.lr
     )
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+    tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)))
 
     def apply(params, carry, obs, reset, legal):
         carry, logits, value = nnx.merge(graphdef, params)(carry, obs, reset)

@@ -30,6 +30,8 @@ from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.models.policies import make_policy, masked_logits
 from jaxrl_reason.rl.ppo_loss import ppo_loss
 from jaxrl_reason.rl.rae import init_baseline, rae_advantages
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 ADVANTAGES = ("rae", "none", "critic")
 
@@ -54,6 +56,7 @@ class SelfPlayConfig:
     seed: int = 0
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.advantage not in ADVANTAGES:
             raise ValueError(f"advantage must be one of {ADVANTAGES}, got {self.advantage!r}")
         for f in ("num_envs", "rollout_length", "num_updates", "update_epochs", "num_minibatches"):
@@ -91,7 +94,7 @@ class SelfPlay:
         self.graphdef, _ = nnx.split(model)
         steps = c.num_updates * c.update_epochs * c.num_minibatches
         lr = optax.linear_schedule(c.learning_rate, 0.0, steps) if c.anneal_lr else c.learning_rate
-        self.optimizer = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), optax.adam(lr))
+        self.optimizer = guard_optimizer(optax.chain(optax.clip_by_global_norm(c.max_grad_norm), optax.adam(lr)))
         self.metrics_fn = metrics_fn
         self.update = jax.jit(self._update)
 

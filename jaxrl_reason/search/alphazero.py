@@ -41,6 +41,8 @@ from flax import nnx, struct
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.models.policies import make_policy, masked_logits
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 VALUE_TARGETS = ("search", "outcome")
@@ -67,6 +69,7 @@ class AlphaZeroConfig:
     seed: int = 0
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for f in ("num_envs", "rollout_length", "num_simulations", "sgd_steps", "minibatch_size",
                   "num_iterations", "max_num_considered_actions"):
             if getattr(self, f) < 1:
@@ -159,7 +162,7 @@ class AlphaZero:
                             rngs=nnx.Rngs(0), hidden=config.hidden)
         self.graphdef, _ = nnx.split(model)
         self.evaluate = network_evaluate(self.graphdef)
-        self.optimizer = optax.adam(config.learning_rate)
+        self.optimizer = guard_optimizer(optax.adam(config.learning_rate))
         self.auto = envs.AutoReset(self.env)
         self.iteration = jax.jit(self._iteration)
 

@@ -44,6 +44,7 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.rl.grpo.trainer import join
 from jaxrl_reason.tasks.rewards import verify_exact
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 #: Step delimiters of the character vocabulary: ``,`` between steps, ``</think>`` after the last.
 STEP_DELIMITERS = (VOCAB.encode(",")[0], VOCAB.think_end)
@@ -66,6 +67,7 @@ class StepSearchConfig:
     process_weight: float = 0.5
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for f in ("num_simulations", "branching", "max_depth", "step_tokens", "rollout_tokens"):
             if getattr(self, f) < 1:
                 raise ValueError(f"StepSearchConfig.{f} must be >= 1, got {getattr(self, f)}")

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>")
 
@@ -42,6 +43,7 @@ class CloningConfig:
     detour: str = "step"  # "step": the failed child's step; "attempt": the step and its rollout's reasoning
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.detour not in ("step", "attempt"):
             raise ValueError(f"CloningConfig.detour must be 'step' or 'attempt', got {self.detour!r}")
         if self.num_detours < 0:

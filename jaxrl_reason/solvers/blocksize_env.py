@@ -109,6 +109,8 @@ class BlockSizeEnv(Environment):
                  work_weight: float = 1.0, pool_size: int = 32, split: str = "train", seed: int = 0):
         if family not in FAMILIES:
             raise ValueError(f"unknown family {family!r}; choose from {FAMILIES}")
+        if any(isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) for k in block_sizes):
+            raise TypeError(f"block_sizes must be integers, got {tuple(block_sizes)}")
         block_sizes = tuple(int(k) for k in block_sizes)
         if not block_sizes or any(not 1 <= k <= n for k in block_sizes):
             raise ValueError(f"block_sizes must be non-empty, each in [1, n={n}], got {block_sizes}")

@@ -437,16 +437,29 @@ def _wrap_precond(M):
     return M if hasattr(M, "__dataclass_fields__") else jax.tree_util.Partial(M)
 
 
+def _require_real(name: str, dtype) -> None:
+    """``TypeError`` for a complex ``dtype`` (a static check: free under ``jit``). The solver's
+    Gram-Schmidt and Givens rotations are real (no conjugates): a complex system would come out
+    wrong, and casting it to real would drop the imaginary parts."""
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        raise TypeError(f"{name} is complex ({jnp.dtype(dtype)}); complex systems are not supported: solve the real "
+                        "2n x 2n system [[Re A, -Im A], [Im A, Re A]] [Re x; Im x] = [Re b; Im b] instead")
+
+
 def _prepare(A, b, x0, M, restart, maxiter, rtol, atol, iteration_dependent):
     op = ops.as_operator(A)
     b = jnp.asarray(b)
-    ops.check_system(op, b)
+    _require_real("b", b.dtype)
+    if x0 is not None:
+        x0 = jnp.asarray(x0)
+        _require_real("x0", x0.dtype)
+    _require_real("A" if ops.is_explicit(op) else "A(v)", ops.check_system(op, b))
     n = b.shape[0]
-    if not jnp.issubdtype(b.dtype, jnp.floating):
+    if not jnp.issubdtype(b.dtype, jnp.floating):  # integer / bool b: promoted to the default float
         b = b.astype(jnp.result_type(float))
     if ops.is_explicit(op):
         b = b.astype(jnp.result_type(b.dtype, op.dtype))
-    x0 = jnp.zeros_like(b) if x0 is None else jnp.asarray(x0, b.dtype)
+    x0 = jnp.zeros_like(b) if x0 is None else x0.astype(b.dtype)
     if x0.shape != b.shape:
         raise ValueError(f"x0 has shape {x0.shape}, b has shape {b.shape}")
     if not 1 <= int(restart) <= n:
@@ -465,6 +478,7 @@ def _prepare(A, b, x0, M, restart, maxiter, rtol, atol, iteration_dependent):
             raise ValueError(f"preconditioner M failed on a vector of shape {b.shape}: {type(e).__name__}: {e}") from e
         if tuple(out.shape) != b.shape:
             raise ValueError(f"preconditioner M returns shape {tuple(out.shape)} for v of shape {b.shape}")
+        _require_real("M(v)", out.dtype)
     return op, b, x0, M, int(restart), maxiter
 
 
@@ -474,7 +488,11 @@ def gmres(A, b, x0=None, *, M=None, restart: int = 20, maxiter: int | None = Non
 
     A: ``[n, n]`` dense, BCOO/BCSR, or a function ``v -> A v``. b, x0: ``[n]``.
     M: fixed preconditioner ``v -> z`` (a ``preconditioners`` object or any function).
-    Shapes and arguments are checked before tracing (``ValueError``).
+    Shapes and arguments are checked before tracing (``ValueError``). Real systems only: a complex
+    ``A``, ``b``, ``x0`` or a complex ``A(v)`` / ``M(v)`` raises ``TypeError`` (split it into the real
+    2n system); an integer or bool ``b`` is promoted to the default float dtype. NaN/Inf in ``A``,
+    ``b`` or ``x0`` is not an error (values are unknown under ``jit``): the result has status
+    ``NONFINITE_INPUT``, ``converged`` False and a finite ``x``.
     """
     op, b, x0, M, restart, maxiter = _prepare(A, b, x0, M, restart, maxiter, rtol, atol, False)
     return _solve_jit(op, b, x0, M, jnp.asarray(rtol, b.dtype), jnp.asarray(atol, b.dtype),
@@ -487,7 +505,8 @@ def fgmres(A, b, x0=None, *, M=None, restart: int = 20, maxiter: int | None = No
 
     ``M`` may change at every iteration: with ``iteration_dependent=True`` it is called as
     ``M(v, it)`` (``it`` = int32 global iteration index), e.g. to switch block sizes.
-    With a fixed ``M`` the iterates equal those of right-preconditioned ``gmres``.
+    With a fixed ``M`` the iterates equal those of right-preconditioned ``gmres``; arguments are
+    checked as there (real systems only).
     """
     op, b, x0, M, restart, maxiter = _prepare(A, b, x0, M, restart, maxiter, rtol, atol, iteration_dependent)
     return _solve_jit(op, b, x0, M, jnp.asarray(rtol, b.dtype), jnp.asarray(atol, b.dtype),
@@ -506,6 +525,8 @@ def fgmres_cycle(matvec: Callable, b: jax.Array, x: jax.Array, precond: Callable
     a non-finite update is discarded (``x_new = x``) and a non-finite step ends the cycle.
     """
     r = b - matvec(x)
+    _require_real("b - A(x)", r.dtype)  # b, x or A's output complex
+    _require_real("precond(v)", jax.eval_shape(precond, r).dtype)
     tol1 = jnp.reshape(jnp.asarray(tol, r.dtype), (1,))
     st = arnoldi_init(r[None], restart, True, jnp.linalg.norm(r)[None] > tol1)
     mv, pm = jax.vmap(matvec), jax.vmap(precond)

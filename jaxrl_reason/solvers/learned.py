@@ -35,6 +35,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxrl_reason.solvers import operators as ops
 from jaxrl_reason.solvers import preconditioners as pc
+from jaxrl_reason.utils.guard import guard_optimizer
 
 
 class BlockTridiagonal(struct.PyTreeNode):
@@ -242,7 +243,7 @@ def train_coefficient_net(systems: BlockTridiagonal, *, levels: int | None, degr
     B = systems.diag.shape[0]
     net = CoefficientNet(degree, rngs=nnx.Rngs(seed))
     graphdef, params = nnx.split(net)
-    tx = optax.adam(lr)
+    tx = guard_optimizer(optax.adam(lr))
     opt = tx.init(params)
 
     def loss_fn(params, idx, key):

@@ -107,8 +107,9 @@ def entries_finite(op: Operator) -> jax.Array:
     return jnp.isfinite(op).all()
 
 
-def check_system(op: Operator, b, name: str = "A") -> None:
-    """Raise ``ValueError`` (before tracing) unless ``op`` maps ``b``'s shape ``[n]`` to ``[n]``."""
+def check_system(op: Operator, b, name: str = "A"):
+    """Raise ``ValueError`` (before tracing) unless ``op`` maps ``b``'s shape ``[n]`` to ``[n]``;
+    returns the dtype of ``op``'s entries (matrices) or of ``op(b)`` (functions)."""
     b_shape = tuple(np.shape(b))
     if len(b_shape) != 1:
         raise ValueError(f"b must be a vector [n]; got shape {b_shape} (vmap over several right-hand sides)")
@@ -118,13 +119,14 @@ def check_system(op: Operator, b, name: str = "A") -> None:
     if is_explicit(op):
         if tuple(op.shape) != (n, n):
             raise ValueError(f"{name} has shape {tuple(op.shape)} but b has shape {b_shape}; need {name} [n, n] with n = {n}")
-        return
+        return jnp.dtype(op.dtype)
     try:
         out = jax.eval_shape(op, jax.ShapeDtypeStruct(b_shape, jnp.result_type(b)))
     except Exception as e:  # noqa: BLE001 - surface the user's error with context
         raise ValueError(f"{name}(v) failed for v of shape {b_shape}: {type(e).__name__}: {e}") from e
     if tuple(out.shape) != b_shape:
         raise ValueError(f"{name}(v) returns shape {tuple(out.shape)} for v of shape {b_shape}; must return [n]")
+    return jnp.dtype(out.dtype)
 
 
 def diagonal(op: Operator) -> jax.Array:

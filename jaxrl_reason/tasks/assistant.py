@@ -34,6 +34,7 @@ import numpy as np
 
 from jaxrl_reason.tasks.longcontext import encode_plain, exact_match
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 TYPES = ("math", "lookup", "call", "two_step")
 ROUTES = ("m", "q", "f", "t")  # the master's routing token for each type (same order)
@@ -64,6 +65,7 @@ class AssistantTask:
     heldout_mod: int = 4
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.difficulty < 1 or self.difficulty > 3:
             raise ValueError(f"AssistantTask: difficulty must be in [1, 3], got {self.difficulty}")
         if len(self.weights) != len(TYPES) or min(self.weights) < 0 or sum(self.weights) <= 0:

@@ -27,13 +27,18 @@ import numpy as np
 from jaxrl_reason.tasks.random_calculation import _apply, fmt
 from jaxrl_reason.tasks.vocab import VOCAB
 
-_NUMBER = r"-?\d+(?:/\d+)?"
-_STEP = re.compile(rf"({_NUMBER})([-+*/])({_NUMBER})=({_NUMBER})")
 MAX_DIGITS = 4  # longer numbers are not judged by step_is_wrong (products must fit in int32)
+MAX_HOST_DIGITS = 1000  # step_is_valid calls a step with longer numbers invalid (Python's int <-> str limit is 4300)
+# ASCII digits only (``\d`` would also read '١' as 1)
+_NUMBER = rf"-?[0-9]{{1,{MAX_HOST_DIGITS}}}(?:/[0-9]{{1,{MAX_HOST_DIGITS}}})?"
+_STEP = re.compile(rf"({_NUMBER})([-+*/])({_NUMBER})=({_NUMBER})")
 
 
 def step_is_valid(step: str) -> bool:
-    """Host check of one step's text (a trailing ``,`` allowed)."""
+    """Host check of one step's text (a trailing ``,`` allowed); never raises (anything malformed,
+    including a non-string, is False)."""
+    if not isinstance(step, str):
+        return False
     m = _STEP.fullmatch(step.removesuffix(","))
     if m is None:
         return False

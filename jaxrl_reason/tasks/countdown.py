@@ -8,16 +8,29 @@ parentheses that never raises), not an exact string match. Difficulty = how many
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from fractions import Fraction
 
 import numpy as np
 
 from jaxrl_reason.tasks.base import Problem
+from jaxrl_reason.utils.validation import check_hyperparameters
+
+MAX_ANSWER_CHARS = 64  # longer answers are malformed; bounds the parser's recursion (<= 32 nested parentheses)
+MAX_NUMBER_DIGITS = 6
+_DIGITS = frozenset("0123456789")  # ASCII only: str.isdigit() also accepts '²' or '١', which int() rejects or reads
+_PROMPT = re.compile(r"count ((?:[0-9]{1,6} )*[0-9]{1,6}) to (-?[0-9]{1,60})")
 
 
-def evaluate_expression(text: str) -> tuple[Fraction, list[int]] | None:
-    """Evaluate ``text`` (integers, + - *, parentheses) -> (value, numbers used); None if malformed."""
+def evaluate_expression(text) -> tuple[Fraction, list[int]] | None:
+    """Evaluate ``text`` (integers, + - *, parentheses) -> (value, numbers used); None if malformed.
+
+    Never raises: anything but a ``str`` of at most ``MAX_ANSWER_CHARS`` characters over ASCII digits
+    (numbers of at most ``MAX_NUMBER_DIGITS``), ``+ - *`` and parentheses is malformed.
+    """
+    if not isinstance(text, str) or len(text) > MAX_ANSWER_CHARS:
+        return None
     pos = 0
     nums: list[int] = []
 
@@ -34,12 +47,12 @@ def evaluate_expression(text: str) -> tuple[Fraction, list[int]] | None:
             pos += 1
             return v
         start = pos
-        while peek().isdigit():
+        while peek() in _DIGITS:
             pos += 1
-        if start == pos or pos - start > 6:
+        if start == pos or pos - start > MAX_NUMBER_DIGITS:
             return None
         nums.append(int(text[start:pos]))
-        return Fraction(int(text[start:pos]))
+        return Fraction(nums[-1])
 
     def term():
         nonlocal pos
@@ -50,7 +63,7 @@ def evaluate_expression(text: str) -> tuple[Fraction, list[int]] | None:
             v = None if w is None else v * w
         return v
 
-    def expr(depth=[0]):
+    def expr():
         nonlocal pos
         v = term()
         while v is not None and peek() in ("+", "-"):
@@ -60,13 +73,17 @@ def evaluate_expression(text: str) -> tuple[Fraction, list[int]] | None:
             v = None if w is None else (v + w if op == "+" else v - w)
         return v
 
-    if len(text) > 64:
-        return None
     try:
         v = expr()
-    except RecursionError:
+    except RecursionError:  # only when called from an already deep stack
         return None
     return (v, nums) if v is not None and pos == len(text) else None
+
+
+def parse_prompt(prompt: str) -> tuple[list[int], int] | None:
+    """``count 3 5 7 to 22`` -> ([3, 5, 7], 22); None if ``prompt`` is not a countdown prompt."""
+    m = _PROMPT.fullmatch(prompt) if isinstance(prompt, str) else None
+    return None if m is None else ([int(x) for x in m.group(1).split()], int(m.group(2)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +95,7 @@ class Countdown:
     exact_match: bool = False
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 2 <= self.min_difficulty <= self.max_difficulty:
             raise ValueError(f"Countdown: need 2 <= min_difficulty <= max_difficulty, got "
                              f"{self.min_difficulty}, {self.max_difficulty}")
@@ -97,9 +115,10 @@ class Countdown:
                        trace=",".join(trace), difficulty=k, task=self.name)
 
     def check(self, answer: str, problem: Problem) -> bool:
-        out = evaluate_expression(answer)
-        if out is None:
+        """True iff ``answer`` uses the prompt's numbers exactly once each and reaches its target; never
+        raises (a malformed answer, or a prompt that is not a countdown prompt, is simply False)."""
+        out, prompt = evaluate_expression(answer), parse_prompt(getattr(problem, "prompt", None))
+        if out is None or prompt is None:
             return False
-        value, used = out
-        head, target = problem.prompt[len("count "):].split(" to ")
-        return value == Fraction(int(target)) and Counter(used) == Counter(int(x) for x in head.split())
+        (value, used), (numbers, target) = out, prompt
+        return value == target and Counter(used) == Counter(numbers)

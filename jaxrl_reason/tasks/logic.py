@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from jaxrl_reason.tasks.base import Problem
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 NAMES = "ABCDEF"
 
@@ -23,6 +24,7 @@ class OrderingPuzzle:
     exact_match: bool = True
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 2 <= self.min_difficulty <= self.max_difficulty <= len(NAMES):
             raise ValueError(f"OrderingPuzzle: need 2 <= min_difficulty <= max_difficulty <= {len(NAMES)}")
 

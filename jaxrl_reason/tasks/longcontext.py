@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_reason.tasks.vocab import CHARS, SPECIALS, VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 KINDS = ("needle", "multihop")
 HAYSTACKS = ("facts", "noise")
@@ -83,6 +84,8 @@ class LongContextTask:
     no_answer: str = "none"
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok, msg):
             if not ok:
                 raise ValueError(f"LongContextTask: {msg}")

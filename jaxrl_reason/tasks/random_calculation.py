@@ -14,6 +14,7 @@ from fractions import Fraction
 import numpy as np
 
 from jaxrl_reason.tasks.base import Problem
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 def fmt(x: Fraction) -> str:
@@ -34,6 +35,7 @@ class RandomCalculation:
     exact_match: bool = True
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 1 <= self.min_difficulty <= self.max_difficulty:
             raise ValueError(f"RandomCalculation: need 1 <= min_difficulty <= max_difficulty, got "
                              f"{self.min_difficulty}, {self.max_difficulty}")

@@ -27,6 +27,7 @@ import numpy as np
 
 from jaxrl_reason.tasks.base import Problem
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 VARIANTS = ("correct", "random", "inverted", "wrong_label", "format_only")
 
@@ -154,6 +155,7 @@ class RewardConfig:
     malformed_penalty: float = 0.0
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.variant not in VARIANTS:
             raise ValueError(f"RewardConfig: variant must be one of {VARIANTS}, got {self.variant!r}")
         if not 0.0 <= self.random_p <= 1.0:

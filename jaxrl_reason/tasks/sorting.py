@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from jaxrl_reason.tasks.base import Problem
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Sorting:
     exact_match: bool = True
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 1 <= self.min_difficulty <= self.max_difficulty:
             raise ValueError("Sorting: need 1 <= min_difficulty <= max_difficulty")
 
@@ -45,6 +47,7 @@ class Parity:
     exact_match: bool = True
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 1 <= self.min_difficulty <= self.max_difficulty:
             raise ValueError("Parity: need 1 <= min_difficulty <= max_difficulty")
 

@@ -6,10 +6,17 @@ and restored into the tree structure of a template, so any pytree type works
 is reported as a mismatch instead of silently loading garbage. Orbax writes
 each step to a temporary directory and renames it when complete, so a save that
 is interrupted never replaces a good checkpoint.
+
+Integrity: each step stores, next to its arrays and in the same atomic save, a
+SHA-256 checksum of every array's dtype, shape and bytes. ``restore`` recomputes
+them and refuses a step whose data changed on disk (a flipped bit, a truncated
+or replaced file) or whose floating-point state holds NaN or inf, with the same
+"checkpoint N is corrupt; delete it to resume from M" error as an unreadable one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 from typing import Any
 
@@ -30,6 +37,13 @@ def _to_saveable(tree) -> dict[str, np.ndarray]:
     """Leaf index -> numpy array; empty arrays are skipped (orbax cannot store them)."""
     leaves = [np.asarray(jax.random.key_data(x) if _is_key(x) else x) for x in jax.tree.leaves(tree)]
     return {f"{i:05d}": x for i, x in enumerate(leaves) if x.size}
+
+
+def checksum(x: np.ndarray) -> str:
+    """SHA-256 of an array's dtype, shape and bytes (hex)."""
+    h = hashlib.sha256(f"{x.dtype.str}{list(x.shape)}".encode())
+    h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()
 
 
 class Checkpointer:
@@ -61,7 +75,13 @@ class Checkpointer:
             return False
         if step in self.all_steps():
             return False
-        self._manager.save(step, args=ocp.args.StandardSave(_to_saveable(state)), force=True)
+        arrays = _to_saveable(state)
+        for name, x in arrays.items():
+            if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+                raise CheckpointError(f"refusing to save step {step}: array {name} holds NaN or inf")
+        sums = {name: checksum(x) for name, x in arrays.items()}
+        self._manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(arrays), integrity=ocp.args.JsonSave(sums)), force=True)
         self._manager.wait_until_finished()
         return True
 
@@ -77,18 +97,23 @@ class Checkpointer:
             raise CheckpointError(f"no checkpoint for step {step} in {self.directory}; available: {steps}")
         leaves, treedef = jax.tree.flatten(template)
         expected = _to_saveable(template)
+        older = [s for s in steps if s < step]
+        fix = (f"delete {self.directory / str(step)} to resume from step {older[-1]}"
+               if older else "delete it and start without --resume")
+
+        def corrupt(why: str) -> CheckpointError:
+            return CheckpointError(f"checkpoint step {step} in {self.directory} is corrupt: {why}; {fix}")
+
+        if not (self.directory / str(step) / "integrity").is_dir():
+            raise corrupt("it has no checksums (written by an older version or by an interrupted save)")
         try:
-            restored = self._manager.restore(step, args=ocp.args.StandardRestore())
+            both = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(), integrity=ocp.args.JsonRestore()))
+            restored, sums = both.state, both.integrity
         except Exception as err:  # orbax raises many types for damaged files
-            older = [s for s in steps if s < step]
-            fix = (
-                f"delete {self.directory / str(step)} to resume from step {older[-1]}"
-                if older else "start without --resume"
-            )
-            raise CheckpointError(
-                f"checkpoint step {step} in {self.directory} is corrupt or unreadable "
-                f"({type(err).__name__}: {str(err)[:200]}); {fix}"
-            ) from err
+            raise corrupt(f"unreadable ({type(err).__name__}: {str(err)[:200]})") from err
+        if not isinstance(sums, dict) or sorted(sums) != sorted(restored):
+            raise corrupt("its checksum list does not match its arrays")
         if sorted(restored) != sorted(expected):
             raise CheckpointError(
                 f"checkpoint step {step} holds {len(restored)} arrays but the training state has "
@@ -107,6 +132,10 @@ class Checkpointer:
                     f"checkpoint step {step} array {name} is {value.dtype}{list(value.shape)} but the "
                     f"training state expects {want.dtype}{list(want.shape)}: the model or config changed"
                 )
+            if checksum(value) != sums[name]:
+                raise corrupt(f"array {name} does not match its checksum (the data changed on disk)")
+            if np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
+                raise corrupt(f"array {name} holds NaN or inf")
             if _is_key(leaf):
                 out.append(jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf)))
             else:
@@ -115,3 +144,9 @@ class Checkpointer:
 
     def close(self):
         self._manager.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -8,21 +8,39 @@ Layout of one run::
         tb/              TensorBoard event files
         *.png, *.md, *.csv, summary.json
         checkpoints/     orbax checkpoints (see ``Checkpointer``)
+        .lock            held (flock) by the one process writing the run
+
+Guarantees: one writer per run directory (a second process, e.g. a concurrent
+``--resume``, is refused while the first holds the lock); metrics.jsonl is
+appended row by row and rewritten only through a temporary file and a rename,
+so a kill never empties it; a torn last row (a kill mid-write) is dropped with a
+warning on resume; on resume TensorBoard's events are rebuilt from metrics.jsonl,
+so both hold the same steps; watched metrics (losses, gradient norms) that turn
+NaN or inf stop the run under ``on_nonfinite="raise"`` (see ``utils.guard``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import fcntl
 import json
 import math
+import os
 import pathlib
+import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from jaxrl_reason.utils import guard
 from jaxrl_reason.utils.checkpoint import Checkpointer
+
+
+class RunDirError(RuntimeError):
+    """A run directory cannot be created, is in use, or holds unreadable metrics."""
 
 
 def config_to_dict(config: Any) -> Any:
@@ -44,14 +62,70 @@ def _scalar(v) -> float | int | None:
     return v if isinstance(v, (int, bool)) else float(v)
 
 
-class RunDir:
-    """One run of one experiment; create with ``RunDir.create``."""
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Replace ``path`` with ``text`` through a temporary file and a rename (never half-written)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
-    def __init__(self, path: pathlib.Path, resumed: bool):
+
+def read_metrics(path: str | pathlib.Path) -> list[dict]:
+    """Rows of a metrics.jsonl; a torn last row (a kill mid-write) is left out, any other
+    unreadable row is a ``RunDirError`` naming its line."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if all(not rest.strip() for rest in lines[i + 1:]):
+                break  # torn last row: RunDir drops it on resume
+            raise RunDirError(f"{path} line {i + 1} is not a JSON row ({err})") from err
+    return rows
+
+
+class RunDir:
+    """One run of one experiment; create with ``RunDir.create``.
+
+    ``on_nonfinite`` is the ``utils.guard`` policy of every loop that logs here:
+    ``"raise"`` (default) or ``"skip"``.
+    """
+
+    def __init__(self, path: pathlib.Path, resumed: bool, on_nonfinite: str = "raise"):
         self.path = path
         self.resumed = resumed
+        self.on_nonfinite = guard.check_policy(on_nonfinite)
         self._tb = None
         self._checkpointer: Checkpointer | None = None
+        self._lock = self._acquire_lock()
+        if resumed:
+            self._repair_metrics()
+
+    def _acquire_lock(self):
+        lock = (self.path / ".lock").open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            lock.close()
+            raise RunDirError(
+                f"run directory {self.path} is in use by another process (pid {holder}); wait for it to "
+                "finish (or stop it) before resuming, or start a new run without --resume"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        return lock
 
     @classmethod
     def create(
@@ -60,9 +134,12 @@ class RunDir:
         config: Any,
         root: str | pathlib.Path = "runs",
         resume: bool | str | pathlib.Path = False,
+        on_nonfinite: str = "raise",
     ) -> "RunDir":
         """New ``root/experiment/<timestamp>/``; ``resume=True`` reuses the latest run of
-        ``experiment``, ``resume=<path>`` that run directory. The config must match on resume."""
+        ``experiment``, ``resume=<path>`` that run directory. The config must match on resume.
+        An unwritable ``root`` is a ``RunDirError`` here, before any training."""
+        guard.check_policy(on_nonfinite)
         base = pathlib.Path(root) / experiment
         wanted = config_to_dict(config)
         if resume:
@@ -84,12 +161,24 @@ class RunDir:
                     f"--resume: the config differs from the run in {path} in field(s) {diff}; "
                     "resume with the same preset and overrides, or start a new run"
                 )
-            return cls(path, resumed=True)
+            return cls(path, resumed=True, on_nonfinite=on_nonfinite)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = base / stamp
-        path.mkdir(parents=True, exist_ok=False)
-        (path / "config.json").write_text(json.dumps(wanted, indent=2))
-        return cls(path, resumed=False)
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            write_atomic(path / "config.json", json.dumps(wanted, indent=2))
+        except OSError as err:
+            raise RunDirError(
+                f"cannot create a run directory under {pathlib.Path(root).absolute()}: {err.strerror or err} "
+                f"({err.filename or path}); pass a writable --run-root"
+            ) from err
+        return cls(path, resumed=False, on_nonfinite=on_nonfinite)
+
+    def child(self, name: str) -> "RunDir":
+        """``<path>/<name>/``: a sub-run (own metrics, checkpoints and lock) resumed with this one."""
+        path = self.path / name
+        path.mkdir(parents=True, exist_ok=True)
+        return RunDir(path, resumed=self.resumed, on_nonfinite=self.on_nonfinite)
 
     # -- metrics -----------------------------------------------------------
     @property
@@ -105,29 +194,55 @@ class RunDir:
                 row[k] = s
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        self._tensorboard([row])
+        guard.check_metrics(row["step"], row, self.on_nonfinite, where=str(self.path))
+
+    def _tensorboard(self, rows: list[dict]) -> None:
         if self._tb is None:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(str(self.path / "tb"))
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                self._tb.add_scalar(k, v, row["step"])
+        for row in rows:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, row["step"])
 
-    def log_many(self, first_step: int, metrics: Mapping[str, Any], stride: int = 1) -> None:
-        """Log stacked metrics (each ``[n]``) as n rows at first_step, first_step+stride, ..."""
+    def log_many(self, first_step: int, metrics: Mapping[str, Any], stride: int = 1,
+                 last_row: Mapping[str, Any] | None = None) -> None:
+        """Log stacked metrics (each ``[n]``) as n rows at first_step, first_step+stride, ...;
+        ``last_row`` scalars join the last of them."""
         n = len(next(iter(metrics.values())))
         for i in range(n):
-            self.log(first_step + i * stride, {k: np.asarray(v)[i] for k, v in metrics.items()})
+            row = {k: np.asarray(v)[i] for k, v in metrics.items()}
+            self.log(first_step + i * stride, {**row, **(last_row or {})} if i == n - 1 else row)
 
     def read_metrics(self) -> list[dict]:
+        return read_metrics(self.metrics_path)
+
+    def _repair_metrics(self) -> None:
+        """On resume: drop a torn last row (with a warning) so appends start on a fresh line."""
         if not self.metrics_path.exists():
-            return []
-        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+            return
+        text = self.metrics_path.read_text()
+        rows = self.read_metrics()
+        clean = "".join(json.dumps(r) + "\n" for r in rows)
+        if clean != text:
+            if len(rows) < sum(1 for line in text.splitlines() if line.strip()):
+                warnings.warn(f"{self.metrics_path}: dropped a torn last row (the run was killed mid-write)")
+            write_atomic(self.metrics_path, clean)
 
     def truncate_metrics(self, last_step: int) -> None:
-        """Drop rows after ``last_step`` (logged after the checkpoint a resumed run restarts from)."""
+        """Drop rows after ``last_step`` (logged after the checkpoint a resumed run restarts from)
+        and rebuild TensorBoard's events from the rows kept, so both show the same steps."""
         rows = [r for r in self.read_metrics() if r["step"] <= last_step]
-        self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        shutil.rmtree(self.path / "tb", ignore_errors=True)
+        if rows:
+            self._tensorboard(rows)
+            self._tb.flush()
 
     # -- outputs -----------------------------------------------------------
     def plot(self, keys: Sequence[str], filename: str = "curves.png", x: str = "step",
@@ -167,7 +282,7 @@ class RunDir:
 
     def save_json(self, name: str, obj: Any) -> pathlib.Path:
         out = self.path / (name if name.endswith(".json") else f"{name}.json")
-        out.write_text(json.dumps(config_to_dict(obj), indent=2, default=float))
+        write_atomic(out, json.dumps(config_to_dict(obj), indent=2, default=float))
         return out
 
     def checkpointer(self, interval: int = 1, max_to_keep: int = 3) -> Checkpointer:
@@ -182,3 +297,6 @@ class RunDir:
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
+        if self._lock is not None:
+            self._lock.close()  # releases the flock
+            self._lock = None

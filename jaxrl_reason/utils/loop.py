@@ -1,5 +1,5 @@
 """The chunked training driver every experiment uses: jitted chunks, progress bar,
-metrics, periodic checkpoints and exact resume."""
+metrics, periodic checkpoints, exact resume and the non-finite guard."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Callable
 import jax
 from tqdm.auto import tqdm
 
+from jaxrl_reason.utils import guard
 from jaxrl_reason.utils.experiment import RunDir
 
 
@@ -29,6 +30,12 @@ def run_chunks(
     latest checkpoint is restored (``init_state`` is the template) and metrics
     rows written after it are dropped, so the resumed run continues exactly where
     the checkpoint was taken and ends with the same state as an uninterrupted run.
+
+    Non-finite guard (``run_dir.on_nonfinite``, see ``utils.guard``): a NaN or
+    inf loss / gradient norm in the metrics, an update skipped by
+    ``guard_optimizer`` (under ``"raise"``), or a non-finite state stops the run
+    with a ``NonFiniteError`` before that state is checkpointed; under ``"skip"``
+    the running count of skipped updates is logged as ``nonfinite_skipped_updates``.
     """
     ckpt = run_dir.checkpointer(checkpoint_every)
     start, state = 0, init_state
@@ -38,8 +45,19 @@ def run_chunks(
         run_dir.truncate_metrics(start * steps_per_chunk)
         if start:
             tqdm.write(f"resumed {run_dir.path} at chunk {start}/{num_chunks}")
+    skipped = guard.skipped_updates(state)
     for chunk in tqdm(range(start, num_chunks), initial=start, total=num_chunks, desc=desc):
         state, metrics = chunk_fn(state)
-        run_dir.log_many(chunk * steps_per_chunk + 1, jax.device_get(metrics))
+        first, last = chunk * steps_per_chunk + 1, (chunk + 1) * steps_per_chunk
+        now = guard.skipped_updates(state)
+        extra = {guard.SKIPPED_METRIC: now} if run_dir.on_nonfinite == "skip" else {}
+        run_dir.log_many(first, jax.device_get(metrics), last_row=extra)
+        if run_dir.on_nonfinite == "raise" and now > skipped:
+            raise guard.NonFiniteError(
+                f"{run_dir.path}: {now - skipped} update(s) in steps {first}-{last} had NaN or inf gradients; "
+                "the run stops here (the last checkpoint before it is kept); pass --on-nonfinite skip to skip them"
+            )
+        skipped = now
+        guard.check_state(last, state, where=str(run_dir.path))
         ckpt.save(chunk + 1, state, force=chunk + 1 == num_chunks)
     return state

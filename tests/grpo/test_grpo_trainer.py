@@ -83,7 +83,7 @@ def test_steps_metrics_and_reference_reset(trainer):
     state, m2 = trainer.step(state)
     assert float(m2["ref_reset"]) == 1
     assert all(np.array_equal(a, b) for a, b in zip(leaves(state.ref_params), leaves(state.params)))
-    assert int(state.opt_state[1][0].count) == 0  # adam state re-initialised with the reset
+    assert int(state.opt_state.inner_state[1][0].count) == 0  # adam state re-initialised with the reset
 
 
 def test_exact_resume(trainer, tmp_path):

@@ -18,6 +18,8 @@ from flax import nnx
 
 from jaxrl_reason.agents.hanabi.ippo import make_policy, unroll
 from jaxrl_reason.models.policies import masked_logits
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,7 @@ class BCConfig:
     seed: int = 0
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if min(self.epochs, self.batch_games, self.hidden) < 1 or self.lr <= 0:
             raise ValueError("BCConfig: epochs, batch_games, hidden must be >= 1 and lr > 0")
 
@@ -55,7 +58,7 @@ def train_bc(config: BCConfig, env, data: dict):
     if g < config.batch_games:
         raise ValueError(f"BC needs at least batch_games={config.batch_games} valid games, got {g}")
     graphdef, params = nnx.split(make_policy(env, config.hidden, seed=config.seed))
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
+    tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr)))
     opt_state = tx.init(params)
     seq = jax.tree.map(jnp.asarray, seq)
     n = env.num_agents

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_reason.envs.hanabi.game import GameConfig, GameState, legal_moves
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,7 @@ class BotParams:
     hint_first: str = "rank"  # "rank" or "colour"
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.hint_first not in ("rank", "colour"):
             raise ValueError(f"hint_first must be 'rank' or 'colour', got {self.hint_first!r}")
 

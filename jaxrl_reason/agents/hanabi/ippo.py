@@ -26,6 +26,8 @@ from jaxrl_reason import envs
 from jaxrl_reason.models.policies import GRUActorCritic, masked_logits
 from jaxrl_reason.rl.gae import compute_gae
 from jaxrl_reason.rl.ppo_loss import masked_mean, ppo_loss
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,7 @@ class IPPOConfig:
     hdr_lambda: float = 0.0
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for name in ("num_envs", "num_steps", "num_updates", "update_epochs", "num_minibatches", "hidden"):
             if getattr(self, name) < 1:
                 raise ValueError(f"IPPOConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -91,7 +94,7 @@ def make_train(config: IPPOConfig, env, bc: tuple[Any, Any] | None = None, init_
     e, n, t = config.num_envs, env.num_agents, config.num_steps
     graphdef, fresh = nnx.split(make_policy(env, config.hidden))
     init_params = fresh if init_params is None else init_params
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
+    tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr)))
     lam = config.hdr_lambda
     use_bc = bc is not None and lam > 0
 

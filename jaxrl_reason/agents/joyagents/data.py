@@ -22,6 +22,7 @@ from jaxrl_reason.agents.joyagents.system import CALL, MASTER, MATH, NO_HINT, QA
 from jaxrl_reason.agents.memagent.agent import render
 from jaxrl_reason.tasks.assistant import ROUTES, TYPES, AssistantRequest
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 CONFUSION = ("f", "t", "m", "q")  # the wrong route a noisy trace uses, per request type
 _STEP_AGENTS = {"m": (MATH,), "q": (QA,), "f": (CALL,), "t": (QA, MATH)}
@@ -34,6 +35,7 @@ class TraceNoise:
     wrong_hint_rate: float = 0.1
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if len(self.route_noise) != len(TYPES) or not all(0 <= x <= 1 for x in self.route_noise):
             raise ValueError(f"TraceNoise: route_noise must be {len(TYPES)} probabilities, got {self.route_noise}")
         if not (0 <= self.hint_rate and 0 <= self.wrong_hint_rate and self.hint_rate + self.wrong_hint_rate <= 1):

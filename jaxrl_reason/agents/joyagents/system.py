@@ -43,6 +43,7 @@ from jaxrl_reason.agents.memagent.agent import build_prompt, parse_template
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.tasks.assistant import ROUTES, check_answers, encode_int, execute_call
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 AGENTS = ("master", "math", "qa", "call")
 MASTER, MATH, QA, CALL = range(4)
@@ -69,6 +70,7 @@ class SystemConfig:
     final_template: str = "F{request};{prev}>"
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for f in ("request_tokens", "step_tokens", "answer_tokens"):
             if getattr(self, f) < 1:
                 raise ValueError(f"SystemConfig: {f} must be >= 1, got {getattr(self, f)}")

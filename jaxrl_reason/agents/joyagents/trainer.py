@@ -57,6 +57,8 @@ from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 MODES = ("joint", "nodewise")
 CONTINUATIONS = ("sample", "greedy")
@@ -104,6 +106,8 @@ class JoyConfig:
     logprob_chunk: int = 8
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok, msg):
             if not ok:
                 raise ValueError(f"JoyConfig: {msg}")
@@ -180,7 +184,7 @@ class JoyTrainer:
 
 
 def _optimizer(cfg: JoyConfig):
-    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99))
+    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -35,6 +35,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 _FIELD = re.compile(r"\{(\w+)\}")
 
@@ -72,6 +73,7 @@ class MemAgentConfig:
     initial_memory: str = "none"
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for f in ("chunk_tokens", "memory_tokens", "question_tokens", "answer_tokens"):
             if getattr(self, f) < 1:
                 raise ValueError(f"MemAgentConfig: {f} must be >= 1, got {getattr(self, f)}")

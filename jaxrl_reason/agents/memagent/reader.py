@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jaxrl_reason.agents.memagent.agent import DocBatch, _respond, build_prompt, parse_template, render
 from jaxrl_reason.tasks.longcontext import LongContextProblem, encode_plain
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 _FIELDS = ("question", "document")
 
@@ -34,6 +35,7 @@ class ReaderConfig:
     template: str = "{question}:{document}>"
 
     def __post_init__(self):
+        check_hyperparameters(self)
         parse_template(self.template, _FIELDS)
         if self.question_tokens < 1 or self.answer_tokens < 1:
             raise ValueError("ReaderConfig: question_tokens and answer_tokens must be >= 1")

@@ -38,6 +38,9 @@ from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.guard import check_trained
 
 
 # ---------------------------------------------------------------------------------------- SFT
@@ -51,6 +54,7 @@ class SFTConfig:
     lr: float = 3e-3
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.problems < 1 or self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError(f"SFTConfig: problems, steps, batch_size must be >= 1 and lr > 0, got {self}")
 
@@ -77,6 +81,7 @@ def train_conversations(model, data: dict, config: SFTConfig, seed: int = 0) -> 
         idx = rng.integers(0, len(data["tokens"]), config.batch_size)
         state, m = step(state, {k: v[idx] for k, v in data.items()})
         losses.append(m["nll"])
+    check_trained("memagent SFT", state, losses)
     nnx.update(model, state.params, state.rest)
     return np.asarray(jax.device_get(losses))
 
@@ -95,6 +100,8 @@ class MultiConvConfig:
     logprob_chunk: int = 16
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok, msg):
             if not ok:
                 raise ValueError(f"MultiConvConfig: {msg}")
@@ -116,7 +123,7 @@ class RLState:
 
 
 def _optimizer(cfg: MultiConvConfig):
-    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99))
+    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
 
 
 def conversations(out, rewards_adv: jax.Array):

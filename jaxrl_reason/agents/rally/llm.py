@@ -31,6 +31,7 @@ from jaxrl_reason.envs.swarm import Swarm
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm import train as lm_train
 from jaxrl_reason.models.tokenizer import ByteTokenizer
+from jaxrl_reason.utils.guard import check_trained
 
 TOKENIZER = ByteTokenizer()
 
@@ -158,11 +159,14 @@ def train_llm_policy(env: Swarm, prior: RulePrior, key: jax.Array, *, sft_steps:
     graphdef, state = lm_train.init_train_state(model, optimizer)
     step = lm_train.make_train_step(graphdef, optimizer)
     loss_mask = jnp.broadcast_to(jnp.asarray(mask), (batch, L - 1))
+    losses = []
     for i, k in enumerate(jax.random.split(k_batch, sft_steps)):
         idx = jax.random.randint(k, (batch,), 0, seqs.shape[0])
         state, metrics = step(state, {"tokens": seqs[idx], "loss_mask": loss_mask})
+        losses.append(metrics["nll"])
         if run_dir is not None and (i % 10 == 0 or i == sft_steps - 1):
             run_dir.log(i, {"llm/sft_nll": metrics["nll"]})
+    check_trained("RALLY LLM SFT", state, losses)
     params = nnx.state(nnx.merge(graphdef, state.params, state.rest))
     full_graphdef = nnx.graphdef(nnx.merge(graphdef, state.params, state.rest))
     return LLMIntentPolicy(env, full_graphdef, params)

@@ -24,6 +24,8 @@ from jaxrl_reason.agents.rally import llm
 from jaxrl_reason.rl.grpo.advantages import grpo_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.update import gradient_step
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +39,7 @@ class GRPOConfig:
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.02)
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for name in ("iterations", "num_groups", "updates", "minibatch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -101,7 +104,7 @@ def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: GRPOConfi
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     ref_params = params
     p1 = llm.render_prompt(env, jnp.zeros((1, *env.obs_shape))).shape[1]
-    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.lr))
+    tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.lr)))
     opt_state = tx.init(params)
 
     def logp_fn(params, seqs):

@@ -34,6 +34,8 @@ from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import gradient_step
 from jaxrl_reason.rl.rae import init_baseline
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 OPPONENTS = ("random",)
 
@@ -55,6 +57,8 @@ class SpiralConfig:
     logprob_chunk: int = 64
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok, msg):
             if not ok:
                 raise ValueError(f"SpiralConfig: {msg}")
@@ -93,7 +97,9 @@ class SpiralTrainer:
         self._params, self._rest = params, rest
         self.full_graphdef = nnx.graphdef(model)
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature, pad_id=PAD)
-        self.optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
+        self.optimizer = guard_optimizer(
+            optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
+        )
         self._step = _step_fn(self, config)
 
     def init(self, key: jax.Array, params: nnx.State | None = None) -> SpiralState:

@@ -37,6 +37,8 @@ from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.games.kuhn_poker import CARD_NAMES
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.guard import check_trained
 
 KUHN_TEACHER_ALPHA = 1.0 / 6.0
 LABELS = ("expert", "played")
@@ -52,6 +54,7 @@ class WarmStartConfig:
     lr: float = 3e-3
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 0.0 <= self.expert_prob <= 1.0:
             raise ValueError(f"WarmStartConfig: expert_prob must be in [0, 1], got {self.expert_prob}")
         if self.labels not in LABELS:
@@ -179,5 +182,6 @@ def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConf
         idx = rng.integers(0, len(data["tokens"]), cfg.batch_size)
         state, m = step(state, {k: v[idx] for k, v in data.items()})
         nll.append(m["nll"])
+    check_trained("SPIRAL SFT warm start", state, nll)
     nnx.update(model, state.params, state.rest)
     return state.params, {"nll": np.asarray(jax.device_get(nll)), "examples": len(data["tokens"])}

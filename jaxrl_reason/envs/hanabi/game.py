@@ -41,6 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxrl_reason.utils.validation import check_hyperparameters
+
 COLOURS = "RYGWB"
 
 
@@ -57,6 +59,7 @@ class GameConfig:
     copies: tuple[int, ...] = (3, 2, 2, 2, 1)
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 2 <= self.num_players <= 5:
             raise ValueError(f"Hanabi needs 2 to 5 players, got num_players={self.num_players}")
         if not 1 <= self.num_colours <= 5:

@@ -20,7 +20,9 @@ Actions of the UAVs (agents ``0..N-1``):
     actions are clipped into ``[0, num_actions)``; every action is legal (rule "none").
   * ``control="continuous"``: ``action_dim = d``, ``action [A, d]`` in ``[-1, 1]`` (clipped),
     scaled by ``max_accel`` (double integrator) or ``max_speed`` (point mass);
-    ``num_actions = 1`` and the mask is all True.
+    ``num_actions = 1`` and the mask is all True. A non-finite component (NaN, +-inf) counts
+    as 0 (no acceleration / zero desired velocity) and ``info["nonfinite_action"]`` (``[A]`` bool)
+    flags the agents that sent one, so positions never become NaN from actions.
 
 Pursuers, at ``adversary_speed`` (< ``max_speed``):
   * ``adversary_control="scripted"`` (default): each chases the nearest active UAV within
@@ -58,8 +60,9 @@ visible), per obstacle (relative position, visible) - all zero unless within
 one-hots, present). A learned pursuer sees the same layout from its own position; its
 "neighbours" are the nearest UAVs within ``obs_radius`` (their broadcasts intercepted).
 
-``ts.info``: ``coverage`` (urgency-weighted coverage of the last step), ``num_captured``
-and ``num_served`` describe the last transition; ``global_state`` (``[state_dim]`` for
+``ts.info``: ``coverage`` (urgency-weighted coverage of the last step), ``num_captured``,
+``num_served`` and ``nonfinite_action`` (``[A]`` bool, always False for discrete control)
+describe the last transition; ``global_state`` (``[state_dim]`` for
 centralised critics) and ``neighbors`` (``[A, k]`` int32 UAV indices, -1 where none)
 describe the state the observation shows (after an auto-reset: the new episode's).
 
@@ -79,6 +82,7 @@ from flax import struct
 
 from jaxrl_reason.envs.core import Observation, SplitEnvironment, TimeStep, Transition
 from jaxrl_reason.envs.swarm import dynamics as dyn
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +117,7 @@ class SwarmConfig:
     team_reward: bool = False
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for name in ("num_agents", "num_targets", "max_steps", "max_need"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SwarmConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -236,13 +241,18 @@ class Swarm(SplitEnvironment):
         )
 
     def reset_info(self, state: SwarmState) -> dict:
-        return self._outcome_info(state, jnp.float32(0.0))
+        return self._outcome_info(state, jnp.float32(0.0), jnp.zeros((self.num_agents,), bool))
 
     # ------------------------------------------------------------------- step
     def transition(self, key, state: SwarmState, action) -> Transition:
         c = self.config
         N = c.num_agents
         alive = state.alive
+        if c.control == "continuous":  # a non-finite component counts as 0, flagged per agent
+            finite = jnp.isfinite(action)
+            action, nonfinite = jnp.where(finite, action, 0.0), ~jnp.all(finite, -1)
+        else:
+            nonfinite = jnp.zeros((self.num_agents,), bool)
         uav_action = action[:N]
         if c.control == "discrete":
             uav_action = jnp.clip(jnp.asarray(uav_action, jnp.int32), 0, self.num_actions - 1)
@@ -304,7 +314,7 @@ class Swarm(SplitEnvironment):
         new_state = SwarmState(pos, vel, alive_next, last_action, state.target_pos, u, state.need,
                                progress, cover, served, adv_pos, adv_vel, state.obstacles, t)
         return Transition(new_state, reward.astype(jnp.float32), terminated, truncated,
-                          self._outcome_info(new_state, weighted_cover))
+                          self._outcome_info(new_state, weighted_cover, nonfinite))
 
     def _pursuer_velocity(self, state: SwarmState, pos, action):
         """Desired pursuer velocities ``[K, d]`` (``action``: learned pursuers' actions, or None)."""
@@ -325,10 +335,11 @@ class Swarm(SplitEnvironment):
         angle = 2.0 * jnp.pi * (a - 2) / max(self.num_actions - 2, 1)
         return jnp.where((a >= 2)[:, None], dyn.heading(angle, c.dim) * c.adversary_speed, seek(goal))
 
-    def _outcome_info(self, state: SwarmState, weighted_cover) -> dict:
+    def _outcome_info(self, state: SwarmState, weighted_cover, nonfinite) -> dict:
         return {"coverage": jnp.asarray(weighted_cover, jnp.float32),
                 "num_captured": jnp.sum(~state.alive).astype(jnp.int32),
-                "num_served": jnp.sum(state.served).astype(jnp.int32)}
+                "num_served": jnp.sum(state.served).astype(jnp.int32),
+                "nonfinite_action": nonfinite}
 
     # ------------------------------------------------------------ observation
     def messages(self, state: SwarmState) -> jax.Array:

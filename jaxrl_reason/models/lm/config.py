@@ -12,6 +12,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
+
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -67,8 +69,9 @@ class LMConfig:
     moe_topk_groups: int = 1
     moe_norm_topk: bool = True
     moe_route_scale: float = 1.0
-    moe_bias_update_rate: float = 1e-3  # gamma of the aux-loss-free update; 0 disables it
-    moe_seq_aux_alpha: float = 0.0  # sequence-wise balance loss weight (DeepSeek-V3: ~1e-4)
+    # a step size and a loss weight, not a probability / EMA rate: >= 0 (not the [0, 1] of "*_rate", "*_alpha")
+    moe_bias_update_rate: float = dataclasses.field(default=1e-3, metadata={VALID: NONNEGATIVE})  # 0: off
+    moe_seq_aux_alpha: float = dataclasses.field(default=0.0, metadata={VALID: NONNEGATIVE})  # DeepSeek-V3: ~1e-4
     moe_capacity_factor: float | None = None
     moe_dispatch: str = "all_to_all"  # expert parallelism: "all_to_all" (shard_map) or "constraint"
     # multi-token prediction
@@ -84,6 +87,8 @@ class LMConfig:
     scan_layers: bool = True  # False: the layer scan is fully unrolled (compile time grows with depth)
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok: bool, msg: str):
             if not ok:
                 raise ValueError(f"LMConfig: {msg}")

@@ -37,6 +37,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxrl_reason.models.lm.model import init_cache
 from jaxrl_reason.parallel.mesh import check_batch_divides
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,7 @@ class SamplerConfig:
     pad_id: int = 0
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplerConfig: max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:

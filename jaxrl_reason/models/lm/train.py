@@ -16,6 +16,7 @@ import optax
 from flax import nnx
 
 from jaxrl_reason.models.lm.moe import ExpertBias, update_expert_bias
+from jaxrl_reason.utils.guard import guard_optimizer
 
 
 def _chunked_head(model, h: jax.Array, targets: jax.Array, chunk: int, fn):
@@ -109,7 +110,9 @@ def make_optimizer(
 ) -> optax.GradientTransformation:
     """AdamW with linear warmup + cosine decay to 10% of `lr`, after global-norm clipping."""
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup_steps, 1), max(total_steps, warmup_steps + 1), lr * 0.1)
-    return optax.chain(optax.clip_by_global_norm(clip_norm), optax.adamw(sched, b2=b2, weight_decay=weight_decay))
+    return guard_optimizer(
+        optax.chain(optax.clip_by_global_norm(clip_norm), optax.adamw(sched, b2=b2, weight_decay=weight_decay))
+    )
 
 
 @flax.struct.dataclass

@@ -18,6 +18,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxrl_reason.utils.validation import check_hyperparameters
+
 AGGREGATIONS = ("token_mean", "seq_mean", "seq_sum_norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -33,6 +35,7 @@ class LossConfig:
     ent_coef: float = 0.0
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.eps_low < 0 or self.eps_high < 0 or self.eps_low >= 1:
             raise ValueError(f"LossConfig: need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
         if self.aggregation not in AGGREGATIONS:

@@ -6,7 +6,6 @@ held-out evaluation driven by ``utils.loop.run_chunks`` (checkpoints + exact res
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,6 +18,7 @@ from jaxrl_reason.tasks.base import make_batch, sample_problems
 from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 # seed streams: the trainer draws step s from default_rng([seed, s]); these 3-element seeds never collide
 SFT_STREAM, HELDOUT_STREAM = (2**31 - 1, 11), (2**31 - 1, 13)
@@ -33,6 +33,9 @@ class TinyLM:
     max_seq_len: int = 96
     dtype: str = "float32"  # activations / matmuls (parameters stay float32)
     scan_layers: bool = True  # False: unrolled; the sampler then keeps per-layer weights and cache
+
+    def __post_init__(self):
+        check_hyperparameters(self)
 
     def config(self) -> LMConfig:
         return LMConfig(vocab_size=VOCAB.size, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
@@ -49,6 +52,9 @@ class WarmStart:
     batch_size: int = 32
     lr: float = 3e-3
     seq_len: int = 64
+
+    def __post_init__(self):
+        check_hyperparameters(self)
 
 
 def build_model(lm: TinyLM, seed: int) -> Transformer:
@@ -69,13 +75,6 @@ def warm_started_model(lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, we
     sft_warm_start(model, sft_problems(tasks, ws.problems, seed, weights), ws.steps, ws.batch_size, ws.seq_len,
                    ws.lr, seed=seed)
     return model
-
-
-def sub_run(run_dir: RunDir, name: str) -> RunDir:
-    """A child run directory (own metrics + checkpoints) for one arm of a study; resumes with the parent."""
-    path = pathlib.Path(run_dir.path) / name
-    path.mkdir(parents=True, exist_ok=True)
-    return RunDir(path, resumed=run_dir.resumed)
 
 
 def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_every: int,

@@ -19,6 +19,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
 from jaxrl_reason.tasks.base import Problem, sft_batch
+from jaxrl_reason.utils.guard import check_trained
 
 
 @functools.lru_cache(maxsize=16)
@@ -39,8 +40,11 @@ def sft_warm_start(model, problems: Sequence[Problem], steps: int, batch_size: i
     optimizer, train_step = _sft_step(graphdef, lr, steps, seq_len)
     _, state = init_train_state(model, optimizer)
     rng = np.random.default_rng(seed)
+    losses = []
     for _ in range(steps):
         idx = rng.integers(0, len(problems), batch_size)
-        state, _ = train_step(state, {k: v[idx] for k, v in data.items()})
+        state, metrics = train_step(state, {k: v[idx] for k, v in data.items()})
+        losses.append(metrics["nll"])
+    check_trained("sft_warm_start", state, losses)
     nnx.update(model, state.params, state.rest)
     return state.params

@@ -44,6 +44,8 @@ from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.base import make_batch
 from jaxrl_reason.tasks.rewards import RewardConfig, combine_rewards, score
 from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,8 @@ class GRPOConfig:
     logprob_chunk: int = 64
 
     def __post_init__(self):
+        check_hyperparameters(self)
+
         def need(ok, msg):
             if not ok:
                 raise ValueError(f"GRPOConfig: {msg}")
@@ -103,7 +107,7 @@ class GRPOState:
 
 
 def _optimizer(cfg: GRPOConfig) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99))
+    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
 
 
 def response_positions(prompt_lens: jax.Array, n: int) -> jax.Array:

@@ -23,6 +23,7 @@ from jaxrl_reason.rl.gae import compute_gae
 from jaxrl_reason.rl.marl import common
 from jaxrl_reason.rl.ppo import ChunkedTrain, PPOConfig
 from jaxrl_reason.rl.ppo_loss import ppo_loss
+from jaxrl_reason.utils.guard import guard_optimizer
 
 
 class CentralisedActorCritic(nnx.Module):
@@ -78,7 +79,7 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
     graphdef, _ = nnx.split(build(jax.random.key(0)))
     lr = (optax.linear_schedule(config.lr, 0.0, config.num_updates * config.update_epochs * config.num_minibatches)
           if config.anneal_lr else config.lr)
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+    tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)))
 
     def apply(params, obs, gstate, legal):
         net = nnx.merge(graphdef, params)

@@ -36,6 +36,8 @@ from flax import nnx, struct
 from jaxrl_reason import envs
 from jaxrl_reason.models.policies import MLP
 from jaxrl_reason.rl.marl import common
+from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 # behaviour(key, ts) -> actions [A] for ONE environment (vmapped by the trainer).
 Behaviour = Callable[[jax.Array, envs.TimeStep], jax.Array]
@@ -74,6 +76,7 @@ class QMIXConfig:
     td_target: str = "max"  # "max" (Q-learning) or "prior" (SARSA on the prior's next proposal)
 
     def __post_init__(self):
+        check_hyperparameters(self)
         for name in ("num_envs", "rollout_steps", "total_timesteps", "iters_per_chunk", "updates_per_iter",
                      "batch_size", "buffer_size", "hidden", "mixer_embed"):
             if getattr(self, name) < 1:
@@ -215,7 +218,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
     wrapped = envs.EpisodeStats(envs.AutoReset(env))
     E, A = config.num_envs, env.num_agents
     graphdef, _ = nnx.split(build_nets(config, env, jax.random.key(0)))
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
+    tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr)))
     buffer = fbx.make_flat_buffer(max_length=config.buffer_size, min_length=2 * E,
                                   sample_batch_size=config.batch_size, add_sequences=True, add_batch_size=E)
     online_steps = config.num_iters * E * config.rollout_steps
