@@ -86,8 +86,7 @@ class Config:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
-            raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        recipes.check_schedule(self.rl_steps, self.eval_every)
         for f in ("search_batch", "search_problems", "compare_problems", "trace_sft_steps", "heldout_problems"):
             if getattr(self, f) < 1:
                 raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")

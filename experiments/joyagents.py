@@ -35,7 +35,7 @@ from jaxrl_reason.agents.joyagents.data import TraceNoise
 from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
 from jaxrl_reason.agents.joyagents.trainer import JoyConfig, JoyTrainer, build_models, evaluate, sft_warm_start
 from jaxrl_reason.agents.memagent.trainer import SFTConfig
-from jaxrl_reason.rl.grpo.recipes import TinyLM, plot_curves, series
+from jaxrl_reason.rl.grpo.recipes import TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
@@ -77,8 +77,7 @@ class Config:
         need(self.lm.max_seq_len >= self.system.seq_len,
              f"lm.max_seq_len ({self.lm.max_seq_len}) < a node's length ({self.system.seq_len})")
         need(bool(self.arms) and all(a in ARMS for a in self.arms), f"arms must be a non-empty subset of {tuple(ARMS)}")
-        need(self.rl_steps >= 1 and self.eval_every >= 1 and self.rl_steps % self.eval_every == 0,
-             f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        check_schedule(self.rl_steps, self.eval_every)
         need(self.requests_per_step >= 1 and self.heldout >= len(TYPES), "requests_per_step >= 1, heldout >= 4")
         need(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
 

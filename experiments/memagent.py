@@ -27,7 +27,7 @@ from jaxrl_reason.agents.memagent.reader import ReaderConfig, fits, reader_conve
 from jaxrl_reason.agents.memagent.trainer import (
     MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, evaluate_agent, sft_warm_start, train_conversations)
 from jaxrl_reason.rl.grpo.losses import LossConfig
-from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model, plot_curves, series
+from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
@@ -76,8 +76,7 @@ class Config:
              f"lm.max_seq_len ({self.lm.max_seq_len}) < agent conversation length ({self.agent.seq_len})")
         need(self.task.num_facts >= 1 and self.multipliers and min(self.multipliers) >= 1,
              "training length and multipliers must be >= 1")
-        need(self.rl_steps >= 1 and self.eval_every >= 1 and self.rl_steps % self.eval_every == 0,
-             f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        check_schedule(self.rl_steps, self.eval_every)
         need(min(self.questions_per_step, self.eval_docs, self.eval_docs_long, self.heldout_docs, self.timing_docs) >= 1,
              "batch sizes must be >= 1")
 

@@ -46,8 +46,7 @@ class Config:
         check_hyperparameters(self)
         if self.reset_every < 1:
             raise ValueError(f"reset_every must be >= 1, got {self.reset_every}")
-        if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
-            raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        recipes.check_schedule(self.rl_steps, self.eval_every)
 
 
 PRESETS = {

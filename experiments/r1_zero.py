@@ -44,8 +44,7 @@ class Config:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
-            raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        recipes.check_schedule(self.rl_steps, self.eval_every)
         if self.heldout_problems < 1 or self.passk_problems < 1 or self.passk_samples < 1:
             raise ValueError("heldout_problems, passk_problems and passk_samples must be >= 1")
 

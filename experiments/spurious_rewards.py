@@ -47,8 +47,7 @@ class Config:
         check_hyperparameters(self)
         if not self.variants or set(self.variants) - set(VARIANTS):
             raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
-        if self.rl_steps < 1 or self.eval_every < 1 or self.rl_steps % self.eval_every:
-            raise ValueError(f"rl_steps ({self.rl_steps}) must be a positive multiple of eval_every ({self.eval_every})")
+        recipes.check_schedule(self.rl_steps, self.eval_every)
 
 
 PRESETS = {

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxrl_reason import envs
@@ -39,3 +40,38 @@ def constant_model(cfg, token: int):
     model.final_norm.scale[...] = jnp.ones_like(model.final_norm.scale[...])
     model.lm_head.kernel[...] = jnp.zeros_like(model.lm_head.kernel[...]).at[:, token].set(1.0)
     return nnx.split(model)
+
+
+# -- parity with transformers (tests/lm/test_hf_*.py) ------------------------------------------------
+def hf_logits(hf, toks):
+    """A transformers model's logits [B, T, V] (numpy) for int tokens [B, T]."""
+    import torch
+
+    with torch.no_grad():
+        return hf(torch.tensor(np.asarray(toks))).logits.numpy()
+
+
+@nnx.jit
+def model_logits(model, toks):
+    """Our model's logits [B, T, V]."""
+    return model(toks)[0]
+
+
+def rel_error(got, ref) -> float:
+    """max |got - ref| / max |ref|."""
+    return float(np.max(np.abs(np.asarray(got) - ref)) / np.max(np.abs(ref)))
+
+
+def greedy_tokens(model, prompt, new: int):
+    """Greedy continuation [B, new] from full-sequence logits over a fixed [B, P + new] buffer (one compile)."""
+    b, p = prompt.shape
+    buf = jnp.zeros((b, p + new), jnp.int32).at[:, :p].set(prompt)
+    for t in range(p, p + new):
+        buf = buf.at[:, t].set(jnp.argmax(model_logits(model, buf)[:, t - 1], axis=-1))
+    return np.asarray(buf[:, p:])
+
+
+def states_equal(a, b) -> bool:
+    """Two models' states hold the same leaves, dtypes and values (bit for bit)."""
+    la, lb = jax.tree.leaves(nnx.state(a)), jax.tree.leaves(nnx.state(b))
+    return len(la) == len(lb) and all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(la, lb))

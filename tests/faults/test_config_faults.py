@@ -29,6 +29,8 @@ NOT_CONFIGS = {
     "jaxrl_reason.agents.hanabi.records.Games",  # recorded games
     "jaxrl_reason.agents.spiral.rollout.GameSpec",  # a game's jitted functions, built by GameSpec.make
     "jaxrl_reason.envs.games.text.Slot",  # a prompt template slot
+    "jaxrl_reason.models.lm.hf_import.HFFamily",  # a checkpoint family's conversion functions
+    "jaxrl_reason.models.lm.hf_import.HFTensor",  # where one parameter lives in a checkpoint
     "jaxrl_reason.search.procedure_cloning.ClonedTrace",  # generated text
     "jaxrl_reason.solvers.finance.LinearSystem",  # a generated matrix and right-hand side
     "jaxrl_reason.tasks.assistant.AssistantRequest",  # a generated problem

@@ -149,3 +149,24 @@ def test_a_tensor_in_two_files_is_an_error(tmp_path):
     save_file({"model.norm.weight": np.ones(32, np.float32)}, str(path / "model-extra.safetensors"))
     with pytest.raises(HFImportError, match="'model.norm.weight' is stored twice"):
         load_hf_model(path)
+
+
+def _word_tokenizer(n_words: int):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(n_words)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok
+
+
+def test_a_tokenizer_larger_than_the_vocab_is_refused(tmp_path):
+    path = write(tmp_path)
+    _word_tokenizer(TINY["vocab_size"] + 4).save(str(path / "tokenizer.json"))
+    with pytest.raises(HFImportError, match=r"vocab mismatch: .*tokenizer.json has 100 ids but .*config.json says "
+                                            r"vocab_size=96"):
+        load_hf_model(path)
+    _word_tokenizer(90).save(str(path / "tokenizer.json"))  # fewer ids than rows (padded vocab): fine
+    load_hf_model(path)
+    (path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(HFImportError, match="tokenizer.json: not a readable tokenizer file"):
+        load_hf_model(path)

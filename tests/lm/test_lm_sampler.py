@@ -124,6 +124,12 @@ def test_sampled_logprobs_are_of_sampled_tokens(model):
     assert np.all(np.asarray(lp) > np.log(1e-6))  # never a filtered (-inf) token
     again = sample_joined(model, PROMPTS, LENS, jax.random.PRNGKey(2), cfg)
     np.testing.assert_array_equal(out.tokens, again.tokens)
+    # existing configs unchanged by min-p and stop sequences: recorded with the sampler before they were added
+    np.testing.assert_array_equal(out.tokens, [[23, 31, 21, 38, 21, 13, 36, 61, 1, 51, 1, 51],
+                                               [37, 36, 4, 33, 44, 53, 29, 51, 19, 0, 0, 0],
+                                               [14, 61, 42, 8, 35, 58, 35, 3, 19, 12, 12, 0]])
+    np.testing.assert_allclose(lp[:6], [-2.367180824279785, -2.3686089515686035, -2.1815836429595947,
+                                        -2.241992235183716, -2.1708006858825684, -2.235539197921753], rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

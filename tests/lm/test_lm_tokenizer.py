@@ -9,11 +9,11 @@ from jaxrl_reason.models.tokenizer import ByteTokenizer, HFTokenizer
 def test_byte_tokenizer_roundtrip_and_specials():
     tok = ByteTokenizer(extra_special=("<sep>",))
     text = "<think>héllo 2+2</think><answer>4</answer><eos>"
-    ids = tok.encode(text)
+    ids = tok.encode(text, allow_special=True)
     assert ids[0] == tok.token_to_id("<think>") and ids[-1] == tok.eos_id
     assert tok.decode(ids) == text and tok.decode(ids, skip_special=True) == "héllo 2+24"
     assert tok.vocab_size == 8 + 256 and max(ids) < tok.vocab_size
-    batch, lens = tok.encode_batch(["ab", "<sep>c"], max_len=4, add_bos=True)
+    batch, lens = tok.encode_batch(["ab", "<sep>c"], max_len=4, add_bos=True, allow_special=True)
     assert batch.tolist() == [[1, 97 + 8, 98 + 8, 0], [1, 7, 99 + 8, 0]] and lens.tolist() == [3, 3]
     assert tok.ids_array(["</answer>", "<eos>"]).tolist() == [6, 2]
     with pytest.raises(ValueError, match="max_len"):
@@ -35,7 +35,7 @@ def test_hf_tokenizer_json(tmp_path):
     tk.save(str(path))
     tok = HFTokenizer.from_file(path)
     prompt = tok.chat_prompt("what is two plus two?") + " four </think><answer>four</answer>"
-    ids = tok.encode(prompt)
+    ids = tok.encode(prompt, allow_special=True)
     assert tok.decode(ids) == prompt
     assert tok.token_to_id("</answer>") in ids and tok.eos_id == tok.token_to_id("<|endoftext|>")
     batch, lens = tok.encode_batch(["two plus", "four"], max_len=8)

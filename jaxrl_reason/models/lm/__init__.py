@@ -1,6 +1,9 @@
-"""DeepSeek-style decoder LM stack: config, model, sampler, training utilities, HF import, sharding."""
+"""DeepSeek-style decoder LM stack: config, model, sampler, training utilities, HF import/export, sharding."""
 
 from jaxrl_reason.models.lm.config import LMConfig
+from jaxrl_reason.models.lm.hf_export import save_hf_model
+from jaxrl_reason.models.lm.hf_import import HFImportError, load_hf_model
 from jaxrl_reason.models.lm.model import Transformer, cache_bytes_per_token, init_cache, param_count
 
-__all__ = ["LMConfig", "Transformer", "init_cache", "cache_bytes_per_token", "param_count"]
+__all__ = ["LMConfig", "Transformer", "init_cache", "cache_bytes_per_token", "param_count", "load_hf_model",
+           "save_hf_model", "HFImportError"]

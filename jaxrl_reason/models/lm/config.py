@@ -1,6 +1,7 @@
 """`LMConfig`: one frozen, validated configuration for the whole decoder family.
 
-Dense Llama/Qwen2 (GQA, optional QKV bias, tied embeddings), DeepSeek MLA attention, DeepSeekMoE
+Dense Llama/Qwen2/Qwen3/Mistral (GQA, optional QKV bias, q/k norm, llama3 RoPE scaling, sliding window,
+tied embeddings), DeepSeek MLA attention, DeepSeekMoE
 feed-forward, multi-token prediction and FP8 matmuls are all switches of this one dataclass.
 Every combination that cannot work raises one ``ValueError`` at construction, i.e. before any
 compilation.
@@ -15,6 +16,10 @@ import jax.numpy as jnp
 from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
 
 _DTYPES = ("float32", "bfloat16", "float16")
+#: rope_scaling types `layers.rope` implements -> their required keys
+ROPE_SCALING_KEYS = {"llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                     # optional: beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate
+                     "yarn": ("factor", "original_max_position_embeddings")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,9 +27,14 @@ class LMConfig:
     """Decoder-only LM configuration (all fields static / hashable).
 
     attention: "gqa" (n_kv_heads groups; n_kv_heads == n_heads is MHA) or "mla".
+    mla_rope_interleave: HF DeepSeek's ``rope_interleave``: the MLA rope dims are rotated in adjacent
+      pairs and come out in rotate-half order ([even; odd]), as HF's apply_rotary_pos_emb_interleave.
+      With rope_scaling of type "yarn" MLA also multiplies the softmax scale by yarn_mscale(factor,
+      mscale_all_dim)^2 (HF DeepseekV3Attention).
     mla_absorbed: MLA computes attention in the latent space (W_uk folded into the query, W_uv
       applied after attention); the cache is the compressed (c_kv, k_rope) one in both modes.
-    n_routed_experts: 0 means a dense SwiGLU MLP in every layer; > 0 makes every layer DeepSeekMoE.
+    n_routed_experts: 0 means a dense SwiGLU MLP in every layer; > 0 makes every layer DeepSeekMoE
+      except the first `moe_first_dense` ones (dense SwiGLU of width d_ff, DeepSeek-V3's first_k_dense_replace).
     moe_capacity_factor: None = dropless (capacity = tokens per sequence); else tokens routed past
       ceil(factor * T * top_k / E) slots of an expert in one sequence are dropped (their expert
       contribution is zero; the shared experts and the residual still carry them).
@@ -45,8 +55,14 @@ class LMConfig:
     head_dim: int | None = None  # default d_model // n_heads
     d_ff: int = 128
     qkv_bias: bool = False
+    qk_norm: bool = False  # Qwen3: per-head RMSNorm of q and k (over head_dim) before RoPE
     tie_embeddings: bool = False
     rope_theta: float = 10000.0
+    # RoPE frequency scaling as sorted (key, value) pairs of HF's rope_scaling dict (hashable), None = plain.
+    # ("rope_type", "llama3") with factor, low_freq_factor, high_freq_factor, original_max_position_embeddings;
+    # ("rope_type", "yarn") with factor, original_max_position_embeddings (+ optional keys, see layers.py).
+    rope_scaling: tuple | None = None
+    sliding_window: int | None = None  # GQA (Mistral): a query at p sees keys at (p - window, p]; None = all
     norm_eps: float = 1e-6
     max_seq_len: int = 512
     init_std: float = 0.02
@@ -59,6 +75,7 @@ class LMConfig:
     qk_rope_dim: int = 8
     v_head_dim: int = 16
     mla_absorbed: bool = True
+    mla_rope_interleave: bool = False  # DeepSeek/HF rope_interleave: RoPE pairs (x0, x1), (x2, x3), ... of q/k rope dims
     # DeepSeekMoE
     n_routed_experts: int = 0
     n_shared_experts: int = 1
@@ -74,9 +91,11 @@ class LMConfig:
     moe_seq_aux_alpha: float = dataclasses.field(default=0.0, metadata={VALID: NONNEGATIVE})  # DeepSeek-V3: ~1e-4
     moe_capacity_factor: float | None = None
     moe_dispatch: str = "all_to_all"  # expert parallelism: "all_to_all" (shard_map) or "constraint"
+    moe_first_dense: int = 0  # DeepSeek-V3 first_k_dense_replace: layers 0..k-1 use the dense SwiGLU (d_ff)
     # multi-token prediction
     mtp_depth: int = 0  # 0 or 1 extra depth module
     mtp_loss_weight: float = 0.3
+    mtp_layout: str = "native"  # "native" (ours) or "deepseek" (HF DeepSeek-V3 layer N; see model.MTP)
     # numerics
     dtype: str = "float32"  # activation / matmul dtype
     param_dtype: str = "float32"
@@ -145,8 +164,22 @@ class LMConfig:
                 f"moe_dispatch must be 'all_to_all' or 'constraint', got {self.moe_dispatch!r}",
             )
             need(self.moe_bias_update_rate >= 0 and self.moe_seq_aux_alpha >= 0, "MoE rates must be >= 0")
+            need(0 <= self.moe_first_dense < self.n_layers,
+                 f"moe_first_dense ({self.moe_first_dense}) must be in [0, n_layers={self.n_layers})")
+        else:
+            need(self.moe_first_dense == 0, "moe_first_dense needs n_routed_experts > 0")
         need(self.mtp_depth in (0, 1), f"mtp_depth must be 0 or 1, got {self.mtp_depth}")
+        need(self.mtp_layout in ("native", "deepseek"),
+             f"mtp_layout must be 'native' or 'deepseek', got {self.mtp_layout!r}")
         need(self.fp8_block > 0, "fp8_block must be > 0")
+        need(self.sliding_window is None or self.sliding_window > 0, "sliding_window must be None or > 0")
+        if self.rope_scaling is not None:
+            rs = dict(self.rope_scaling)
+            need(isinstance(self.rope_scaling, tuple) and rs.get("rope_type") in ROPE_SCALING_KEYS,
+                 f"rope_scaling must be a tuple of (key, value) pairs with rope_type in {tuple(ROPE_SCALING_KEYS)}, "
+                 f"got {self.rope_scaling!r}")
+            missing = [k for k in ROPE_SCALING_KEYS[rs["rope_type"]] if k not in rs]
+            need(not missing, f"rope_scaling of type {rs['rope_type']!r} lacks {missing}")
 
     # ---- derived quantities
     @property

@@ -5,7 +5,9 @@
     h, cache, aux = model.hidden(tokens, positions, cache)  # pre-norm hidden [B, T, D]
     logits = model.logits(h)                                # final norm + (tied) head
 
-`aux`: {"load": [L, E] expert load per layer, "balance_loss": []} for MoE models, else {}.
+`aux`: {"load": [L, E] expert load per MoE layer, "balance_loss": []} for MoE models, else {}.
+With ``cfg.moe_first_dense = k`` the first k layers are dense and stacked apart (``dense_blocks``,
+scanned first); ``blocks`` then holds the L - k MoE layers (and "load" is [L - k, E]).
 Compile time does not grow with depth (one scanned block; `scan_layers=False` unrolls the scan,
 which can be faster for small models on CPU); `cfg.remat` checkpoints each block.
 The cache (see `init_cache`) is a `KVCache`: per-layer buffers stacked on the same leading axis (or,
@@ -47,12 +49,13 @@ class KVCache:
 class Block(nnx.Module):
     """Pre-norm block: h + attn(norm(h)); h + mlp(norm(h)). Names match HF Llama/Qwen2."""
 
-    def __init__(self, cfg: LMConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: LMConfig, *, rngs: nnx.Rngs, moe: bool | None = None):
+        moe = cfg.is_moe if moe is None else moe  # False: a dense layer of a MoE model (moe_first_dense)
         self.input_norm = RMSNorm(cfg.d_model, cfg)
         self.attn = make_attention(cfg, rngs)
         self.post_attn_norm = RMSNorm(cfg.d_model, cfg)
-        self.mlp = MoE(cfg, rngs=rngs) if cfg.is_moe else SwiGLU(cfg.d_model, cfg.d_ff, cfg, rngs=rngs)
-        self.is_moe = cfg.is_moe
+        self.mlp = MoE(cfg, rngs=rngs) if moe else SwiGLU(cfg.d_model, cfg.d_ff, cfg, rngs=rngs)
+        self.is_moe = moe
 
     def __call__(self, h, positions, cache=None):
         a, cache = self.attn(self.input_norm(h), positions, cache)
@@ -67,7 +70,13 @@ class Block(nnx.Module):
 class MTP(nnx.Module):
     """DeepSeek-V3 multi-token-prediction depth module (shares embedding and head with the model).
 
-    h'_t = Block(W [norm(h_t); norm(emb(tok_{t+1}))]) predicts token t+2.
+    h [B, T, D], next_emb = emb(tok_{t+1}) [B, T, D] -> h' [B, T, D], which predicts token t+2.
+    ``cfg.mtp_layout``:
+      "native": h' = Block(W [norm_h(h); norm_e(next_emb)]), h before the model's final norm;
+        logits = the model's final norm + head.
+      "deepseek" (HF DeepSeek-V3 layer N = num_hidden_layers, as vLLM's DeepSeekMTP runs it):
+        h' = Block(W [norm_e(next_emb); norm_h(h)]) (enorm, hnorm, eh_proj), h after the final norm;
+        logits = head(out_norm(h')) (shared_head.norm, then the model's head).
     """
 
     def __init__(self, cfg: LMConfig, *, rngs: nnx.Rngs):
@@ -75,9 +84,11 @@ class MTP(nnx.Module):
         self.norm_e = RMSNorm(cfg.d_model, cfg)
         self.proj = Linear(2 * cfg.d_model, cfg.d_model, cfg, rngs=rngs)
         self.block = Block(cfg, rngs=rngs)
+        self.out_norm = RMSNorm(cfg.d_model, cfg) if cfg.mtp_layout == "deepseek" else None
 
     def __call__(self, h, next_emb, positions):
-        x = self.proj(jnp.concatenate([self.norm_h(h), self.norm_e(next_emb)], axis=-1))
+        parts = [self.norm_h(h), self.norm_e(next_emb)]
+        x = self.proj(jnp.concatenate(parts if self.out_norm is None else parts[::-1], axis=-1))
         out, _, aux = self.block(x, positions)
         return out, aux
 
@@ -88,12 +99,17 @@ class Transformer(nnx.Module):
         init = jax.nn.initializers.normal(cfg.init_std)
         self.embed = nnx.Param(init(rngs.params(), (cfg.vocab_size, cfg.d_model), cfg.jparam_dtype))
 
-        @nnx.split_rngs(splits=cfg.n_layers)
-        @nnx.vmap(in_axes=(0,), out_axes=0)
-        def make_blocks(r):
-            return Block(cfg, rngs=r)
+        def stack(n: int, moe: bool):
+            @nnx.split_rngs(splits=n)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def make_blocks(r):
+                return Block(cfg, rngs=r, moe=moe)
 
-        self.blocks = make_blocks(rngs)
+            return make_blocks(rngs)
+
+        k = cfg.moe_first_dense
+        self.dense_blocks = stack(k, False) if k else None  # layers 0..k-1 of a MoE model with dense first layers
+        self.blocks = stack(cfg.n_layers - k, cfg.is_moe)
         self.final_norm = RMSNorm(cfg.d_model, cfg)
         self.lm_head = None if cfg.tie_embeddings else Linear(cfg.d_model, cfg.vocab_size, cfg, rngs=rngs)
         self.mtp = MTP(cfg, rngs=rngs) if cfg.mtp_depth else None
@@ -101,10 +117,18 @@ class Transformer(nnx.Module):
     def embed_tokens(self, tokens: jax.Array) -> jax.Array:
         return jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.jdtype)
 
+    def _stacks(self) -> list[tuple[nnx.Module, int]]:
+        """(stacked blocks, number of layers) in layer order: the dense first layers (if any), then the rest."""
+        k = self.cfg.moe_first_dense
+        return ([(self.dense_blocks, k)] if k else []) + [(self.blocks, self.cfg.n_layers - k)]
+
     def layer_states(self) -> list:
         """The stacked blocks' state as ``n_layers`` per-layer states (each array sliced once)."""
-        state = nnx.state(self.blocks)
-        return [jax.tree.map(lambda x, i=i: x[i], state) for i in range(self.cfg.n_layers)]
+        out = []
+        for blocks, n in self._stacks():
+            state = nnx.state(blocks)
+            out += [jax.tree.map(lambda x, i=i: x[i], state) for i in range(n)]
+        return out
 
     def hidden(self, tokens, positions=None, cache: KVCache | None = None, layers: list | None = None):
         """tokens [B, T] int32, positions [B, T] (default 0..T-1), cache or None -> (h [B,T,D], cache, aux).
@@ -116,30 +140,41 @@ class Transformer(nnx.Module):
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         h = self.embed_tokens(tokens)
-        gdef, bstate = nnx.split(self.blocks)
+        stacks = [(nnx.split(blocks), n) for blocks, n in self._stacks()]
         if cache is not None:
             if isinstance(cache.buffers, tuple) != (layers is not None):
                 raise ValueError("a per-layer cache (stacked=False) goes with layers=..., a stacked one without")
             slot_pos = jax.lax.dynamic_update_slice_in_dim(cache.pos, positions.astype(jnp.int32), cache.end, axis=1)
 
-        def body(h, xs):
-            layer_state, layer_bufs = xs
-            layer_cache = None if cache is None else LayerCache(layer_bufs, cache.end, slot_pos)
-            h, layer_bufs, aux = nnx.merge(gdef, layer_state)(h, positions, layer_cache)
-            return h, (layer_bufs, aux)
+        def make_body(gdef):
+            def body(h, xs):
+                layer_state, layer_bufs = xs
+                layer_cache = None if cache is None else LayerCache(layer_bufs, cache.end, slot_pos)
+                h, layer_bufs, aux = nnx.merge(gdef, layer_state)(h, positions, layer_cache)
+                return h, (layer_bufs, aux)
 
-        if self.cfg.remat:
-            body = jax.checkpoint(body, prevent_cse=False)
+            return jax.checkpoint(body, prevent_cse=False) if self.cfg.remat else body
+
+        bodies = [(make_body(gdef), n) for (gdef, _), n in stacks]
         if layers is None:
-            bufs = None if cache is None else cache.buffers
-            h, (bufs, aux) = jax.lax.scan(body, h, (bstate, bufs), unroll=not self.cfg.scan_layers)
+            bufs, start = [], 0
+            for ((_, bstate), n), (body, _) in zip(stacks, bodies):
+                sub = None if cache is None else cache.buffers
+                if cache is not None and len(stacks) > 1:  # this stack's layers of the stacked cache
+                    sub = {name: b[start:start + n] for name, b in sub.items()}
+                h, (sub, aux) = jax.lax.scan(body, h, (bstate, sub), unroll=not self.cfg.scan_layers)
+                bufs.append(sub)
+                start += n
+            # aux: that of the last stack (the MoE layers; dense layers report none)
+            bufs = bufs[0] if len(bufs) == 1 else jax.tree.map(lambda *b: jnp.concatenate(b), *bufs)
         else:
-            outs = []
+            outs, k = [], self.cfg.moe_first_dense
             for i, layer_state in enumerate(layers):
+                body = bodies[0][0] if i < k else bodies[-1][0]
                 h, out = body(h, (layer_state, None if cache is None else cache.buffers[i]))
                 outs.append(out)
             bufs = tuple(o[0] for o in outs)
-            aux = jax.tree.map(lambda *a: jnp.stack(a), *[o[1] for o in outs])
+            aux = jax.tree.map(lambda *a: jnp.stack(a), *[o[1] for o in outs[k:]])
         if cache is not None:
             cache = KVCache(buffers=bufs, pos=slot_pos, end=cache.end + t)
         if aux:
@@ -148,7 +183,10 @@ class Transformer(nnx.Module):
 
     def logits(self, h: jax.Array) -> jax.Array:
         """h [..., D] (pre final norm) -> float32 logits [..., V]."""
-        x = self.final_norm(h)
+        return self._head(self.final_norm(h))
+
+    def _head(self, x: jax.Array) -> jax.Array:
+        """normed x [..., D] -> float32 logits [..., V] ((tied) head only)."""
         if self.lm_head is None:
             return jnp.dot(x, self.embed[...].astype(x.dtype).T, preferred_element_type=jnp.float32)
         return self.lm_head(x).astype(jnp.float32)
@@ -158,7 +196,13 @@ class Transformer(nnx.Module):
         b, t = tokens.shape
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t - 1, dtype=jnp.int32), (b, t - 1))
+        if self.mtp.out_norm is not None:  # deepseek layout: the MTP reads the final-normed hidden
+            h = self.final_norm(h)
         return self.mtp(h[:, :-1], self.embed_tokens(tokens[:, 1:]), positions)
+
+    def mtp_logits(self, hm: jax.Array) -> jax.Array:
+        """MTP hidden [..., D] (`mtp_hidden`) -> float32 logits [..., V] for token t+2."""
+        return self.logits(hm) if self.mtp.out_norm is None else self._head(self.mtp.out_norm(hm))
 
     def __call__(self, tokens, positions=None, cache=None, layers=None):
         h, cache, aux = self.hidden(tokens, positions, cache, layers)

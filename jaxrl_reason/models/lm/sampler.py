@@ -7,9 +7,14 @@ preallocated KV cache (compressed latent cache for MLA).
 
 Prompts are right-padded [B, P] with their true lengths; sequence b writes its generated tokens at
 positions prompt_lens[b], prompt_lens[b]+1, ... (cache slots P, P+1, ...; see `attention`). Each sequence stops at any of its own stop tokens
-(`stop_tokens` [B, S] or [S], -1 = unused) or after its own `max_new_tokens[b]`; the loop exits when
-all have stopped. `logprobs` are under the sampling distribution (temperature, top-k, top-p applied);
-for greedy decoding (temperature 0) they are the model's own log-probabilities of the argmax.
+(`stop_tokens` [B, S] or [S], -1 = unused), at the end of any of its stop sequences (`stop_sequences`
+[B, Q, L] or [Q, L], token ids left-padded with -1, see `stop_sequence_array`; matched on generated
+tokens only, inside the loop), or after its own `max_new_tokens[b]`; the loop exits when all have
+stopped. Like a stop token, a stop sequence is part of the output: `lengths` counts its tokens.
+Tokens are drawn from exp(`SamplerConfig.logprobs(logits)`): logits / temperature, then top-k, top-p
+and min-p (each off by default, composable), and `logprobs` are of that same distribution; for greedy
+decoding (temperature 0) they are the model's own log-probabilities of the argmax (filters unused).
+The prompt's logits are computed at each row's last prompt position only ([B, V], never [B, P, V]).
 `generate` is the pure function (graphdef static) for use inside larger jitted programs.
 
 Data parallel (``sample(..., mesh=mesh)`` or `generate_data_parallel`): the batch is split over one
@@ -21,7 +26,9 @@ op (``experiments/bench_lm.py``).
 
 For RL, ``out.join(prompts, prompt_lens)`` (or `sample_joined`) gives a `JoinedSample`: the
 [B, P+N] sequences (each completion right after its own prompt) with prompt / completion masks and
-the sampling log-probs at their positions, ready for `train.token_logprobs_entropy`.
+the sampling log-probs at their positions, ready for `train.token_logprobs_entropy`. That
+re-scoring applies the temperature only, so it agrees with the sampler when no filter is on; with
+top-k / top-p / min-p, re-score the logits with the same `SamplerConfig.logprobs`.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ class SamplerConfig:
     temperature: float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
+    min_p: float = 0.0  # 0 = off; keep tokens with prob >= min_p * (max prob)
     cache_len: int | None = None  # default: prompt length + max_new_tokens
     pad_id: int = 0
 
@@ -57,6 +65,15 @@ class SamplerConfig:
             raise ValueError(f"SamplerConfig: temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplerConfig: need top_k >= 0 and 0 < top_p <= 1, got {self.top_k}, {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"SamplerConfig: need 0 <= min_p <= 1, got {self.min_p}")
+
+    def logprobs(self, logits: jax.Array) -> jax.Array:
+        """logits [..., V] -> float32 log-probs [..., V] of the distribution tokens are drawn from
+        (greedy: the model's own log-softmax). Use it to re-score samples under the same filters."""
+        if self.temperature == 0.0:
+            return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        return sampling_logprobs(logits, self.temperature, self.top_k, self.top_p, self.min_p)
 
 
 @flax.struct.dataclass
@@ -106,8 +123,11 @@ def join_sample(prompts: jax.Array, prompt_lens: jax.Array, out: SampleOutput, p
                         prompt_lens=plens[:, 0], lengths=out.lengths)
 
 
-def sampling_logprobs(logits: jax.Array, temperature: float, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
-    """logits [..., V] -> log-probs [..., V] of the tempered, top-k and top-p truncated distribution."""
+def sampling_logprobs(logits: jax.Array, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                      min_p: float = 0.0) -> jax.Array:
+    """logits [..., V] -> log-probs [..., V] of the tempered distribution truncated in turn by top-k,
+    top-p (smallest most-likely set with mass >= top_p) and min-p (prob >= min_p * max prob), the
+    order transformers applies them in; removed tokens get -inf. Ties at a threshold are kept."""
     x = logits.astype(jnp.float32) / max(temperature, 1e-6)
     if top_k:
         kth = jax.lax.top_k(x, top_k)[0][..., -1:]
@@ -119,27 +139,54 @@ def sampling_logprobs(logits: jax.Array, temperature: float, top_k: int = 0, top
         n_keep = jnp.sum(cum - jax.nn.softmax(srt, axis=-1) < top_p, axis=-1, keepdims=True)
         thresh = jnp.take_along_axis(srt, n_keep - 1, axis=-1)
         x = jnp.where(x < thresh, -jnp.inf, x)
+    if min_p > 0.0:  # p_i >= min_p * p_max  <=>  x_i >= max x + log(min_p) (renormalising keeps ratios)
+        x = jnp.where(x < jnp.max(x, axis=-1, keepdims=True) + jnp.log(min_p), -jnp.inf, x)
     return jax.nn.log_softmax(x, axis=-1)
 
 
 def _choose(key, logits, cfg: SamplerConfig):
     """logits [B, V] -> (token [B] int32, its log-prob [B])."""
+    lp = cfg.logprobs(logits)
     if cfg.temperature == 0.0:
         tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     else:
-        lp = sampling_logprobs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         tok = jax.random.categorical(key, lp, axis=-1).astype(jnp.int32)
     return tok, jnp.take_along_axis(lp, tok[:, None], axis=-1)[:, 0]
 
 
+def stop_sequence_array(seqs, batch: int | None = None, encode=None) -> jax.Array:
+    """Stop sequences -> int32 [Q, L] (or [batch, Q, L]), each left-padded with -1 so its last token
+    is at L-1. ``seqs``: token-id lists, or strings turned into ids on the host by ``encode`` (e.g. a
+    tokenizer's ``encode`` without special tokens). Matching is on token ids: a string generated with
+    a different tokenization does not match (add that tokenization as another sequence)."""
+    if encode is None and any(isinstance(q, str) for q in seqs):
+        raise ValueError("stop_sequence_array: strings need encode=")
+    ids = [list(encode(q)) if isinstance(q, str) else [int(t) for t in q] for q in seqs]
+    if not ids or any(len(q) == 0 or min(q) < 0 for q in ids):
+        raise ValueError(f"stop sequences must be non-empty lists of token ids >= 0, got {ids}")
+    width = max(map(len, ids))
+    arr = jnp.asarray([[-1] * (width - len(q)) + q for q in ids], jnp.int32)
+    return arr if batch is None else jnp.broadcast_to(arr, (batch,) + arr.shape)
+
+
+def _ends_with(recent, stop_sequences):
+    """recent [B, L] last generated tokens (-1 before the first), stop_sequences [B, Q, L] -> bool [B]."""
+    used = stop_sequences >= 0
+    match = jnp.all(~used | (stop_sequences == recent[:, None, :]), axis=-1) & jnp.any(used, axis=-1)
+    return jnp.any(match, axis=-1)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "config"))
-def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, *, config: SamplerConfig):
+def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, stop_sequences=None, *,
+             config: SamplerConfig):
     """Pure sampler. prompts [B, P] int32, prompt_lens [B], stop_tokens [B, S] (-1 unused),
-    max_new_tokens [B] (<= config.max_new_tokens) -> SampleOutput."""
+    max_new_tokens [B] (<= config.max_new_tokens), stop_sequences None or [B, Q, L] (see
+    `stop_sequence_array`) -> SampleOutput."""
     model = nnx.merge(graphdef, state)
     b, p = prompts.shape
     n = config.max_new_tokens
+    seqs = jnp.full((b, 0, 0), -1, jnp.int32) if stop_sequences is None else jnp.asarray(stop_sequences, jnp.int32)
+    width = seqs.shape[-1]
     # unrolled layers: weights unstacked once and a per-layer cache, so the decode loop copies neither
     layers = None if model.cfg.scan_layers else model.layer_states()
     cache = init_cache(model.cfg, b, config.cache_len or p + n, stacked=layers is None)
@@ -147,14 +194,14 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
     pos = jnp.where(ar < prompt_lens[:, None], ar, -1)  # padding after each prompt stays invisible
     h, cache, _ = model.hidden(prompts, pos, cache, layers)
     h_last = jnp.take_along_axis(h, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
-    logits = model.logits(h_last)  # [B, V]
+    logits = model.logits(h_last)  # [B, V]: the head runs on the last prompt position only
 
     def cond(c):
         i, *_, done = c
         return (i < n) & ~jnp.all(done)
 
     def body(c):
-        i, key, cache, logits, toks, lps, lengths, done = c
+        i, key, cache, logits, toks, lps, lengths, recent, done = c
         key, sub = jax.random.split(key)
         tok, lp = _choose(sub, logits, config)
         tok = jnp.where(done, config.pad_id, tok)
@@ -162,9 +209,12 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
         lps = lps.at[:, i].set(jnp.where(done, 0.0, lp))
         lengths = lengths + (~done).astype(jnp.int32)
         hit = jnp.any(tok[:, None] == stop_tokens, axis=-1)
+        if width:  # static: no stop sequences, nothing traced
+            recent = jnp.concatenate([recent[:, 1:], tok[:, None]], axis=1)
+            hit = hit | _ends_with(recent, seqs)
         done = done | hit | (lengths >= max_new_tokens)
         step_logits, cache, _ = model(tok[:, None], (prompt_lens + i)[:, None], cache, layers)
-        return i + 1, key, cache, step_logits[:, 0], toks, lps, lengths, done
+        return i + 1, key, cache, step_logits[:, 0], toks, lps, lengths, recent, done
 
     init = (
         jnp.int32(0),
@@ -174,15 +224,16 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
         jnp.full((b, n), config.pad_id, jnp.int32),
         jnp.zeros((b, n), jnp.float32),
         jnp.zeros((b,), jnp.int32),
+        jnp.full((b, width), -1, jnp.int32),  # the last `width` generated tokens
         max_new_tokens <= 0,
     )
-    _, _, _, _, toks, lps, lengths, _ = jax.lax.while_loop(cond, body, init)
+    _, _, _, _, toks, lps, lengths, _, _ = jax.lax.while_loop(cond, body, init)
     return SampleOutput(tokens=toks, logprobs=lps, lengths=lengths)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "config", "mesh", "axis"))
-def generate_data_parallel(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, *,
-                           config: SamplerConfig, mesh: Mesh, axis: str = "data"):
+def generate_data_parallel(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens,
+                           stop_sequences=None, *, config: SamplerConfig, mesh: Mesh, axis: str = "data"):
     """`generate` with the batch (B divisible by ``mesh.shape[axis]``) split over mesh axis ``axis``;
     weights replicated; each device loops on its own rows (other mesh axes repeat the work). Shard
     ``s`` samples with ``fold_in(key, s)``, so sampled tokens differ from `generate`'s; greedy
@@ -191,13 +242,17 @@ def generate_data_parallel(graphdef, state, prompts, prompt_lens, key, stop_toke
         raise ValueError(f"mesh has no axis {axis!r} (axes: {tuple(mesh.shape)})")
     check_batch_divides(prompts.shape[0], mesh, (axis,))
 
-    def local(state, prompts, prompt_lens, key, stop_tokens, max_new_tokens):
+    if stop_sequences is None:
+        stop_sequences = jnp.full((prompts.shape[0], 0, 0), -1, jnp.int32)
+
+    def local(state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, stop_sequences):
         key = jax.random.fold_in(key, jax.lax.axis_index(axis))
-        return generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, config=config)
+        return generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, stop_sequences,
+                        config=config)
 
     rows = P(axis)
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, P(), rows, rows), out_specs=rows,
-                         check_vma=False)(state, prompts, prompt_lens, key, stop_tokens, max_new_tokens)
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, P(), rows, rows, rows), out_specs=rows,
+                         check_vma=False)(state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, stop_sequences)
 
 
 def prepare(model_cfg, prompts, prompt_lens, config: SamplerConfig, stop_tokens=None, max_new_tokens=None):
@@ -222,19 +277,35 @@ def prepare(model_cfg, prompts, prompt_lens, config: SamplerConfig, stop_tokens=
     return prompts, prompt_lens, stop_tokens, max_new_tokens
 
 
+def _stop_sequences(stop_sequences, b: int):
+    """None, a list of token-id lists, or an array [Q, L] / [B, Q, L] -> None or int32 [B, Q, L]."""
+    if stop_sequences is None:
+        return None
+    if isinstance(stop_sequences, (list, tuple)):  # token-id lists, the same for every row
+        return stop_sequence_array(stop_sequences, b)
+    arr = jnp.asarray(stop_sequences, jnp.int32)
+    if arr.ndim == 2:
+        arr = jnp.broadcast_to(arr, (b,) + arr.shape)
+    if arr.ndim != 3 or arr.shape[0] != b:
+        raise ValueError(f"stop_sequences must be [Q, L] or [{b}, Q, L], got {arr.shape}")
+    return arr
+
+
 def sample(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None,
-           mesh: Mesh | None = None, axis: str = "data") -> SampleOutput:
+           mesh: Mesh | None = None, axis: str = "data", stop_sequences=None) -> SampleOutput:
     """Convenience wrapper: validate, split the NNX model, run the jitted `generate` (with ``mesh``:
-    `generate_data_parallel` over mesh axis ``axis``)."""
+    `generate_data_parallel` over mesh axis ``axis``). ``stop_sequences``: a list of token-id lists,
+    or an array [Q, L] / [B, Q, L] from `stop_sequence_array`."""
     args = prepare(model.cfg, prompts, prompt_lens, config, stop_tokens, max_new_tokens)
+    seqs = _stop_sequences(stop_sequences, args[0].shape[0])
     graphdef, state = nnx.split(model)
     run = generate if mesh is None else functools.partial(generate_data_parallel, mesh=mesh, axis=axis)
-    return run(graphdef, state, *args[:2], key, *args[2:], config=config)
+    return run(graphdef, state, *args[:2], key, *args[2:], seqs, config=config)
 
 
 def sample_joined(model, prompts, prompt_lens, key, config: SamplerConfig, stop_tokens=None, max_new_tokens=None,
-                  mesh: Mesh | None = None, axis: str = "data") -> JoinedSample:
+                  mesh: Mesh | None = None, axis: str = "data", stop_sequences=None) -> JoinedSample:
     """`sample` (data-parallel with ``mesh``), then `join_sample` (pad_id = config.pad_id)."""
     args = prepare(model.cfg, prompts, prompt_lens, config, stop_tokens, max_new_tokens)
-    out = sample(model, *args[:2], key, config, *args[2:], mesh=mesh, axis=axis)
+    out = sample(model, *args[:2], key, config, *args[2:], mesh=mesh, axis=axis, stop_sequences=stop_sequences)
     return join_sample(args[0], args[1], out, config.pad_id)

@@ -25,13 +25,27 @@ LM_RULES: list[tuple[str, P]] = [
     (r"blocks/.*w_(gate|up)", P(None, "expert", "fsdp", "tensor")),
     (r"blocks/.*w_down", P(None, "expert", "tensor", "fsdp")),
     (r"blocks/.*(o_proj|down)/kernel", P(None, "tensor", "fsdp")),
-    (r"blocks/.*(proj|gate|up|q_a|q_b|kv_a|k_up|v_up)/kernel", P(None, "fsdp", "tensor")),
-    (r"blocks/.*(proj|gate|up|q_b|k_up|v_up)/bias", P(None, "tensor")),
+    (r"blocks/.*(proj|gate|up|q_a|q_b|kv_a|kv_b)/kernel", P(None, "fsdp", "tensor")),
+    (r"blocks/.*(proj|gate|up|q_b|kv_b)/bias", P(None, "tensor")),
     (r"mtp/.*(o_proj|down)/kernel", P("tensor", "fsdp")),
     (r"mtp/.*w_(gate|up)", P("expert", "fsdp", "tensor")),
     (r"mtp/.*w_down", P("expert", "tensor", "fsdp")),
     (r"mtp/.*kernel", P("fsdp", "tensor")),
 ]
+
+
+def _lora_rules(rules):
+    """LoRA adapters of a Linear (see `lora`): A [..., d_in, r] takes the kernel's input-dim axis, B
+    [..., r, d_out] its output-dim one; the rank dim is replicated."""
+    out = []
+    for pat, spec in rules:
+        if pat.endswith("/kernel"):
+            out.append((pat[: -len("kernel")] + "lora/a", P(*spec[:-1], None)))
+            out.append((pat[: -len("kernel")] + "lora/b", P(*spec[:-2], None, spec[-1])))
+    return out
+
+
+LM_RULES = _lora_rules(LM_RULES) + LM_RULES
 
 
 def fit_spec(spec: P, shape: tuple[int, ...], axis_sizes: dict[str, int]) -> P:

@@ -19,9 +19,11 @@ from jaxrl_reason.models.lm.moe import ExpertBias, update_expert_bias
 from jaxrl_reason.utils.guard import guard_optimizer
 
 
-def _chunked_head(model, h: jax.Array, targets: jax.Array, chunk: int, fn):
-    """Apply the head to `chunk` steps at a time (rematerialised scan) and reduce each chunk's
-    logits with fn(logits [B, c, V] f32, targets [B, c]) -> tuple of [B, c] arrays; returns [B, T] each."""
+def _chunked_head(model, h: jax.Array, targets: jax.Array, chunk: int, fn, head=None):
+    """Apply the head (``head`` or ``model.logits``) to `chunk` steps at a time (rematerialised scan) and
+    reduce each chunk's logits with fn(logits [B, c, V] f32, targets [B, c]) -> tuple of [B, c] arrays;
+    returns [B, T] each."""
+    head = model.logits if head is None else head
     b, t, d = h.shape
     c = min(chunk, t)
     pad = (-t) % c
@@ -30,19 +32,20 @@ def _chunked_head(model, h: jax.Array, targets: jax.Array, chunk: int, fn):
 
     @jax.checkpoint
     def one(hc, tc):
-        return fn(model.logits(hc), tc)
+        return fn(head(hc), tc)
 
     _, outs = jax.lax.scan(lambda _, x: (None, one(*x)), None, (hp, tp))
     return tuple(o.swapaxes(0, 1).reshape(b, -1)[:, :t] for o in outs)
 
 
-def chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int = 128) -> jax.Array:
-    """h [B, T, D] (pre final norm), targets [B, T] -> log p(targets) [B, T] float32, chunked over T."""
+def chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int = 128, head=None) -> jax.Array:
+    """h [B, T, D] (pre final norm), targets [B, T] -> log p(targets) [B, T] float32, chunked over T.
+    ``head``: h [..., D] -> logits (default ``model.logits``; ``model.mtp_logits`` for MTP hiddens)."""
 
     def fn(logits, tc):
         return (jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0] - jax.nn.logsumexp(logits, axis=-1),)
 
-    return _chunked_head(model, h, targets, chunk, fn)[0]
+    return _chunked_head(model, h, targets, chunk, fn, head)[0]
 
 
 def chunked_logprobs_entropy(model, h: jax.Array, targets: jax.Array, chunk: int = 128, temperature: float = 1.0):
@@ -92,7 +95,8 @@ def sft_loss(model, tokens: jax.Array, loss_mask: jax.Array, chunk: int = 128):
     loss, metrics = nll, {"nll": nll}
     if cfg.mtp_depth:
         hm, aux_m = model.mtp_hidden(h, tokens)
-        mtp_nll = _masked_mean(-chunked_logprobs(model, hm[:, :-1], tokens[:, 2:], chunk), loss_mask[:, 1:])
+        mtp_lp = chunked_logprobs(model, hm[:, :-1], tokens[:, 2:], chunk, model.mtp_logits)
+        mtp_nll = _masked_mean(-mtp_lp, loss_mask[:, 1:])
         loss = loss + cfg.mtp_loss_weight * mtp_nll
         metrics["mtp_nll"] = mtp_nll
         if aux_m:
@@ -117,15 +121,16 @@ def make_optimizer(
 
 @flax.struct.dataclass
 class TrainState:
-    params: nnx.State  # nnx.Param leaves
-    rest: nnx.State  # everything else (expert biases)
+    params: nnx.State  # trained leaves (nnx.Param, or LoRAParam adapters only)
+    rest: nnx.State  # everything else (expert biases; frozen base weights under LoRA)
     opt_state: optax.OptState
     step: jax.Array
 
 
-def init_train_state(model, optimizer: optax.GradientTransformation):
-    """-> (graphdef, TrainState)."""
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+def init_train_state(model, optimizer: optax.GradientTransformation, wrt=nnx.Param):
+    """-> (graphdef, TrainState). ``wrt``: the variables trained, e.g. ``lora.LoRAParam`` for LoRA
+    adapters only (the base weights then ride frozen in ``rest``; no adapter dropout here)."""
+    graphdef, params, rest = nnx.split(model, wrt, ...)
     return graphdef, TrainState(params=params, rest=rest, opt_state=optimizer.init(params), step=jnp.int32(0))
 
 
@@ -141,8 +146,9 @@ def apply_bias_update(model, metrics: dict) -> None:
         mb[...] = update_expert_bias(mb[...], metrics["mtp_load"], rate)
 
 
-def make_train_step(graphdef, optimizer: optax.GradientTransformation, chunk: int = 128):
-    """Jitted `step(state, batch) -> (state, metrics)`; batch = {"tokens": [B,T], "loss_mask": [B,T-1]}."""
+def make_train_step(graphdef, optimizer: optax.GradientTransformation, chunk: int = 128, wrt=nnx.Param):
+    """Jitted `step(state, batch) -> (state, metrics)`; batch = {"tokens": [B,T], "loss_mask": [B,T-1]}.
+    ``wrt``: the filter the state was split with (`init_train_state`)."""
 
     def step(state: TrainState, batch: dict):
         def loss_fn(params):
@@ -153,7 +159,7 @@ def make_train_step(graphdef, optimizer: optax.GradientTransformation, chunk: in
         params = optax.apply_updates(state.params, updates)
         model = nnx.merge(graphdef, params, state.rest)
         apply_bias_update(model, metrics)
-        _, _, rest = nnx.split(model, nnx.Param, ...)
+        _, _, rest = nnx.split(model, wrt, ...)
         metrics["grad_norm"] = optax.tree.norm(grads)
         return TrainState(params=params, rest=rest, opt_state=opt_state, step=state.step + 1), metrics
 

@@ -77,12 +77,17 @@ def warm_started_model(lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, we
     return model
 
 
+def check_schedule(rl_steps: int, eval_every: int) -> None:
+    """The experiments' RL schedule: ``rl_steps`` a positive multiple of ``eval_every`` (ValueError otherwise)."""
+    if rl_steps < 1 or eval_every < 1 or rl_steps % eval_every:
+        raise ValueError(f"rl_steps ({rl_steps}) must be a positive multiple of eval_every ({eval_every})")
+
+
 def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_every: int,
           evaluate: Callable[[object], dict] | None = None, desc: str = "grpo"):
     """GRPO for ``num_steps`` (a multiple of ``eval_every``); after every ``eval_every`` steps
     ``evaluate(model) -> {name: scalar}`` is logged (prefixed "eval/") at that step. Resumes exactly."""
-    if num_steps % eval_every:
-        raise ValueError(f"num_steps ({num_steps}) must be a multiple of eval_every ({eval_every})")
+    check_schedule(num_steps, eval_every)
     inner = trainer.chunk_fn(eval_every)
 
     def chunk(state):

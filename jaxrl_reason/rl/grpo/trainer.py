@@ -20,6 +20,12 @@ log-probs are recomputed with a forward pass of the sampling parameters. Samplin
 are two jitted programs; the host scores in between (some verifiers are host-side by nature).
 Multi-device: ``mesh="data=8"`` (any spec of ``parallel.mesh.make_mesh``) shards the parameters
 with the LM partition rules and the batch over the data axes.
+
+LoRA: ``GRPOConfig(lora=LoRAConfig(...))`` adds adapters (``models.lm.lora``) to the model (a copy
+sharing its arrays; a model that already has adapters keeps them). ``state.params`` and the
+optimiser state then hold the adapters only, the base weights ride in ``state.rest`` frozen, and
+``state.ref_params`` is the adapters with B zeroed, so the KL reference is exactly the base model
+with no second copy of the weights (a ProRL reset makes it base + the current adapters).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_lora, lora_off, set_dropout
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
 from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
@@ -68,6 +75,7 @@ class GRPOConfig:
     ref_reset_every: int | None = None  # ProRL hard reset interval in steps (None = never)
     mesh: str | None = None  # e.g. "data=8"
     logprob_chunk: int = 64
+    lora: LoRAConfig | None = None  # train LoRA adapters only (see the module docstring)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -98,9 +106,9 @@ class GRPOConfig:
 
 @flax.struct.dataclass
 class GRPOState:
-    params: nnx.State
-    rest: nnx.State  # non-parameter model state (e.g. MoE expert biases), not trained here
-    ref_params: nnx.State
+    params: nnx.State  # trained: nnx.Param leaves, or (LoRA) the adapters' LoRAParam leaves only
+    rest: nnx.State  # everything else (e.g. MoE expert biases; with LoRA the frozen base), not trained
+    ref_params: nnx.State  # reference policy's params (LoRA: the adapters with B zeroed)
     opt_state: optax.OptState
     step: jax.Array  # int32 []
     key: jax.Array
@@ -159,7 +167,9 @@ class GRPOTrainer:
         self.weights = np.ones(len(self.tasks)) if task_weights is None else np.asarray(task_weights, np.float64)
         self.prompt_len, self.answer_len = prompt_len, answer_len
         model.cfg.check_cache(prompt_len, config.max_new_tokens, prompt_len + config.max_new_tokens)
-        self.graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        if config.lora is not None and not has_lora(model):
+            model = apply_lora(model, config.lora)
+        self.graphdef, params, rest = nnx.split(model, LoRAParam if config.lora is not None else nnx.Param, ...)
         self._init_params, self._rest = params, rest
         self.optimizer = _optimizer(config)
         self.sampler_config = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
@@ -187,12 +197,14 @@ class GRPOTrainer:
     def init(self, key: jax.Array, params: nnx.State | None = None) -> GRPOState:
         params = self._init_params if params is None else params
         params = jax.tree.map(jnp.array, params)  # own copies (updates are donated)
-        rest = self._rest
+        rest = jax.tree.map(jnp.array, self._rest)  # (with LoRA the base weights, still the model's arrays)
         if self.mesh is not None:
             from jaxrl_reason.models.lm.sharding import shard_state
 
             params, rest = shard_state(params, self.mesh), shard_state(rest, self.mesh)
         ref = jax.tree.map(jnp.copy, params)
+        if self.config.lora is not None:
+            ref = lora_off(ref)  # the base model: no copy of its weights
         return GRPOState(params=params, rest=rest, ref_params=ref, opt_state=self.optimizer.init(params),
                          step=jnp.int32(0), key=key)
 
@@ -265,16 +277,22 @@ def _update_fn(graphdef, cfg: GRPOConfig):
         seqs = join(prompts, prompt_lens, tokens)
         mask = (jnp.arange(n)[None] < lengths[:, None]).astype(jnp.float32)
 
-        def logp_fn(params, seqs, plens):
-            return response_logprobs(nnx.merge(graphdef, params, state.rest), seqs, plens, n,
-                                     cfg.temperature, cfg.logprob_chunk)
+        def logp_fn(params, seqs, plens, dropout_seed=None):
+            model = nnx.merge(graphdef, params, state.rest)
+            if dropout_seed is not None:  # LoRA dropout, in the loss's forward passes only
+                set_dropout(model, jax.random.key(dropout_seed))
+            return response_logprobs(model, seqs, plens, n, cfg.temperature, cfg.logprob_chunk)
 
         old_logp, old_ent = logp_fn(state.params, seqs, prompt_lens)
         ref_logp, _ = logp_fn(state.ref_params, seqs, prompt_lens)
         data = dict(seqs=seqs, plens=prompt_lens, adv=adv, mask=mask, old=old_logp, ref=ref_logp)
+        dropout = cfg.lora is not None and cfg.lora.dropout > 0
+        if dropout:  # one seed per row; a minibatch uses its first row's
+            key, k_drop = jax.random.split(key)
+            data["dropout_seed"] = jax.random.randint(k_drop, (seqs.shape[0],), 0, jnp.iinfo(jnp.int32).max)
 
         def loss_fn(params, mb):
-            logp, ent = logp_fn(params, mb["seqs"], mb["plens"])
+            logp, ent = logp_fn(params, mb["seqs"], mb["plens"], mb["dropout_seed"][0] if dropout else None)
             return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], ref_logp=mb["ref"], entropy=ent, config=cfg.loss)
 
         (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, key,

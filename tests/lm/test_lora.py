@@ -1,0 +1,172 @@
+"""LoRA: config errors, adapter-off == base exactly, merge == adapted, optimiser state holds only the
+adapters, SFT and GRPO steps move only the adapters (SFT loss falls), sharded placement on a mesh,
+and export merges the adapters."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm.lora import (
+    LoRAConfig,
+    LoRAParam,
+    apply_lora,
+    has_lora,
+    lora_off,
+    merge_lora,
+    state_bytes,
+)
+from jaxrl_reason.models.lm.sharding import param_specs, shard_state
+from jaxrl_reason.models.lm.train import init_train_state, make_train_step
+from jaxrl_reason.parallel.mesh import make_mesh
+from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.tasks import VOCAB, RandomCalculation
+from jaxrl_reason.tasks.rewards import RewardConfig
+
+CFG = LMConfig(vocab_size=VOCAB.size, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=32)
+TOKENS = jax.random.randint(jax.random.key(1), (2, 10), 1, VOCAB.size)
+np_leaves = lambda t: [np.asarray(x) for x in jax.tree.leaves(t)]
+
+
+@pytest.fixture(scope="module")
+def base():
+    return Transformer(CFG, rngs=nnx.Rngs(0))
+
+
+def _perturbed(model, config=LoRAConfig(rank=4, targets=("all_linear",))):
+    """Adapters with random (non-zero) A and B, so the adapted model differs from the base."""
+    lm = apply_lora(model, config)
+    g, ad, rest = nnx.split(lm, LoRAParam, ...)
+    ks = iter(jax.random.split(jax.random.key(3), len(jax.tree.leaves(ad))))
+    ad = jax.tree.map(lambda x: 0.1 * jax.random.normal(next(ks), x.shape, x.dtype), ad)
+    return nnx.merge(g, ad, rest)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(rank=0), "rank must be >= 1"),
+    (dict(dropout=1.0), "dropout must be in"),
+    (dict(dropout=-0.1), "dropout"),
+    (dict(alpha=-1.0), "alpha"),
+    (dict(alpha=float("nan")), "alpha"),
+    (dict(targets="q_proj"), "tuple of names"),
+    (dict(targets=()), "tuple of names"),
+    (dict(targets=("q_proj(",)), "bad pattern"),
+])
+def test_config_errors(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        LoRAConfig(**kw)
+
+
+def test_apply_errors(base):
+    with pytest.raises(ValueError, match="match no Linear"):
+        apply_lora(base, LoRAConfig(targets=("nope",)))
+    with pytest.raises(ValueError, match="already has LoRA"):
+        apply_lora(apply_lora(base, LoRAConfig()), LoRAConfig())
+
+
+def test_targets_shapes_and_base_untouched(base):
+    lm = apply_lora(base, LoRAConfig(rank=4, targets=("q_proj", "v_proj")))
+    assert not has_lora(base) and has_lora(lm)
+    ad = nnx.state(lm, LoRAParam)
+    assert sorted(ad["blocks"]["attn"].keys()) == ["q_proj", "v_proj"]
+    q = lm.blocks.attn.q_proj
+    assert q.lora.a.shape == (CFG.n_layers, 32, 4) and q.lora.b.shape == (CFG.n_layers, 4, q.kernel.shape[-1])
+    all_lin = nnx.state(apply_lora(base, LoRAConfig(targets=("all_linear",))), LoRAParam)
+    assert set(all_lin["blocks"]["mlp"].keys()) == {"gate", "up", "down"}
+
+
+def test_adapter_off_is_the_base_model_exactly(base):
+    want = np.asarray(base(TOKENS)[0])
+    np.testing.assert_array_equal(np.asarray(apply_lora(base, LoRAConfig())(TOKENS)[0]), want)  # fresh: B = 0
+    lm = _perturbed(base)
+    g, ad, rest = nnx.split(lm, LoRAParam, ...)
+    assert not np.allclose(np.asarray(lm(TOKENS)[0]), want)
+    np.testing.assert_array_equal(np.asarray(nnx.merge(g, lora_off(ad), rest)(TOKENS)[0]), want)
+
+
+def test_merge_matches_adapted(base):
+    lm = _perturbed(base)
+    merged = merge_lora(lm)
+    assert not has_lora(merged) and has_lora(lm)  # the input keeps its adapters
+    assert jax.tree.structure(nnx.state(merged)) == jax.tree.structure(nnx.state(base))
+    np.testing.assert_allclose(np.asarray(merged(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5, rtol=1e-5)
+
+
+def test_sft_steps_train_only_adapters_and_reduce_loss(base):
+    lm = apply_lora(base, LoRAConfig(rank=4, alpha=8.0, targets=("all_linear",)))
+    opt = optax.adam(1e-2)
+    graphdef, state = init_train_state(lm, opt, wrt=LoRAParam)
+    n_ad = sum(x.size for x in jax.tree.leaves(state.params))
+    n_all = sum(x.size for x in jax.tree.leaves(nnx.state(lm, nnx.Param)))
+    assert {type(v) for v in jax.tree.leaves(state.params, is_leaf=lambda x: isinstance(x, nnx.Variable))} == {LoRAParam}
+    adam_mu = state.opt_state[0].mu
+    assert sum(x.size for x in jax.tree.leaves(adam_mu)) == n_ad < 0.3 * n_all
+    rest0 = np_leaves(state.rest)
+    step = make_train_step(graphdef, opt, chunk=16, wrt=LoRAParam)
+    batch = {"tokens": TOKENS, "loss_mask": jnp.ones((2, 9))}
+    losses = []
+    for _ in range(15):
+        state, m = step(state, batch)
+        losses.append(float(m["loss"]))
+    assert losses[-1] < losses[0] - 0.5, losses
+    for a, b in zip(rest0, np_leaves(state.rest)):
+        np.testing.assert_array_equal(a, b)
+
+
+TASKS = [RandomCalculation(max_difficulty=1, ops="+-")]
+GRPO = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=8, lr=1e-2, minibatches=2,
+                  reward=RewardConfig("random"), lora=LoRAConfig(rank=4, dropout=0.1, targets=("all_linear",)))
+
+
+def test_grpo_lora_trains_adapters_only_against_the_base_reference(base):
+    tr = GRPOTrainer(GRPO, base, TASKS, prompt_len=12, answer_len=6)
+    full = GRPOTrainer(dataclasses.replace(GRPO, lora=None), base, TASKS, prompt_len=12, answer_len=6)
+    assert not has_lora(base)  # the trainer adapted a copy
+    state = tr.init(jax.random.key(0))
+    # optimiser state: adapters only (adam mu and nu), far below full fine-tuning's
+    ad_bytes, full_opt = state_bytes(state.params), state_bytes(full.optimizer.init(full.init(jax.random.key(0)).params))
+    assert ad_bytes * 2 <= state_bytes(state.opt_state) <= ad_bytes * 2 + 64 and state_bytes(state.opt_state) < 0.3 * full_opt
+    ref_model = nnx.merge(tr.graphdef, state.ref_params, state.rest)
+    np.testing.assert_array_equal(np.asarray(ref_model(TOKENS)[0]), np.asarray(base(TOKENS)[0]))
+    rest0, ref0, p0 = np_leaves(state.rest), np_leaves(state.ref_params), np_leaves(state.params)
+    for _ in range(2):
+        state, m = tr.step(state)
+        assert np.isfinite(m["loss"]) and np.isfinite(m["kl"])
+    assert any(not np.allclose(a, b) for a, b in zip(p0, np_leaves(state.params)))  # adapters moved
+    for a, b in zip(rest0 + ref0, np_leaves(state.rest) + np_leaves(state.ref_params)):
+        np.testing.assert_array_equal(a, b)  # base weights and reference frozen
+    assert float(m["kl_ref"]) > 0  # the policy left the base model
+
+
+def test_sharded_adapters_follow_their_kernels(base):
+    mesh = make_mesh("fsdp=2,tensor=4")
+    lm = apply_lora(base, LoRAConfig(rank=4, targets=("all_linear",)))
+    state = nnx.state(lm)
+    specs = param_specs(state, mesh)
+    q, o = specs["blocks"]["attn"]["q_proj"], specs["blocks"]["attn"]["o_proj"]
+    kq, ko = tuple(q["kernel"].get_value()), tuple(o["kernel"].get_value())
+    assert kq == (None, "fsdp", "tensor") and ko == (None, "tensor", "fsdp")
+    assert tuple(q["lora"]["a"].get_value()) == (None, "fsdp", None) and tuple(q["lora"]["b"].get_value()) == (None, None, "tensor")
+    assert tuple(o["lora"]["a"].get_value()) == (None, "tensor", None) and tuple(o["lora"]["b"].get_value()) == (None, None, "fsdp")
+    sharded = nnx.merge(nnx.graphdef(lm), shard_state(state, mesh))
+    assert len(sharded.blocks.attn.q_proj.lora.b[...].sharding.device_set) == 8
+    np.testing.assert_allclose(np.asarray(sharded(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5)
+    tr = GRPOTrainer(dataclasses.replace(GRPO, mesh="data=4,tensor=2"), base, TASKS, prompt_len=12, answer_len=6)
+    s = tr.init(jax.random.key(0))  # (a sharded GRPO step is the one test_grpo_trainer runs, plus adapters)
+    b = s.params["blocks"]["attn"]["q_proj"]["lora"]["b"]
+    assert b[...].sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor") and len(b[...].sharding.device_set) == 8
+
+
+def test_export_merges_adapters(base, tmp_path):
+    pytest.importorskip("safetensors")
+    from jaxrl_reason.models.lm import load_hf_model, save_hf_model
+
+    lm = _perturbed(base)
+    back = load_hf_model(save_hf_model(lm, tmp_path / "export"))
+    assert not has_lora(back)
+    np.testing.assert_allclose(np.asarray(back(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5, rtol=1e-5)
