@@ -73,9 +73,6 @@ class PPOConfig:
             )
         if self.policy not in ("mlp", "gru"):
             raise ValueError(f"PPOConfig.policy must be 'mlp' or 'gru', got {self.policy!r}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"PPOConfig.{name} must be in [0, 1], got {getattr(self, name)}")
 
     @property
     def num_chunks(self) -> int:

@@ -74,10 +74,6 @@ class AlphaZeroConfig:
                   "num_iterations", "max_num_considered_actions"):
             if getattr(self, f) < 1:
                 raise ValueError(f"AlphaZeroConfig.{f} must be >= 1, got {getattr(self, f)}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if not 0.0 <= self.explore_eps <= 1.0:
-            raise ValueError(f"explore_eps must be in [0, 1], got {self.explore_eps}")
         if self.value_target not in VALUE_TARGETS:
             raise ValueError(f"value_target must be one of {VALUE_TARGETS}, got {self.value_target!r}")
         if self.minibatch_size > self.num_envs * self.rollout_length:

@@ -158,8 +158,6 @@ class RewardConfig:
         check_hyperparameters(self)
         if self.variant not in VARIANTS:
             raise ValueError(f"RewardConfig: variant must be one of {VARIANTS}, got {self.variant!r}")
-        if not 0.0 <= self.random_p <= 1.0:
-            raise ValueError(f"RewardConfig: random_p must be in [0, 1], got {self.random_p}")
 
 
 def combine_rewards(cfg: RewardConfig, key: jax.Array, scores: dict) -> jax.Array:

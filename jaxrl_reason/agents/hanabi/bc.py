@@ -33,8 +33,8 @@ class BCConfig:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        if min(self.epochs, self.batch_games, self.hidden) < 1 or self.lr <= 0:
-            raise ValueError("BCConfig: epochs, batch_games, hidden must be >= 1 and lr > 0")
+        if min(self.epochs, self.batch_games, self.hidden) < 1:
+            raise ValueError("BCConfig: epochs, batch_games, hidden must be >= 1")
 
 
 def sequences(data: dict) -> dict:

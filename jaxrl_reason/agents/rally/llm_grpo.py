@@ -45,8 +45,6 @@ class GRPOConfig:
                 raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.group_size < 2:
             raise ValueError(f"GRPOConfig.group_size must be >= 2 (a group baseline), got {self.group_size}")
-        if not self.lr > 0:
-            raise ValueError(f"GRPOConfig.lr must be > 0, got {self.lr}")
 
     @property
     def episodes(self) -> int:

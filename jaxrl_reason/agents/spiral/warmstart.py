@@ -55,12 +55,10 @@ class WarmStartConfig:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        if not 0.0 <= self.expert_prob <= 1.0:
-            raise ValueError(f"WarmStartConfig: expert_prob must be in [0, 1], got {self.expert_prob}")
         if self.labels not in LABELS:
             raise ValueError(f"WarmStartConfig: labels must be one of {LABELS}, got {self.labels!r}")
-        if min(self.games_per_game, self.steps, self.batch_size) < 1 or self.lr <= 0:
-            raise ValueError("WarmStartConfig: games_per_game, steps, batch_size must be >= 1 and lr > 0")
+        if min(self.games_per_game, self.steps, self.batch_size) < 1:
+            raise ValueError("WarmStartConfig: games_per_game, steps, batch_size must be >= 1")
 
 
 def kuhn_policy_action(pi: jax.Array):

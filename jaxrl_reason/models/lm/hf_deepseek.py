@@ -29,19 +29,18 @@ rms_norm_eps (identical for DeepSeek-V3's 1e-6).
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 import re
 import warnings
 
-from safetensors import safe_open
 
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.hf_import import (
     HFFamily,
     HFImportError,
     HFTensor,
+    _Files,
     hf_field,
     hf_rope,
     register_family,
@@ -59,22 +58,12 @@ def _number(d: dict, key: str, source: str, prefix: str):
 
 
 def _has_tensor(root: pathlib.Path, name: str) -> bool | None:
-    """Whether the checkpoint in ``root`` holds tensor ``name`` (None: no checkpoint there to ask)."""
-    index = root / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            return name in json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError):
-            return None  # a malformed index: load_hf_model reports it
-    files = sorted(root.glob("*.safetensors"))
-    if not files:
+    """Whether the checkpoint in ``root`` holds tensor ``name`` (None: no readable checkpoint there;
+    ``load_hf_model`` reports why)."""
+    try:
+        return name in _Files(root).where
+    except HFImportError:
         return None
-    for f in files:
-        with safe_open(f, "np") as h:
-            names = h.keys()
-        if name in names:
-            return True
-    return False
 
 
 def config_from_hf(hf: dict, source: str) -> dict:

@@ -65,8 +65,6 @@ class SamplerConfig:
             raise ValueError(f"SamplerConfig: temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplerConfig: need top_k >= 0 and 0 < top_p <= 1, got {self.top_k}, {self.top_p}")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"SamplerConfig: need 0 <= min_p <= 1, got {self.min_p}")
 
     def logprobs(self, logits: jax.Array) -> jax.Array:
         """logits [..., V] -> float32 log-probs [..., V] of the distribution tokens are drawn from

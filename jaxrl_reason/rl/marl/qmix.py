@@ -92,9 +92,6 @@ class QMIXConfig:
         if self.buffer_size < self.prefill_rollout * self.num_envs:
             raise ValueError(f"QMIXConfig.buffer_size must hold at least the prefill "
                              f"({self.prefill_rollout * self.num_envs} steps)")
-        for name in ("eps_start", "eps_end", "eps_decay_frac", "tau", "prior_explore", "gamma"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"QMIXConfig.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.td_target not in ("max", "prior"):
             raise ValueError(f"QMIXConfig.td_target must be 'max' or 'prior', got {self.td_target!r}")
         if self.agent_net not in ("mlp", "role"):
