@@ -1,7 +1,7 @@
 """ASTRO at small scale: step-level MCTS over a tiny LM -> procedure cloning -> SFT -> GRPO.
 
-1. base policy: a tiny char-level LM with a short, partial SFT on the task's gold traces (RandomCalculation;
-   ``--preset countdown``: Countdown, verified by ``task.check`` in the search too);
+1. base policy: a tiny char-level LM (or ``--arch`` / ``--model``, below) with a short, partial SFT on the task's
+   gold traces (RandomCalculation; ``--preset countdown``: Countdown, verified by ``task.check`` in the search too);
 2. search vs sampling: on held-out multi-step problems (where one greedy pass often fails), MCTS
    with the base policy (outcome verifier only, and with the local step check of ``tasks.calc_steps``
    pruning candidate steps) vs best-of-N sampling with (at least) the same number of generated
@@ -14,11 +14,26 @@
 4. three arms, each then GRPO with the verifier reward: base, SFT on ASTRO traces, SFT on direct
    traces; held-out greedy accuracy by difficulty, backtracks per response (and backtracks in
    correct responses), response length over RL steps; plots and a results table.
+
+The policy: the tiny LM (``d_model``, ``n_layers``), or ``--arch NAME`` (random weights of
+``recipes.ARCHS[NAME]``: throughput; the gpu preset uses Llama 3.2 1B), or ``--model CKPT_DIR`` (a Hugging Face
+checkpoint: its weights and tokenizer). Whichever it is, ASTRO's SFT stages (the base SFT on gold traces, then the
+SFT on search traces) and GRPO run on it, with raw ``<bos>`` + problem prompts (no chat template). A checkpoint's
+tokenizer must have the four R1 tags as single tokens (the search writes and parses them inside jit, and adding
+tokens would resize the embeddings): Qwen3's has only ``<think>`` ``</think>`` and Llama 3's none, and those are
+refused with one error naming the missing tags; the project's own checkpoints have them
+(``rl.grpo.start.make_start_checkpoint``, or ``models.lm.hf_export.save_hf_model`` with such a tokenizer).
+
+The presets' vocabulary is the 96-id ``models.tokenizer.CharTokenizer``; with ``--model`` it is the checkpoint's
+tokenizer with plain text spelled one token per character (``SpelledTokenizer``), which the in-jit step check,
+the step search and the character spans of procedure cloning read. ``make_tokenizer`` builds it, ``run`` hands it
+to every stage (search, cloning, SFT, GRPO, evaluation).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +42,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
+from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, HFTokenizer, Tokenizer
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
@@ -34,20 +50,27 @@ from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.search.lm_mcts import StepSearchConfig, make_step_search, sample_and_verify
 from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
 from jaxrl_reason.tasks import calc_steps
-from jaxrl_reason.tasks.base import make_batch
+from jaxrl_reason.tasks.base import make_batch, prompt_ids, response_ids
 from jaxrl_reason.tasks.countdown import Countdown
+from jaxrl_reason.tasks.evaluation import answer_stops
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig, answer_verifier, score
-from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
-STOPS = np.array([VOCAB.answer_end, VOCAB.eos], np.int32)
+
+SEARCHES = ("mcts", "mcts_step_checked", "mcts_step_graded")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    # the policy: --model CKPT_DIR (a HF checkpoint: its weights and tokenizer; the base SFT, trace SFT and GRPO run
+    # on it), else --arch NAME (random weights of recipes.ARCHS[NAME], activations in arch_dtype: throughput),
+    # else the tiny LM below (d_model, n_layers). --model wins over --arch.
+    model: str | None = None
+    arch: str | None = None
+    arch_dtype: str = "bfloat16"
     # RandomCalculation (one exact answer) or Countdown (reach a target; many valid answers, verified by task.check)
     task: RandomCalculation | Countdown = RandomCalculation(min_difficulty=1, max_difficulty=3, max_operand=9, ops="+-*")
     d_model: int = 64
@@ -59,6 +82,9 @@ class Config:
     search_problems: int = 512  # training problems searched for traces
     compare_problems: int = 64  # held-out problems for MCTS vs best-of-N
     compare_min_difficulty: int = 2  # ... of at least this difficulty (multi-step: one greedy pass often fails)
+    # the searches compared with best-of-N: "mcts" (outcome verifier only), "mcts_step_checked" (the step check
+    # prunes candidates), "mcts_step_graded" (the step check grades open nodes)
+    compare_searches: tuple[str, ...] = ("mcts", "mcts_step_checked", "mcts_step_graded")
     cloning: CloningConfig = CloningConfig(num_detours=1)
     # detours only through visible mistakes (``shows_mistake``): a step tasks.calc_steps rejects; countdown: an
     # attempt whose steps are true but whose result misses the target
@@ -92,22 +118,39 @@ class Config:
                 raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")
         if self.search_problems % self.search_batch or self.compare_problems % self.search_batch:
             raise ValueError("search_problems and compare_problems must be multiples of search_batch")
+        unknown = set(self.compare_searches) - set(SEARCHES)
+        if unknown or not self.compare_searches:
+            raise ValueError(f"Config.compare_searches: one or more of {SEARCHES}, got {self.compare_searches}")
+        if self.arch is not None and self.arch not in recipes.ARCHS:
+            raise ValueError(f"Config.arch: unknown arch {self.arch!r}; known: {sorted(recipes.ARCHS)}")
 
-    def lm(self) -> LMConfig:
-        max_len = max(self.search.context_len(self.prompt_len), self.trace_seq_len,
-                      self.prompt_len + self.grpo.max_new_tokens)
-        return LMConfig(vocab_size=VOCAB.size, d_model=self.d_model, n_layers=self.n_layers, n_heads=4,
-                        n_kv_heads=4, d_ff=4 * self.d_model, max_seq_len=max_len)
+    @property
+    def max_seq_len(self) -> int:
+        """The policy's window: the longest of a search context, an SFT trace and a GRPO sequence."""
+        return max(self.search.context_len(self.prompt_len), self.trace_seq_len,
+                   self.prompt_len + self.grpo.max_new_tokens)
+
+    def lm(self, tokenizer: Tokenizer) -> LMConfig:
+        """The tiny LM (without --model / --arch)."""
+        return LMConfig(vocab_size=tokenizer.vocab_size, d_model=self.d_model, n_layers=self.n_layers, n_heads=4,
+                        n_kv_heads=4, d_ff=4 * self.d_model, max_seq_len=self.max_seq_len)
 
 
 PRESETS = {
     "cpu": Config(),
     "gpu": Config(
+        # ASTRO starts from Llama-3.3-70B-Instruct; the Llama of recipes.ARCHS that fits one GPU is Llama 3.2 1B:
+        # random weights of its configuration (throughput), or --model a checkpoint whose tokenizer has the four R1
+        # tags as single tokens (make_tokenizer; Meta's Llama 3.2 tokenizer has none of them). Learning rates are
+        # sized for fine-tuning a pretrained 1B model; d_model / n_layers: the tiny LM, used only without an arch
+        arch="llama-3.2-1b",
         d_model=256, n_layers=4, task=RandomCalculation(min_difficulty=1, max_difficulty=5, ops="+-*"),
-        base_sft=recipes.WarmStart(problems=8192, steps=600, batch_size=128, lr=2e-3, seq_len=96),
+        base_sft=recipes.WarmStart(problems=8192, steps=600, batch_size=128, lr=1e-5, seq_len=96),
         search=StepSearchConfig(num_simulations=32, branching=4, max_depth=6, step_tokens=12, rollout_tokens=48),
-        search_batch=128, search_problems=2048, compare_problems=256, trace_sft_steps=400, trace_seq_len=160,
-        grpo=dataclasses.replace(Config().grpo, prompts_per_step=64, group_size=16, max_new_tokens=112),
+        search_batch=128, search_problems=2048, compare_problems=256, trace_sft_steps=400, trace_sft_lr=1e-5,
+        trace_seq_len=160,
+        grpo=dataclasses.replace(Config().grpo, prompts_per_step=64, group_size=16, max_new_tokens=112, lr=1e-6,
+                                 minibatches=8),
         rl_steps=200, heldout_problems=1024, prompt_len=32,
     ),
     # countdown (2-4 numbers up to 9): a search task, where one greedy pass rarely finds the target for 3-4 numbers
@@ -124,12 +167,98 @@ PRESETS = {
 }
 
 
-def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: CloningConfig) -> dict:
+PRINTABLE = "".join(map(chr, range(32, 127)))  # printable ASCII: every character of the tasks' text
+
+
+class SpelledTokenizer(Tokenizer):
+    """``inner`` (a checkpoint's tokenizer) with its plain text spelled one token per character.
+
+    ``encode`` writes each character as its single id in ``inner`` (``Tokenizer.char_ids``; with
+    ``allow_special``, control-token strings stay their single ids): a valid id sequence that decodes back to
+    the text, not ``inner``'s canonical (merged) tokenization, so prompts, gold traces, search traces and
+    answers reach the model spelled as the in-jit step check, the step search and the character spans of
+    procedure cloning read them (and the base SFT teaches the checkpoint that spelling). Everything else
+    (decode, ids of named tokens, vocabulary) is ``inner``'s. ValueError naming the tokenizer and the first
+    printable ASCII character that is not one token decoding back to itself (true of byte-level BPEs: Qwen2/3,
+    Llama 3, DeepSeek-V3; not of SentencePiece vocabularies whose characters carry a word-start marker). A
+    token the model generates that merges several characters decodes normally on the host, but the in-jit
+    parsers do not read it (``tasks.calc_steps``)."""
+
+    def __init__(self, inner: Tokenizer, name: str | None = None):
+        self.inner, self.name = inner, name or type(inner).__name__
+        for attr in ("pad", "bos", "eos", "vocab_size", "add_bos_token", "chat_template", "special_tokens_map"):
+            setattr(self, attr, getattr(inner, attr))
+        self._char = {chr(b): int(i) for b, i in enumerate(inner.char_ids()) if i >= 0}  # Tokenizer.char_ids
+        missing = [ch for ch in PRINTABLE if ch not in self._char]
+        if missing:
+            raise ValueError(f"{self.name} does not encode {missing[0]!r} as one token that decodes back to it (encode "
+                             f"gives {inner.encode(missing[0])}); ASTRO spells text one token per character, which "
+                             "needs every printable ASCII character as a single token (a byte-level BPE: Qwen2/3, "
+                             "Llama 3, DeepSeek-V3)")
+        if inner.decode(self.encode(PRINTABLE)) != PRINTABLE:
+            raise ValueError(f"{self.name} does not decode text spelled one token per character back to the text")
+
+    @property
+    def control_tokens(self) -> tuple[str, ...]:
+        return self.inner.control_tokens
+
+    def token_to_id(self, token: str) -> int:
+        return self.inner.token_to_id(token)
+
+    def _spell(self, text: str) -> list[int]:
+        return [i for ch in text for i in ([self._char[ch]] if ch in self._char else self.inner.encode(ch))]
+
+    def encode(self, text: str, allow_special: bool = False) -> list[int]:
+        if not allow_special:
+            return self._spell(text)
+        parts = re.split(f"({self._control_re.pattern})", text)  # odd parts: control-token strings
+        return [i for k, part in enumerate(parts) if part
+                for i in ([self.token_to_id(part)] if k % 2 else self._spell(part))]
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        return self.inner.decode(ids, skip_special)
+
+
+def make_tokenizer(config: Config) -> Tokenizer:
+    """The presets' vocabulary: the 96-id character tokenizer (every prompt, step and answer spelled per
+    character, the R1 tags single tokens), which the step check and procedure cloning need. With ``--model``:
+    the checkpoint's tokenizer spelled one token per character (``SpelledTokenizer``); its four R1 tags must be
+    single tokens (the search writes and parses them inside jit; adding them would resize the model's
+    embeddings), else one ValueError naming the missing ones (``HFImportError``: the CLI reports it in one line)."""
+    from jaxrl_reason.models.lm.hf_import import HFImportError
+
+    if config.model is None:
+        return CharTokenizer()
+    inner = HFTokenizer.from_pretrained(config.model)
+    name = f"the tokenizer of checkpoint {config.model}"
+    missing = [t for t in R1_TAGS if inner.single_token_id(t) is None]
+    if missing:
+        raise HFImportError(
+            f"astro --model: {name} does not have the R1 tags {missing} as single tokens. ASTRO's step search writes "
+            "and parses <think> </think> <answer> </answer> as single tokens inside jit, and adding tokens would "
+            "resize the model's embeddings. Use a checkpoint whose tokenizer has all four as added tokens (e.g. one "
+            "made by jaxrl_reason.rl.grpo.start.make_start_checkpoint, or a model exported with "
+            "models.lm.hf_export.save_hf_model and such a tokenizer), or --arch NAME for random weights of a "
+            "recipes.ARCHS configuration with the character tokenizer")
+    try:
+        return SpelledTokenizer(inner, name)  # "," (the step delimiter) included
+    except ValueError as e:
+        raise HFImportError(f"astro --model: {e}") from e
+
+
+def _until_pad(ids, pad_id: int) -> list[int]:
+    """A sampled row up to its first pad (the sampler pads after the response)."""
+    ids = list(ids)
+    return ids[: ids.index(pad_id)] if pad_id in ids else ids
+
+
+def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: CloningConfig, tokenizer: Tokenizer) -> dict:
     """Greedy held-out accuracy (overall, by difficulty), response length and backtrack statistics."""
     out = sample(model, batch.prompts, batch.prompt_lens, jax.random.key(0),
-                 SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0, pad_id=VOCAB.pad), stop_tokens=STOPS)
-    correct = score(tasks, batch, out.tokens, out.lengths)["correct"].astype(bool)
-    texts = [VOCAB.decode(t) for t in np.asarray(out.tokens)]
+                 SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0, pad_id=tokenizer.pad_id),
+                 stop_tokens=answer_stops(tokenizer))
+    correct = score(tasks, batch, out.tokens, out.lengths, tokenizer)["correct"].astype(bool)
+    texts = [tokenizer.decode(_until_pad(t, tokenizer.pad_id)) for t in np.asarray(out.tokens).tolist()]
     backs = np.array([count_backtracks(t, cloning) for t in texts])
     diff = np.asarray(batch.difficulty)
     return {
@@ -154,14 +283,14 @@ def search_stats(results) -> dict:
     return {k: np.concatenate([np.asarray(getattr(r, k)) for r in results]) for k in ("solved", "tokens")}
 
 
-def search_traces(config: Config, search, params, problems_batch) -> tuple[list, dict]:
+def search_traces(config: Config, search, params, problems_batch, tokenizer: Tokenizer) -> tuple[list, dict]:
     """Search every problem -> (cloned traces per problem or None, ``search_stats``)."""
     traces, results = [], []
     for i, res in search_batches(config, search, params, problems_batch):
         results.append(res)
         traces += [clone_procedure(res.tree, b, config.cloning, seed=config.seed + i + b,
                                    shows_mistake=shows_mistake(config.task, problems_batch.problems[i + b])
-                                   if config.detours_need_visible_mistake else None)
+                                   if config.detours_need_visible_mistake else None, tokenizer=tokenizer)
                    for b in range(len(res.solved))]
     return traces, search_stats(results)
 
@@ -204,7 +333,7 @@ def take_matched(ok, tok, budget, groups):
     return solved, tokens
 
 
-def matched_best_of_n(config: Config, graphdef, params, key, part, budget, groups):
+def matched_best_of_n(config: Config, graphdef, params, key, part, budget, groups, tokenizer: Tokenizer):
     """Best-of-N on one batch of problems with, in each group (difficulty), at least the searches' mean tokens.
 
     budget [B]: the searches' tokens per problem (the largest over searches); groups [B]. Draws N responses
@@ -215,7 +344,7 @@ def matched_best_of_n(config: Config, graphdef, params, key, part, budget, group
     while True:
         ok, tok = sample_and_verify(graphdef, params, key, part.prompts, part.prompt_lens, part.answers, part.answer_lens,
                                     num_samples=n, max_new_tokens=per_sample, temperature=config.search.temperature,
-                                    verify=answer_verifier(config.task))
+                                    tokenizer=tokenizer, verify=answer_verifier(config.task, tokenizer))
         ok, tok = np.asarray(ok), np.asarray(tok)
         taken = take_matched(ok, tok, budget, groups)
         if taken is not None:
@@ -224,7 +353,7 @@ def matched_best_of_n(config: Config, graphdef, params, key, part, budget, group
         n = int(np.ceil(n * short)) + 1
 
 
-def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -> list[dict]:
+def search_vs_sampling(config: Config, searches: dict, graphdef, params, held, tokenizer: Tokenizer) -> list[dict]:
     """Each search in ``searches`` ({name: search fn}) vs best-of-N on held-out multi-step problems.
 
     Best-of-N draws whole responses until, per jitted batch and per difficulty within it, its mean
@@ -247,7 +376,7 @@ def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -
         part = compare.take(range(i, i + config.search_batch))
         budget = np.max([f["tokens"][i: i + config.search_batch] for f in found.values()], axis=0)
         ok, tok = matched_best_of_n(config, graphdef, params, jax.random.key(7 + i), part, budget,
-                                    diff[i: i + config.search_batch])
+                                    diff[i: i + config.search_batch], tokenizer)
         bon_solved.append(ok)
         bon_tokens.append(tok)
     found["best_of_n"] = {"solved": np.concatenate(bon_solved), "tokens": np.concatenate(bon_tokens)}
@@ -265,19 +394,22 @@ def search_vs_sampling(config: Config, searches: dict, graphdef, params, held) -
     return [{"difficulty": "all", **row(diff > 0)}] + [{"difficulty": int(d), **row(diff == d)} for d in np.unique(diff)]
 
 
-def sft_on(base: Transformer, problems, traces, config: Config, direct: bool) -> Transformer:
+def sft_on(base: Transformer, problems, traces, config: Config, direct: bool, tokenizer: Tokenizer) -> Transformer:
     """A copy of ``base`` fine-tuned on the cloned traces (ASTRO or direct variant)."""
     data = [(dataclasses.replace(p, trace=t.direct if direct else t.think), () if direct else t.failed_spans)
             for p, t in zip(problems, traces) if t is not None]
+    # <bos> prompt <think> trace </think> <answer> answer </answer>, and one more token of room
     fits = [(p, spans) for p, spans in data
-            if 2 + len(VOCAB.encode(p.prompt)) + len(VOCAB.encode(p.trace + p.answer)) + 4 <= config.trace_seq_len]
+            if len(prompt_ids(tokenizer, p)) + len(response_ids(tokenizer, p, trace_special=True)) + 1
+            <= config.trace_seq_len]
     model = copy_model(base)
     if not fits:
         print(f"no {'direct' if direct else 'ASTRO'} traces fit: the arm keeps the base model")
         return model
     skip = None if config.loss_on_failed_steps else [spans for _, spans in fits]
     sft_warm_start(model, [p for p, _ in fits], config.trace_sft_steps, config.base_sft.batch_size,
-                   config.trace_seq_len, config.trace_sft_lr, seed=config.seed, skip_spans=skip)
+                   config.trace_seq_len, config.trace_sft_lr, seed=config.seed, skip_spans=skip, tokenizer=tokenizer,
+                   trace_special=True)  # search traces are model-written: their tags stay tags, as generated
     return model
 
 
@@ -287,34 +419,61 @@ def copy_model(model: Transformer) -> Transformer:
     return nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
 
 
-def base_policy(config: Config) -> Transformer:
-    """The base policy: a fresh tiny LM after the short, partial SFT on gold traces (``config.base_sft``)."""
-    base = Transformer(config.lm(), rngs=nnx.Rngs(config.seed))
+def policy_model(config: Config, tokenizer: Tokenizer):
+    """The policy before any SFT, with a window of ``config.max_seq_len``: the checkpoint's weights (``--model``,
+    fp32), random weights of ``recipes.ARCHS[arch]`` (``--arch``, activations in ``arch_dtype``), or a fresh tiny LM."""
+    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
+
+    n = config.max_seq_len
+    if config.model is not None:
+        model = load_hf_model(config.model, max_seq_len=n)
+    elif config.arch is not None:
+        cfg = config_from_hf(recipes.ARCHS[config.arch], source=f"recipes.ARCHS[{config.arch!r}]", max_seq_len=n,
+                             dtype=config.arch_dtype)
+        model = Transformer(cfg, rngs=nnx.Rngs(config.seed))
+    else:
+        model = Transformer(config.lm(tokenizer), rngs=nnx.Rngs(config.seed))
+    tokenizer.check_model(model.cfg, n, "astro")
+    return model
+
+
+def policy_name(config: Config) -> str:
+    return f"checkpoint {config.model}" if config.model else config.arch or "tiny LM"
+
+
+def base_policy(config: Config, tokenizer: Tokenizer) -> Transformer:
+    """The base policy: ``policy_model`` after the short, partial SFT on gold traces (``config.base_sft``)."""
+    base = policy_model(config, tokenizer)
     ws = config.base_sft
     sft_warm_start(base, recipes.sft_problems([config.task], ws.problems, config.seed), ws.steps, ws.batch_size,
-                   ws.seq_len, ws.lr, seed=config.seed)
+                   ws.seq_len, ws.lr, seed=config.seed, tokenizer=tokenizer)
     return base
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    base = base_policy(config)
+    tokenizer = make_tokenizer(config)
+    base = base_policy(config, tokenizer)
     graphdef, params = nnx.split(base)
-    verify = answer_verifier(config.task)
-    searches = {"mcts": make_step_search(graphdef, config.search, verify=verify),  # outcome verifier only
-                "mcts_step_checked": make_step_search(graphdef, config.search, calc_steps.step_is_wrong, verify=verify),
+    verify = answer_verifier(config.task, tokenizer)
+    step_check = calc_steps.step_checker(tokenizer)
+    searches = {"mcts": make_step_search(graphdef, config.search, verify=verify, tokenizer=tokenizer),  # outcome only
+                "mcts_step_checked": make_step_search(graphdef, config.search, step_check, verify=verify,
+                                                      tokenizer=tokenizer),
                 # the step check grades nodes (how far rollouts go before a false step) instead of pruning
-                "mcts_step_graded": make_step_search(graphdef, config.search, value_check=calc_steps.step_is_wrong,
-                                                     verify=verify)}
+                "mcts_step_graded": make_step_search(graphdef, config.search, value_check=step_check, verify=verify,
+                                                     tokenizer=tokenizer)}
     search = searches["mcts_step_checked" if config.prune_with_step_check else "mcts"]
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len,
+                           tokenizer=tokenizer)
 
     # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems: ``held`` itself
     # when it holds enough of them (2x: about 2/3 are multi-step), else a longer draw of the held-out stream
     # (not an extension of ``held``: a longer draw gives other problems)
     compare_pool = held if config.heldout_problems >= 2 * config.compare_problems else recipes.heldout(
-        tasks, 2 * config.compare_problems, config.seed, config.prompt_len, config.answer_len)
-    table = search_vs_sampling(config, searches, graphdef, params, compare_pool)
+        tasks, 2 * config.compare_problems, config.seed, config.prompt_len, config.answer_len, tokenizer=tokenizer)
+    table = search_vs_sampling(config, {k: searches[k] for k in config.compare_searches}, graphdef, params,
+                               compare_pool, tokenizer)
     print(run_dir.write_table("search_vs_sampling", table))
     comparison = {k: v for k, v in table[0].items() if k.endswith(("_solved", "_tokens", "_bon", "_bon_se"))}
     if config.compare_only:
@@ -322,8 +481,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
 
     # 3. search on training problems -> ASTRO and direct traces
     train = make_batch(tasks, np.random.default_rng([config.seed, 17]), config.search_problems, config.prompt_len,
-                       config.answer_len)
-    traces, stats = search_traces(config, search, params, train)
+                       config.answer_len, tokenizer=tokenizer)
+    traces, stats = search_traces(config, search, params, train, tokenizer)
     verified = sum(t is not None for t in traces)
     if config.traces_need_valid_steps:  # drop lucky answers reached over arithmetically false steps
         traces = [t if t is not None and path_is_valid(t) else None for t in traces]
@@ -336,17 +495,17 @@ def run(config: Config, run_dir: RunDir) -> dict:
     # 4. three arms, each then GRPO
     n = config.grpo.max_new_tokens
     arms = {"base": copy_model(base),
-            "astro_sft": sft_on(base, train.problems, traces, config, direct=False),
-            "direct_sft": sft_on(base, train.problems, traces, config, direct=True)}
+            "astro_sft": sft_on(base, train.problems, traces, config, direct=False, tokenizer=tokenizer),
+            "direct_sft": sft_on(base, train.problems, traces, config, direct=True, tokenizer=tokenizer)}
     rows, curves = [], {}
+    evaluate = lambda m: evaluate_reasoning(m, tasks, held, n, config.cloning, tokenizer)
     for name, model in arms.items():
-        before = evaluate_reasoning(model, tasks, held, n, config.cloning)
+        before = evaluate(model)
         arm_dir = run_dir.child(name)
-        trainer = GRPOTrainer(config.grpo, model, tasks, config.prompt_len, config.answer_len)
+        trainer = GRPOTrainer.for_tasks(config.grpo, model, tokenizer, tasks, config.prompt_len)
         state = recipes.train(arm_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
-                              config.eval_every, lambda m: evaluate_reasoning(m, tasks, held, n, config.cloning),
-                              desc=f"astro/{name}")
-        after = evaluate_reasoning(trainer.model(state), tasks, held, n, config.cloning)
+                              config.eval_every, evaluate, desc=f"astro/{name}")
+        after = evaluate(trainer.model(state))
         rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items() if k in ("accuracy", "backtracks_per_response")},
                      **{f"rl_{k}": v for k, v in after.items()}})
         curves[name] = {k: recipes.series(arm_dir, f"eval/{k}") for k in
@@ -355,7 +514,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         "held-out greedy accuracy": {a: c["accuracy"] for a, c in curves.items()},
         "backtracks per response": {a: c["backtracks_per_response"] for a, c in curves.items()},
         "response length (tokens)": {a: c["response_length"] for a, c in curves.items()},
-    }, title="ASTRO (tiny LM, RandomCalculation): SFT arm then GRPO")
+    }, title=f"ASTRO ({policy_name(config)}, {type(config.task).__name__}): SFT arm then GRPO")
     print(run_dir.write_table("results", rows))
     by = {r["arm"]: r for r in rows}
     return {**comparison, **trace_stats,

@@ -1,12 +1,19 @@
-"""GRPO step throughput with the time split between sampling and update.
+"""GRPO step throughput with the time split between sampling, rewards and update, and the cost of
+the tokenizer seam: two arms timed in interleaved rounds in one process.
 
-One step = G completions for each of P prompts from the jitted KV-cache sampler, host-side scoring,
-then the jitted update (log-probs of the policy and the reference, loss, optimiser step). The model
-is randomly initialised (throughput does not depend on what it knows) and the prompts are
-RandomCalculation problems. Token rates count the tokens actually generated (a sequence stops at
-its stop token; the loop runs until every sequence has stopped or reached ``new_tokens``).
-Steps after ``warmup`` (compilation) are timed; medians are reported. Sampling time includes the
-host-side scoring.
+One step = G completions for each of P prompts from the jitted KV-cache sampler, rewards, then the
+old-policy and reference log-probs and the jitted update. The model is randomly initialised
+(throughput does not depend on what it knows) and the prompts are RandomCalculation problems. Arms
+(the same trainer, model, prompts and character tokenizer):
+
+- ``token``: correctness scored in jnp on the sampled token ids (``tasks.rewards.score``: the scoring
+  the trainer ran before the tokenizer seam), called as one reward function;
+- ``text``: the seam's path: completions decoded to text, ``rewards.TaskCorrect`` in the reward thread
+  pool, overlapped with the device's log-probs.
+
+Token rates count the tokens actually generated (a sequence stops at its stop token). Steps after
+``warmup`` (compilation) are timed, arms alternating each round; medians are reported with the ratio
+text / token of the step time. ``reward_idle`` is the time the device waited for the host's rewards.
 
     python experiments/bench_grpo.py --preset cpu   # tiny model, 16 prompts x 8, 64 new tokens
     python experiments/bench_grpo.py --preset gpu   # ~100M dense bf16, 256 prompts x 8, 256 new tokens
@@ -18,10 +25,17 @@ import dataclasses
 import statistics
 
 import jax
+import numpy as np
+
+from jaxrl_reason.data import TaskDataset
 from jaxrl_reason.models.lm import param_count
+from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rewards import TaskCorrect
+from jaxrl_reason.tasks.base import batch_from_problems
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
+from jaxrl_reason.tasks.rewards import score
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -36,9 +50,8 @@ class Config:
     new_tokens: int = 64
     minibatches: int = 1
     prompt_len: int = 28
-    answer_len: int = 12
     warmup: int = 1
-    steps: int = 3
+    steps: int = 5
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -54,30 +67,56 @@ PRESETS = {
 }
 
 
+class TokenScore:
+    """Correctness scored on token ids in jnp (``tasks.rewards.score``), as the trainer did before the seam."""
+
+    name = "correct"
+
+    def __init__(self, tasks: tuple, tokenizer: CharTokenizer):
+        self.tasks, self.tokenizer = tasks, tokenizer
+
+    def __call__(self, prompts, completions, completion_ids, problem, task_id, **fields):
+        width = max(map(len, completion_ids))
+        ids, lens = self.tokenizer.pad_batch(completion_ids, width)
+        batch = batch_from_problems(problem, task_id, 64, 32, tokenizer=self.tokenizer)
+        return score(self.tasks, batch, ids, lens, self.tokenizer)["correct"].astype(np.float32)
+
+
 def run(config: Config, run_dir: RunDir) -> dict:
-    model = recipes.build_model(config.lm, config.seed)
+    tok = CharTokenizer()
+    model = recipes.build_model(config.lm, config.seed, tok)
     grpo = GRPOConfig(group_size=config.group_size, prompts_per_step=config.prompts, max_new_tokens=config.new_tokens,
                       minibatches=config.minibatches, seed=config.seed)
-    task = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
-    trainer = GRPOTrainer(grpo, model, [task], config.prompt_len, config.answer_len)
-    state = trainer.init(jax.random.key(config.seed))
-    rows = []
+    tasks = (RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*"),)
+    dataset = TaskDataset(list(tasks), tok, config.prompt_len, seed=config.seed)
+    arms = {"token": [TokenScore(tasks, tok)], "text": [TaskCorrect(tasks)]}
+    trainers = {arm: GRPOTrainer(grpo, model, tok, dataset, fns) for arm, fns in arms.items()}
+    states = {arm: t.init(jax.random.key(config.seed)) for arm, t in trainers.items()}
+    rows = {arm: [] for arm in arms}
+    keys = ("time_sample_s", "time_reward_idle_s", "time_update_s", "response_length")
     for i in range(config.warmup + config.steps):
-        state, m = trainer.step(state)
-        if i >= config.warmup:
-            rows.append({k: float(m[k]) for k in ("time_sample_s", "time_update_s", "response_length")})
-            run_dir.log(i, rows[-1])
-    sample_s = statistics.median(r["time_sample_s"] for r in rows)
-    update_s = statistics.median(r["time_update_s"] for r in rows)
+        for arm, trainer in trainers.items():  # interleaved: the machine's noise hits both arms alike
+            states[arm], m = trainer.step(states[arm])
+            if i >= config.warmup:
+                rows[arm].append({k: float(m[k]) for k in keys})
+                run_dir.log(i, {f"{arm}/{k}": v for k, v in rows[arm][-1].items()})
+    for t in trainers.values():
+        t.rewards.close()
     sequences = config.prompts * config.group_size
-    tokens = sequences * statistics.median(r["response_length"] for r in rows)
-    summary = {
-        "device": jax.devices()[0].device_kind, "params": param_count(model), "sequences_per_step": sequences,
-        "new_tokens": config.new_tokens, "step_s": sample_s + update_s, "sample_s": sample_s, "update_s": update_s,
-        "sample_fraction": sample_s / (sample_s + update_s), "sampled_tokens_per_s": tokens / sample_s,
-        "step_tokens_per_s": tokens / (sample_s + update_s),
-    }
-    print(run_dir.write_table("results", [summary]))
+    table = []
+    for arm, rs in rows.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in keys}
+        step_s = statistics.median(r["time_sample_s"] + r["time_reward_idle_s"] + r["time_update_s"] for r in rs)
+        tokens = sequences * med["response_length"]
+        table.append({"arm": arm, "device": jax.devices()[0].device_kind, "params": param_count(model),
+                      "sequences_per_step": sequences, "new_tokens": config.new_tokens, "step_s": step_s,
+                      "sample_s": med["time_sample_s"], "reward_idle_s": med["time_reward_idle_s"],
+                      "update_s": med["time_update_s"], "sampled_tokens_per_s": tokens / med["time_sample_s"],
+                      "step_tokens_per_s": tokens / step_s, "rounds": len(rs)})
+    print(run_dir.write_table("results", table))
+    summary = {row["arm"]: row for row in table}
+    summary["ratio_text_over_token_step"] = summary["text"]["step_s"] / summary["token"]["step_s"]
+    print(f"step time, text rewards (seam) / token-id scoring: {summary['ratio_text_over_token_step']:.3f}")
     return summary
 
 

@@ -12,7 +12,11 @@ experiment). Timed after compilation, interleaved round by round (``utils.timing
   short rollouts from many prefixes instead of one long batch of samples).
 
     python experiments/bench_search.py --preset cpu
-    python experiments/bench_search.py --preset gpu
+    python experiments/bench_search.py --preset gpu                      # Llama 3.2 1B shapes, random weights
+    python experiments/bench_search.py --preset gpu --model CKPT_DIR     # a checkpoint (astro.make_tokenizer)
+
+``--model`` / ``--arch`` replace the astro preset's policy (``experiments/astro.py``: a HF checkpoint whose
+tokenizer has the R1 tags as single tokens, or random weights of ``recipes.ARCHS[arch]``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 class Config:
     seed: int = 0
     astro_preset: str = "cpu"  # experiments/astro.py preset: model size, task, base SFT, search, prompt lengths
+    model: str | None = None  # astro's --model (a HF checkpoint dir); None: the preset's
+    arch: str | None = None  # astro's --arch (a name in recipes.ARCHS); None: the preset's
     problems: int = 32  # problems per jitted call (both methods)
     num_samples: int = 16  # best-of-N samples per problem
     rounds: int = 3
@@ -56,11 +62,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
     astro = load_experiment("astro")
     if config.astro_preset not in astro.PRESETS:
         raise ValueError(f"astro_preset must be one of {sorted(astro.PRESETS)}, got {config.astro_preset!r}")
-    a = dataclasses.replace(astro.PRESETS[config.astro_preset], seed=config.seed)
-    graphdef, params = nnx.split(astro.base_policy(a))
-    batch = recipes.heldout([a.task], config.problems, config.seed, a.prompt_len, a.answer_len)
+    a = astro.PRESETS[config.astro_preset]
+    a = dataclasses.replace(a, seed=config.seed, model=config.model or a.model, arch=config.arch or a.arch)
+    tok = astro.make_tokenizer(a)
+    graphdef, params = nnx.split(astro.base_policy(a, tok))
+    batch = recipes.heldout([a.task], config.problems, config.seed, a.prompt_len, a.answer_len, tok)
     problem = (batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
-    search = make_step_search(graphdef, a.search)
+    search = make_step_search(graphdef, a.search, tokenizer=tok)
     tokens = {}
 
     def mcts(i):
@@ -70,7 +78,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
 
     def bon(i):
         solved, toks = best_of_n(graphdef, params, jax.random.key(i), *problem, num_samples=config.num_samples,
-                                 max_new_tokens=a.grpo.max_new_tokens, temperature=a.search.temperature)
+                                 max_new_tokens=a.grpo.max_new_tokens, temperature=a.search.temperature,
+                                 tokenizer=tok)
         tokens.setdefault("best_of_n", []).append(toks)
         return solved
 
@@ -87,7 +96,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
          "simulations_per_s": float("nan"), "tokens_per_call": per_call["best_of_n"], "tokens_per_s": rate["best_of_n"]},
     ]
     print(run_dir.write_table("results", rows))
-    summary = {"device": jax.devices()[0].device_kind, "simulations_per_s": rows[0]["simulations_per_s"],
+    summary = {"device": jax.devices()[0].device_kind, "policy": astro.policy_name(a),
+               "simulations_per_s": rows[0]["simulations_per_s"],
                "mcts_tokens_per_s": rate["mcts"], "best_of_n_tokens_per_s": rate["best_of_n"],
                "tokens_per_s_ratio": rate["mcts"] / rate["best_of_n"]}
     print(f"search / best-of-N generated tokens per second: {summary['tokens_per_s_ratio']:.2f}")

@@ -23,14 +23,16 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral.rollout import GameSpec, make_rollout, python_rollout
-from jaxrl_reason.agents.spiral.vocab import VOCAB_SIZE
+from jaxrl_reason.agents.spiral.rollout import GAMES, GameSpec, make_rollout, python_rollout
+from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
+
+VOCAB_SIZE = spiral_tokenizer().vocab_size  # 264: 8 special tokens + 256 bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +48,11 @@ class Config:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        GameSpec.make(self.game)
+        if self.game not in GAMES:
+            raise ValueError(f"unknown SPIRAL game {self.game!r}; choose from {GAMES}")
+        n = spiral_tokenizer().vocab_size
+        if self.lm.vocab_size != n:
+            raise ValueError(f"lm.vocab_size must be {n} (the SPIRAL tokenizer), got {self.lm.vocab_size}")
         if self.num_episodes < 1 or self.repeats < 1:
             raise ValueError("num_episodes and repeats must be >= 1")
 
@@ -61,11 +67,12 @@ PRESETS = {
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
+    tok = spiral_tokenizer()
     model = Transformer(config.lm, rngs=nnx.Rngs(config.seed))
-    warm_start(model, (config.game,), config.warm, seed=config.seed)
+    warm_start(model, (config.game,), config.warm, seed=config.seed, tokenizer=tok)
     graphdef, params = nnx.split(model)
-    game = GameSpec.make(config.game)
-    sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=1.0)
+    game = GameSpec.make(config.game, tokenizer=tok)
+    sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=1.0, pad_id=tok.pad_id)
     device = jax.jit(make_rollout(graphdef, game, config.num_episodes, sampler))
     keys = [jax.random.key(config.seed + 100 + i) for i in range(config.repeats + 1)]
     # warm-up (compilation) for both

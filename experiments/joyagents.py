@@ -1,18 +1,33 @@
 """JoyAgents-R1: plain joint GRPO vs node-wise Monte Carlo + top-K selection, with and without memory.
 
-Pipeline (tiny char-level LM from scratch, shared weights with role prompts unless
-``--system.shared False``): (1) SFT warm start on scripted traces of the assistant benchmark
+Pipeline (an LM with shared weights and role prompts unless ``--system.shared False``, then one LM per
+agent; see "The LM" below): (1) SFT warm start on scripted traces of the assistant benchmark
 (``tasks.assistant``), deliberately imperfect (``TraceNoise``: some route targets are the type's
 confusion route; a short schedule leaves the sub-agents partly trained) so that RL has room;
 (2) from that same start, four RL arms at the same number of updates (one optimiser step per RL
-step) and the same request stream: plain joint GRPO, joint GRPO + memory, node-wise MC + top-K,
+step; ``rl.minibatches`` of them in the gpu preset) and the same request stream: plain joint GRPO, joint GRPO + memory, node-wise MC + top-K,
 node-wise MC + top-K + memory; (3) greedy held-out accuracy per request type every ``eval_every``
 updates (memory arms retrieve from their evolved memory; their final model is also evaluated with
 the memory switched off). ``mean_acc`` is the mean held-out accuracy over all evaluations (start
 included): the area under the learning curve, a summary of learning speed at equal updates.
 
+The LM: ``--model CKPT_DIR`` (a HF checkpoint: its weights, fp32, and its tokenizer; every agent starts
+from the checkpoint, one copy per model with ``--system.shared False``, each trained separately), else
+``--arch NAME`` (random weights of ``recipes.ARCHS[NAME]`` with the character tokenizer: throughput
+runs; the gpu preset: ``qwen3-0.6b``), else the tiny ``lm`` from scratch with ``CharTokenizer`` (the cpu
+and gpu_tiny presets). The SFT warm start runs in every case, on the checkpoint too: it is part of the
+method here and teaches the system's protocol (templates, routing / role tokens, calls, text spelled
+one token per character). A checkpoint tokenizer must have every character of the task as one token
+(byte-level BPE: Qwen2/3, Llama 3, ...; else a ValueError names the first character that is not):
+requests, answers and steps are spelled one token per character, valid ids but not its canonical
+tokenization, and a merged multi-character token the model generates does not parse
+(``agents.joyagents.system``). The window (``max_seq_len``) of a checkpoint / arch model is a node's
+length, ``system.seq_len``. An arch model's activations are bfloat16 (``PolicySource().dtype``): meant for
+a GPU (XLA's CPU backend cannot run the KV-cache sampler's bf16 dots).
+
     python experiments/joyagents.py --preset cpu
     python experiments/joyagents.py --preset cpu --seeds 8     # seeds seed .. seed+7, paired comparisons
+    python experiments/joyagents.py --preset gpu --model /path/to/Qwen3-0.6B
 Plots: accuracy_vs_updates.png (overall + per type), accuracy_vs_trajectories.png; results.md/.csv.
 With ``--seeds N > 1`` every seed is a sub-run (``seed<k>/``, its own plots and table) and the run
 directory gets ``paired.md/.csv``: for each comparison (memory vs none in each mode, node-wise vs
@@ -33,9 +48,11 @@ import numpy as np
 
 from jaxrl_reason.agents.joyagents.data import TraceNoise
 from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
-from jaxrl_reason.agents.joyagents.trainer import JoyConfig, JoyTrainer, build_models, evaluate, sft_warm_start
+from jaxrl_reason.agents.joyagents.trainer import (
+    JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
 from jaxrl_reason.agents.memagent.trainer import SFTConfig
-from jaxrl_reason.rl.grpo.recipes import TinyLM, check_schedule, plot_curves, series
+from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
@@ -51,6 +68,11 @@ ARMS = {"joint": ("joint", False, 1), "joint+memory": ("joint", True, 1), "nodew
 class Config:
     seed: int = 0
     seeds: int = 1  # > 1: run seeds seed .. seed + seeds - 1 and compare the arms paired by seed
+    # the LM of every agent: --model CKPT_DIR (a HF checkpoint: its weights and tokenizer; the SFT warm start
+    # below still runs on it, it teaches the system's protocol), else --arch NAME (random weights of
+    # recipes.ARCHS[NAME] with the character tokenizer: throughput), else `lm` (tiny, from scratch)
+    model: str | None = None
+    arch: str | None = None
     task: AssistantTask = AssistantTask(difficulty=1)
     system: SystemConfig = SystemConfig(request_tokens=11, step_tokens=6, answer_tokens=2)
     lm: TinyLM = TinyLM(d_model=64, n_layers=2, n_heads=4, d_ff=256, max_seq_len=28)
@@ -74,7 +96,8 @@ class Config:
              f"system.request_tokens ({self.system.request_tokens}) < the task's longest request ({self.task.request_chars})")
         need(self.system.step_tokens >= self.task.call_chars, "system.step_tokens too small for the task's calls")
         need(self.system.answer_tokens >= self.task.answer_chars, "system.answer_tokens too small for the task's answers")
-        need(self.lm.max_seq_len >= self.system.seq_len,
+        PolicySource(self.model, self.arch)  # a known arch
+        need(self.model is not None or self.arch is not None or self.lm.max_seq_len >= self.system.seq_len,
              f"lm.max_seq_len ({self.lm.max_seq_len}) < a node's length ({self.system.seq_len})")
         need(bool(self.arms) and all(a in ARMS for a in self.arms), f"arms must be a non-empty subset of {tuple(ARMS)}")
         check_schedule(self.rl_steps, self.eval_every)
@@ -85,6 +108,18 @@ class Config:
 PRESETS = {
     "cpu": Config(),
     "gpu": Config(
+        # JoyAgents-R1's master and sub-agents are Qwen3 models; the Qwen3 in recipes.ARCHS (it fits one GPU,
+        # four separate agents included) is Qwen3-0.6B: random weights of it here (throughput), --model a
+        # Qwen3-0.6B checkpoint for the paper's kind of start. Learning rates for a 0.6B model (not tuned):
+        # full fine-tuning SFT 2e-5, RL 1e-6; minibatches and a one-position logprob chunk bound the RL update's
+        # activations and the [rows, chunk, 151936] logits.
+        arch="qwen3-0.6b",
+        sft=SFTConfig(problems=8192, steps=600, batch_size=128, lr=2e-5),
+        rl=JoyConfig(group_size=16, top_k=2, lr=1e-6, temperature=1.0, minibatches=8, logprob_chunk=1),
+        requests_per_step=32, rl_steps=100, eval_every=10, heldout=512,
+    ),
+    # the gpu preset before it took Qwen3-0.6B: a larger tiny LM from scratch (the README's gpu-model row)
+    "gpu_tiny": Config(
         lm=TinyLM(d_model=128, n_layers=4, n_heads=4, d_ff=512, max_seq_len=28),
         sft=SFTConfig(problems=8192, steps=600, batch_size=128, lr=2e-3),
         rl=JoyConfig(group_size=16, top_k=2, lr=2e-4, temperature=1.0),
@@ -93,8 +128,30 @@ PRESETS = {
 }
 
 
-def _requests(config: Config, requests):
-    return requests_from_arrays(request_arrays(requests, config.system.request_tokens, config.system.answer_tokens))
+def load_tokenizer(config: Config) -> Tokenizer:
+    """The checkpoint's tokenizer, else the character tokenizer of the presets (96 ids)."""
+    return HFTokenizer.from_pretrained(config.model) if config.model is not None else CharTokenizer()
+
+
+def initial_models(config: Config, tokenizer: Tokenizer) -> list:
+    """The system's LM(s) before the SFT warm start: the checkpoint (every model a copy of it), random weights of
+    ``ARCHS[config.arch]`` (activations in ``PolicySource().dtype``), or the tiny ``config.lm``; one per agent
+    unless ``system.shared``. The window of a checkpoint / arch model is ``system.seq_len``."""
+    from jaxrl_reason.models.lm.hf_import import config_from_hf
+
+    system = config.system
+    if config.model is not None:
+        return load_models(config.model, system, tokenizer=tokenizer)
+    if config.arch is not None:
+        lm = config_from_hf(ARCHS[config.arch], source=f"ARCHS[{config.arch!r}]", max_seq_len=system.seq_len,
+                            dtype=PolicySource().dtype)
+        return build_models(lm, system, config.seed, tokenizer=tokenizer)
+    return build_models(config.lm, system, config.seed, tokenizer=tokenizer)
+
+
+def _requests(config: Config, requests, tokenizer: Tokenizer):
+    return requests_from_arrays(request_arrays(requests, config.system.request_tokens, config.system.answer_tokens,
+                                               tokenizer))
 
 
 #: paired comparisons over seeds: (label, arm, baseline arm)
@@ -144,25 +201,26 @@ def paired_summary(config: Config, run_dir: RunDir, per_seed: list) -> dict:
 def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
     """One seed: SFT warm start, every arm, plots and results table -> (summary, curves per arm)."""
     task, system = config.task, config.system
-    # (1) SFT warm start on scripted, noised traces
-    models = build_models(config.lm, system, config.seed)
+    tok = load_tokenizer(config)
+    # (1) SFT warm start on scripted, noised traces (on a checkpoint too: it teaches the system's protocol)
+    models = initial_models(config, tok)
     losses = sft_warm_start(models, task.generate_batch(np.random.default_rng([config.seed, 1]), config.sft.problems),
-                            system, config.noise, config.sft, config.seed)
+                            system, config.noise, config.sft, config.seed, tokenizer=tok)
     run_dir.save_json("sft_loss.json", {"first": [float(x[0]) for x in losses],
                                         "last": [float(x[-10:].mean()) for x in losses]})
     held = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 3]), config.heldout, "heldout",
-                                                 balanced=True))
+                                                 balanced=True), tok)
     # the same number of training-split requests: where RL acts directly (held-out accuracy also needs the
     # sub-agents' skills to generalise to unseen requests)
     train = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 4]), config.heldout, "train",
-                                                  balanced=True))
+                                                  balanced=True), tok)
 
     # (2) RL arms from the same start, same request stream
     rows, curves = [], {}
     for arm in config.arms:
         mode, memory, mult = ARMS[arm]
         rl = dataclasses.replace(config.rl, mode=mode, memory=memory, group_size=config.rl.group_size * mult)
-        trainer = JoyTrainer(rl, system, models)
+        trainer = JoyTrainer(rl, system, models, tokenizer=tok)
         arm_dir = run_dir.child(arm.replace("+", "_"))
 
         def log_eval(state, d=arm_dir, tr=trainer):
@@ -174,7 +232,7 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
             for _ in range(config.eval_every):
                 s = int(state.step)
                 req = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 2, s]),
-                                                            config.requests_per_step))
+                                                            config.requests_per_step), tok)
                 state, m = tr.step(state, req, jax.random.fold_in(jax.random.key(config.seed), s))
                 out.append(jax.device_get(m))
             log_eval(state)

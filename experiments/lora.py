@@ -28,6 +28,10 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    # the policy: --model CKPT_DIR (a HF checkpoint: RL from it, no SFT warm start, prompts through its chat
+    # template), else --arch NAME (random weights of recipes.ARCHS[NAME], warm-started: throughput), else `lm`
+    model: str | None = None
+    arch: str | None = None
     task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
     # d_model 128: rank-4 adapters on every Linear hold ~4.4% of the weights (at d_model 64 ~9%, at 256 ~2.2%)
     lm: recipes.TinyLM = recipes.TinyLM(d_model=128, n_layers=2, n_heads=4, d_ff=512, max_seq_len=48)
@@ -58,9 +62,11 @@ PRESETS = {
         lm=recipes.TinyLM(d_model=512, n_layers=4, n_heads=8, d_ff=2048, max_seq_len=128),
         task=RandomCalculation(min_difficulty=1, max_difficulty=4, ops="+-*/"),
         warm_start=recipes.WarmStart(problems=2048, steps=400, batch_size=128, seq_len=96),
-        grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=64, lr=3e-4),
-        lora=LoRAConfig(rank=8, alpha=16.0, targets=("all_linear",)), lora_lr=3e-3,
-        rl_steps=400, eval_every=50, heldout_problems=1024, prompt_len=40, answer_len=16,
+        arch="qwen3-0.6b",  # Qwen3-0.6B-sized (random weights; --model a Qwen3 checkpoint)
+        grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=512, lr=1e-6,
+                                 minibatches=8),
+        lora=LoRAConfig(rank=8, alpha=16.0, targets=("all_linear",)), lora_lr=1e-5,
+        rl_steps=400, eval_every=50, heldout_problems=1024, prompt_len=256, answer_len=16,
     ),
 }
 
@@ -71,15 +77,17 @@ def _se(p: float, n: int) -> float:
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    model = recipes.warm_started_model(config.lm, config.warm_start, tasks, config.seed)
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
+    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
+                                          config.warm_start, tasks, config.seed)
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len, tok,
+                           fmt=fmt)
     n, n_held = config.grpo.max_new_tokens, len(held)
-    evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n)["accuracy"]}
+    evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n, tok)["accuracy"]}
     start = evaluate(model)["accuracy"]
     arms = {"full": config.grpo, "lora": dataclasses.replace(config.grpo, lora=config.lora, lr=config.lora_lr)}
     rows, out, curves = [], {}, {}
     for name, cfg in arms.items():
-        trainer = GRPOTrainer(cfg, model, tasks, config.prompt_len, config.answer_len)  # model is never mutated
+        trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, config.prompt_len, fmt=fmt)  # model never mutated
         state = recipes.train(run_dir.child(name), trainer, trainer.init(jax.random.key(config.seed)),
                               config.rl_steps, config.eval_every, evaluate, desc=f"lora: {name}")
         end = evaluate(trainer.model(state))["accuracy"]

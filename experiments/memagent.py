@@ -1,15 +1,24 @@
 """MemAgent: train a memory-overwrite agent at a short length, evaluate it at 1x .. 256x that length.
 
-Pipeline (tiny char-level LM from scratch, so it needs an SFT warm start on oracle memory updates
-before RL): (1) SFT on oracle memory-update + final-answer conversations at the training length;
-(2) Multi-Conv RL (group advantage of the final answer broadcast to every conversation of a
-rollout, clipped DAPO-style loss); (3) a full-context reader of the same architecture trained by
-SFT at the training length, with a window that holds exactly that length. Evaluation at
-``multipliers`` x the training length: greedy exact-match accuracy of the RL agent, the SFT-only
-agent and the reader (documents longer than its window are cut to the window), compiled memory
-(XLA memory analysis) and wall time per document of the agent.
+Pipeline: (1) SFT on oracle memory-update + final-answer conversations at the training length (it
+teaches the memory format, so it runs whichever LM is used); (2) Multi-Conv RL (group advantage of
+the final answer broadcast to every conversation of a rollout, clipped DAPO-style loss); (3) a
+full-context reader of the same architecture (same starting weights) trained by SFT at the training
+length, with a window that holds exactly that length. Evaluation at ``multipliers`` x the training
+length: greedy exact-match accuracy (decoded text) of the RL agent, the SFT-only agent and the reader
+(documents longer than its window are cut to the window), compiled memory (XLA memory analysis) and
+wall time per document of the agent.
+
+The LM: ``--model CKPT_DIR`` (a HF checkpoint: its weights and tokenizer), else ``--arch NAME``
+(random weights of ``recipes.ARCHS[NAME]`` with the character tokenizer: throughput runs), else the
+tiny ``lm`` from scratch with the character tokenizer (``CharTokenizer``; the cpu preset). The
+tokenizer is bound to the agent and the reader (``MemAgent``, ``Reader``). A checkpoint tokenizer
+must have every printable ASCII character as one token (byte-level BPE: Qwen2/3, Llama 3, ...):
+documents, questions and the SFT targets are spelled one token per character, valid ids but not its
+canonical tokenization (``tasks.longcontext.byte_table``); the SFT teaches the model that spelling.
 
     python experiments/memagent.py --preset cpu
+    python experiments/memagent.py --preset gpu --model /path/to/Qwen2.5-0.5B-Instruct
 Plots: accuracy_vs_length.png, memory_vs_length.png, time_vs_length.png, rl_curves.png.
 """
 
@@ -21,14 +30,16 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.memagent.agent import MemAgentConfig
+from jaxrl_reason.agents.memagent.agent import MemAgent, MemAgentConfig, num_chunks
 from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch
-from jaxrl_reason.agents.memagent.reader import ReaderConfig, fits, reader_conversations, run_reader
+from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, fits, reader_conversations, run_reader
 from jaxrl_reason.agents.memagent.trainer import (
     MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, evaluate_agent, sft_warm_start, train_conversations)
 from jaxrl_reason.rl.grpo.losses import LossConfig
-from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model, check_schedule, plot_curves, series
-from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
+from jaxrl_reason.models.lm import Transformer
+from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, TinyLM, build_model, check_schedule, plot_curves, series
+from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -37,6 +48,11 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    # the LM: --model CKPT_DIR (a HF checkpoint: its weights and tokenizer; the oracle SFT below still runs
+    # on it, it teaches the memory format), else --arch NAME (random weights of recipes.ARCHS[NAME] with the
+    # character tokenizer, SFT from scratch: throughput), else `lm` (tiny, from scratch)
+    model: str | None = None
+    arch: str | None = None
     task: LongContextTask = LongContextTask(haystack="noise", num_facts=8, facts_per_chunk=2, p_no_answer=0.1)
     agent: MemAgentConfig = MemAgentConfig(chunk_tokens=14, memory_tokens=4, question_tokens=4, answer_tokens=4)
     lm: TinyLM = TinyLM(d_model=64, n_layers=2, n_heads=4, d_ff=256, max_seq_len=32)
@@ -72,19 +88,22 @@ class Config:
         need(self.agent.question_tokens >= self.task.question_chars, "agent.question_tokens too small for the task")
         need(self.agent.answer_tokens >= self.task.answer_chars and self.agent.memory_tokens >= self.task.answer_chars,
              "agent.answer_tokens / memory_tokens too small for the task's answers")
-        need(self.lm.max_seq_len >= self.agent.seq_len,
-             f"lm.max_seq_len ({self.lm.max_seq_len}) < agent conversation length ({self.agent.seq_len})")
+        PolicySource(self.model, self.arch)  # a known arch
+        seq_len = MemAgent(self.agent, CharTokenizer()).seq_len  # also checks initial_memory and the templates
+        need(self.model is not None or self.arch is not None or self.lm.max_seq_len >= seq_len,
+             f"lm.max_seq_len ({self.lm.max_seq_len}) < agent conversation length ({seq_len})")
         need(self.task.num_facts >= 1 and self.multipliers and min(self.multipliers) >= 1,
              "training length and multipliers must be >= 1")
         check_schedule(self.rl_steps, self.eval_every)
         need(min(self.questions_per_step, self.eval_docs, self.eval_docs_long, self.heldout_docs, self.timing_docs) >= 1,
              "batch sizes must be >= 1")
 
-    @property
-    def reader(self) -> ReaderConfig:
+    def reader(self, tokenizer: Tokenizer) -> Reader:
         """Full-context reader whose window holds exactly the training length."""
-        r = ReaderConfig(window=64, question_tokens=self.agent.question_tokens, answer_tokens=self.agent.answer_tokens)
-        return dataclasses.replace(r, window=r.window - r.doc_budget + self.task.doc_chars)
+        r = Reader(ReaderConfig(window=64, question_tokens=self.agent.question_tokens,
+                                answer_tokens=self.agent.answer_tokens), tokenizer)
+        return Reader(dataclasses.replace(r.config, window=r.config.window - r.doc_budget + self.task.doc_chars),
+                      tokenizer)
 
 
 PRESETS = {
@@ -92,31 +111,58 @@ PRESETS = {
     "gpu": Config(
         task=LongContextTask(haystack="facts", num_facts=16, facts_per_chunk=4, p_no_answer=0.1),
         agent=MemAgentConfig(chunk_tokens=28, memory_tokens=4, question_tokens=4, answer_tokens=4),
-        lm=TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=64),
-        sft=SFTConfig(problems=8192, steps=3000, batch_size=256, lr=1e-3),
-        reader_sft=SFTConfig(problems=8192, steps=3000, batch_size=256, lr=1e-3),
-        rl=MultiConvConfig(group_size=16, lr=1e-4, temperature=0.3, advantage="dr_grpo"), questions_per_step=32, rl_steps=200, eval_every=20,
+        # MemAgent starts from Qwen2.5-7B/14B-Instruct; the largest Qwen2.5 in recipes.ARCHS (the one that fits
+        # this preset on one GPU) is Qwen2.5-0.5B: random weights of it here (throughput), --model a
+        # Qwen2.5-0.5B(-Instruct) checkpoint for a pretrained start. Learning rates for a 0.5B model (not tuned):
+        # full fine-tuning SFT 2e-5, RL 1e-6 (the paper's); minibatches bound the RL step's activations.
+        arch="qwen2.5-0.5b",
+        sft=SFTConfig(problems=8192, steps=1000, batch_size=128, lr=2e-5),
+        reader_sft=SFTConfig(problems=8192, steps=1000, batch_size=128, lr=2e-5),
+        rl=MultiConvConfig(group_size=16, lr=1e-6, temperature=0.3, advantage="dr_grpo", minibatches=8),
+        questions_per_step=32, rl_steps=200, eval_every=20,
         eval_docs=256, eval_docs_long=128, heldout_docs=256, timing_docs=64,
     ),
 }
 
 
-def _batch(config: Config, mult: int, n: int, stream: int):
+def load_tokenizer(config: Config) -> Tokenizer:
+    """The checkpoint's tokenizer, else the character tokenizer of the presets."""
+    return HFTokenizer.from_pretrained(config.model) if config.model is not None else CharTokenizer()
+
+
+def build_lm(config: Config, tokenizer: Tokenizer, max_seq_len: int) -> Transformer:
+    """A fresh LM with a window of ``max_seq_len`` tokens: the checkpoint's weights (fp32), random weights
+    of ``ARCHS[config.arch]`` (activations in ``PolicySource().dtype``), or the tiny ``config.lm``."""
+    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
+
+    if config.model is not None:
+        return load_hf_model(config.model, max_seq_len=max_seq_len)
+    if config.arch is not None:
+        cfg = config_from_hf(ARCHS[config.arch], source=f"ARCHS[{config.arch!r}]", max_seq_len=max_seq_len,
+                             dtype=PolicySource().dtype)
+        return Transformer(cfg, rngs=nnx.Rngs(config.seed))
+    return build_model(dataclasses.replace(config.lm, max_seq_len=max_seq_len), config.seed, tokenizer)
+
+
+def _batch(config: Config, agent: MemAgent, mult: int, n: int, stream: int):
     task = config.task.with_length(config.task.num_facts * mult)
-    return doc_batch(task.generate_batch(np.random.default_rng([config.seed, stream, mult]), n), config.agent)
+    return doc_batch(task.generate_batch(np.random.default_rng([config.seed, stream, mult]), n), agent)
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
-    task, agent = config.task, config.agent
-    # (1) SFT warm start on oracle memory updates
-    model = build_model(config.lm, config.seed)
+    tokenizer = load_tokenizer(config)
+    task, agent = config.task, MemAgent(config.agent, tokenizer)
+    # the agent's window: the tiny LM's own (the cpu preset's figures), else the longest conversation
+    seq_len = config.lm.max_seq_len if config.model is None and config.arch is None else agent.seq_len
+    # (1) SFT warm start on oracle memory updates (also on a checkpoint: it teaches the memory format)
+    model = build_lm(config, tokenizer, seq_len)
     sft_loss = sft_warm_start(model, task, agent, config.sft, seed=config.seed)
     sft_params = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
     run_dir.save_json("sft_loss.json", {"first": float(sft_loss[0]), "last": float(sft_loss[-10:].mean())})
 
     # (2) Multi-Conv RL
     trainer = MultiConvTrainer(config.rl, agent, model)
-    held = _batch(config, 1, config.heldout_docs, 3)
+    held = _batch(config, agent, 1, config.heldout_docs, 3)
 
     def held_acc(state):
         gd, st = nnx.split(trainer.model(state))
@@ -139,14 +185,15 @@ def run(config: Config, run_dir: RunDir) -> dict:
     state = run_chunks(run_dir, state, chunk, config.rl_steps // config.eval_every,
                        steps_per_chunk=config.eval_every, desc="multiconv-rl")
     rl_model = trainer.model(state)
-    sft_model = build_model(config.lm, config.seed)
+    sft_model = build_lm(config, tokenizer, seq_len)
     nnx.update(sft_model, sft_params)
 
     # (3) full-context reader baseline (same architecture, window = training length)
-    rcfg = config.reader
-    reader = build_model(dataclasses.replace(config.lm, max_seq_len=rcfg.window), config.seed)
+    rcfg = config.reader(tokenizer)
+    window = rcfg.config.window
+    reader = build_lm(config, tokenizer, window)
     rprobs = task.generate_batch(np.random.default_rng([config.seed, 4]), config.reader_sft.problems)
-    train_conversations(reader, conversation_arrays(reader_conversations(rprobs, rcfg), rcfg.window),
+    train_conversations(reader, conversation_arrays(reader_conversations(rprobs, rcfg), window, tokenizer=tokenizer),
                         config.reader_sft, config.seed)
     rgd, rst = nnx.split(reader)
 
@@ -154,15 +201,15 @@ def run(config: Config, run_dir: RunDir) -> dict:
     rows, splits = [], {"rl": nnx.split(rl_model), "sft": nnx.split(sft_model)}
     for mult in config.multipliers:
         n = config.eval_docs if mult < 64 else config.eval_docs_long
-        batch = _batch(config, mult, n, 5)
-        row = {"x": mult, "chunks": -(-batch.doc.shape[1] // agent.chunk_tokens), "doc_tokens": batch.doc.shape[1]}
+        batch = _batch(config, agent, mult, n, 5)
+        row = {"x": mult, "chunks": num_chunks(batch.doc.shape[1], agent), "doc_tokens": batch.doc.shape[1]}
         for name, (gd, st) in splits.items():
             row[f"{name}_acc"] = evaluate_agent(gd, st, batch, agent)["accuracy"]
-        ans, lens = run_reader(rgd, rst, batch, jax.random.key(0), config=rcfg)
-        row["reader_acc"] = float(exact_match(ans, lens, batch.answer, batch.answer_lens).mean())
+        ans, lens = run_reader(rgd, rst, batch, jax.random.key(0), reader=rcfg)
+        row["reader_acc"] = float(exact_match_text(ans, lens, batch.answer, batch.answer_lens, tokenizer).mean())
         row["reader_fits"] = fits(batch, rcfg)
         gd, st = splits["rl"]
-        tb = _batch(config, mult, config.timing_docs, 6)
+        tb = _batch(config, agent, mult, config.timing_docs, 6)
         mem = agent_memory(gd, st, tb, agent)
         row.update(temp_bytes=mem["temp"], peak_bytes=mem["peak"], doc_bytes=mem["document"])
         row["sec_per_doc"] = evaluate_agent(gd, st, tb, agent, timed=True)["seconds_per_doc"]

@@ -26,6 +26,10 @@ MIX = (RandomCalculation(1, 1, 9, "+-*"), Countdown(2, 2, 5), Sorting(2, 4), Par
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    # the policy: --model CKPT_DIR (a HF checkpoint: RL from it, no SFT warm start, prompts through its chat
+    # template), else --arch NAME (random weights of recipes.ARCHS[NAME], warm-started: throughput), else `lm`
+    model: str | None = None
+    arch: str | None = None
     lm: recipes.TinyLM = recipes.TinyLM()
     warm_start: recipes.WarmStart = recipes.WarmStart(problems=2048, steps=200)
     grpo: GRPOConfig = GRPOConfig(
@@ -53,9 +57,12 @@ PRESETS = {
     "cpu": Config(),
     "gpu": Config(lm=recipes.TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=128),
                   warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
-                  grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=48),
+                  # ProRL's start: DeepSeek-R1-Distill-Qwen-1.5B (random weights of its shape; --model the checkpoint)
+                  arch="r1-distill-qwen-1.5b",
+                  grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=512,
+                                           lr=1e-6, minibatches=8),
                   rl_steps=600, reset_every=100, eval_every=50, eval_problems=500, final_samples=64,
-                  prompt_len=40, answer_len=16),
+                  prompt_len=256, answer_len=16),
 }
 
 
@@ -69,22 +76,24 @@ def late_gain(curve: tuple) -> float:
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = list(MIX)
-    model = recipes.warm_started_model(config.lm, config.warm_start, tasks, config.seed)
+    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
+                                          config.warm_start, tasks, config.seed)
     start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
-    held = recipes.heldout(tasks, config.eval_problems, config.seed, config.prompt_len, config.answer_len)
+    held = recipes.heldout(tasks, config.eval_problems, config.seed, config.prompt_len, config.answer_len, tok,
+                           fmt=fmt)
     n = config.grpo.max_new_tokens
-    evaluate = lambda m: {"pass@1": pass_at_k_eval(m, tasks, held, config.eval_samples, (1,), max_new_tokens=n)["pass@1"]}
+    evaluate = lambda m: {"pass@1": pass_at_k_eval(m, tasks, held, tok, config.eval_samples, (1,), max_new_tokens=n)["pass@1"]}
     ks = tuple(k for k in (1, 4, 16, 32, 64) if k <= config.final_samples)
-    final = {"start": pass_at_k_eval(model, tasks, held, config.final_samples, ks, max_new_tokens=n)}
+    final = {"start": pass_at_k_eval(model, tasks, held, tok, config.final_samples, ks, max_new_tokens=n)}
     curves, kl, ent = {}, {}, {}
     for arm, every in (("no reset", None), (f"reset every {config.reset_every}", config.reset_every)):
         sub = run_dir.child("reset" if every else "no_reset")
         nnx.update(model, start_state)
-        trainer = GRPOTrainer(dataclasses.replace(config.grpo, ref_reset_every=every), model, tasks,
-                              config.prompt_len, config.answer_len)
+        trainer = GRPOTrainer.for_tasks(dataclasses.replace(config.grpo, ref_reset_every=every), model, tok, tasks,
+                                        config.prompt_len, fmt=fmt)
         state = recipes.train(sub, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
                               config.eval_every, evaluate, desc=f"prorl {arm}")
-        final[arm] = pass_at_k_eval(trainer.model(state), tasks, held, config.final_samples, ks, max_new_tokens=n)
+        final[arm] = pass_at_k_eval(trainer.model(state), tasks, held, tok, config.final_samples, ks, max_new_tokens=n)
         curves[arm], kl[arm], ent[arm] = (recipes.series(sub, k) for k in ("eval/pass@1", "kl_ref", "sample_entropy"))
     resets = list(range(config.reset_every, config.rl_steps + 1, config.reset_every))
     recipes.plot_curves(run_dir.path / "prorl.png", {"held-out pass@1": curves, "KL to reference (k3)": kl,

@@ -23,6 +23,10 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    # the policy: --model CKPT_DIR (a HF checkpoint: RL from it, no SFT warm start, prompts through its chat
+    # template), else --arch NAME (random weights of recipes.ARCHS[NAME], warm-started: throughput), else `lm`
+    model: str | None = None
+    arch: str | None = None
     task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
     lm: recipes.TinyLM = recipes.TinyLM()
     # brief SFT: the format is learned (~100%) but greedy accuracy stays low (~24%), so RL has headroom
@@ -55,32 +59,38 @@ PRESETS = {
         lm=recipes.TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=128),
         task=RandomCalculation(min_difficulty=1, max_difficulty=4, ops="+-*/"),
         warm_start=recipes.WarmStart(problems=2048, steps=400, batch_size=128, seq_len=96),
-        grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=64),
-        rl_steps=400, heldout_problems=1024, passk_problems=256, passk_samples=64, prompt_len=40, answer_len=16,
+        # a Qwen2.5-0.5B-sized policy (random weights; --model a Qwen2.5-0.5B checkpoint for the paper's start);
+        # prompt_len fits the R1 system prompt through a chat template
+        arch="qwen2.5-0.5b",
+        grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=512, lr=1e-6,
+                                 minibatches=8),
+        rl_steps=400, heldout_problems=1024, passk_problems=256, passk_samples=64, prompt_len=256, answer_len=16,
     ),
 }
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    model = recipes.warm_started_model(config.lm, config.warm_start, tasks, config.seed)
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
+    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
+                                          config.warm_start, tasks, config.seed)
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len, tok,
+                           fmt=fmt)
     pk = held.take(range(min(config.passk_problems, len(held))))
     n = config.grpo.max_new_tokens
 
     def evaluate(m):
-        r = greedy_eval(m, tasks, held, n)
+        r = greedy_eval(m, tasks, held, n, tok)
         return {"accuracy": r["accuracy"], "format_rate": r["format_rate"], "response_length": r["response_length"]}
 
-    start = greedy_eval(model, tasks, held, n)
+    start = greedy_eval(model, tasks, held, n, tok)
     ks = tuple(k for k in (1, 8, 32, 64) if k <= config.passk_samples)
-    start_pk = pass_at_k_eval(model, tasks, pk, config.passk_samples, ks, max_new_tokens=n)
-    trainer = GRPOTrainer(config.grpo, model, tasks, config.prompt_len, config.answer_len)
+    start_pk = pass_at_k_eval(model, tasks, pk, tok, config.passk_samples, ks, max_new_tokens=n)
+    trainer = GRPOTrainer.for_tasks(config.grpo, model, tok, tasks, config.prompt_len, fmt=fmt)
     state = recipes.train(run_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
                           config.eval_every, evaluate, desc="r1_zero")
     final_model = trainer.model(state)
-    end = greedy_eval(final_model, tasks, held, n)
-    end_pk = pass_at_k_eval(final_model, tasks, pk, config.passk_samples, ks, max_new_tokens=n)
+    end = greedy_eval(final_model, tasks, held, n, tok)
+    end_pk = pass_at_k_eval(final_model, tasks, pk, tok, config.passk_samples, ks, max_new_tokens=n)
 
     s = lambda k: recipes.series(run_dir, k)
     recipes.plot_curves(run_dir.path / "r1_zero.png", {

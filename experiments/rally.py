@@ -38,6 +38,7 @@ from jaxrl_reason.agents.rally import llm_grpo, rmix
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.agents.rally.lookahead import lookahead_policy
 from jaxrl_reason.envs.swarm import render
+from jaxrl_reason.models.tokenizer import ByteTokenizer
 from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.marl import mappo, qmix
 from jaxrl_reason.utils.experiment import RunDir, read_metrics
@@ -190,8 +191,10 @@ def run(config: Config, run_dir: RunDir) -> dict:
         sub = run_dir.child("llm")
         sub.truncate_metrics(-1)  # not checkpointed: a resumed run redoes the LLM stages
         k_sft, k_rl = jax.random.split(k_train)
-        lm_policy = llm.train_llm_policy(env, prior, k_sft, sft_steps=config.llm_sft_steps, run_dir=sub,
-                                         trace_envs=config.llm_trace_envs, trace_steps=config.llm_trace_steps)
+        # the LLM's vocabulary: bytes + reserved special tokens (prompts are ASCII, answers one letter)
+        lm_policy = llm.train_llm_policy(env, prior, k_sft, tokenizer=ByteTokenizer(), sft_steps=config.llm_sft_steps,
+                                         run_dir=sub, trace_envs=config.llm_trace_envs,
+                                         trace_steps=config.llm_trace_steps)
         sft_steps = config.llm_trace_envs * config.llm_trace_steps
         policies["llm_sft"], env_steps["llm_sft"] = _intent_fn(lm_policy), sft_steps
         if "llm_grpo" in config.methods:

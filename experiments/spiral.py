@@ -1,6 +1,17 @@
 """SPIRAL with a tiny LM: SFT warm start, then on-device LM self-play on TicTacToe / Kuhn Poker
 (/ Negotiation) with RAE vs plain self-play (no RAE), multi-game vs single game.
 
+The LM: the tiny ``lm`` with the byte tokenizer (``agents.spiral.tokenizer``; the cpu preset), or
+``--model CKPT_DIR`` (a HF checkpoint: its weights and its tokenizer, a byte-level BPE whose every
+game-text character is one token), or ``--arch NAME`` (random weights of ``rl.grpo.recipes.ARCHS[NAME]``
+with the byte tokenizer: throughput; the gpu preset, ``qwen3-0.6b``). The SFT warm start on teacher
+games runs on every LM, a checkpoint included: it is SPIRAL's own data (the games) and teaches the
+answer format (``\\boxed{move}``) on prompts that reach a checkpoint spelled one token per character
+(``agents.spiral.tokenizer``); ``--no-warm-start`` skips it (the SPIRAL paper's start: a base model
+prompted with the rules, e.g. ``--spiral.prompt-style verbose``). With a checkpoint the results also
+get a "checkpoint" row (the LM before the warm start), and the transfer evaluation encodes the tasks
+with the checkpoint's tokenizer instead of the character tokenizer.
+
 Writes per step metrics (JSONL + TensorBoard), ``compare.png`` (eval win rate vs random, response
 length, format-error rate and gradient norm of every variant on shared axes), ``results.md`` (win /
 draw / loss / forfeit vs random and vs minimax / Kuhn Nash, Kuhn exploitability of the LM policy,
@@ -8,7 +19,8 @@ grad-norm std, transfer accuracy on RandomCalculation and Countdown) for the war
 ("sft") and after self-play for every variant.
 
     python experiments/spiral.py --preset cpu
-    jaxrl-reason run spiral --preset gpu
+    jaxrl-reason run spiral --preset gpu                         # Qwen3-0.6B-sized, random weights
+    jaxrl-reason run spiral --preset gpu --model /path/to/Qwen3-0.6B-Base
 """
 
 from __future__ import annotations
@@ -16,26 +28,38 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
 from jaxrl_reason.agents.spiral import evaluation as E
+from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
-from jaxrl_reason.agents.spiral.vocab import VOCAB_SIZE
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
+from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
+from jaxrl_reason.rl.grpo.recipes import ARCHS
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
+VOCAB_SIZE = spiral_tokenizer().vocab_size  # 264: 8 special tokens + 256 bytes
 TINY_LM = LMConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=512)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    # the LM: --model CKPT_DIR (a HF checkpoint, its weights and tokenizer), else --arch NAME (random weights of
+    # recipes.ARCHS[NAME] with the byte tokenizer: throughput), else `lm` (a tiny LM with the byte tokenizer)
+    model: str | None = None
+    arch: str | None = None
+    max_seq_len: int = 1024  # the window of a checkpoint / arch LM (prompt + response; RoPE and KV cache size)
+    dtype: str = "bfloat16"  # activations of an arch LM ("float32" on CPU); a checkpoint runs in float32
+    remat: bool = True  # recompute each block of a checkpoint / arch LM in the backward pass (memory)
+    warm_start: bool = True  # the SFT warm start on teacher games (every LM; False: self-play from the LM as is)
     lm: LMConfig = TINY_LM
     warm: WarmStartConfig = WarmStartConfig()
     spiral: SpiralConfig = SpiralConfig()  # games / advantage are set per variant
@@ -47,13 +71,21 @@ class Config:
     final_eval_episodes: int = 256
     kuhn_samples: int = 32
     transfer_problems: int = 64
+    transfer_max_new_tokens: int = 32
 
     def __post_init__(self):
         check_hyperparameters(self)
-        if self.lm.vocab_size != VOCAB_SIZE:
-            raise ValueError(f"lm.vocab_size must be {VOCAB_SIZE} (task specials + bytes), got {self.lm.vocab_size}")
-        if self.steps < 1 or self.eval_every < 1 or self.kuhn_samples < 1 or self.transfer_problems < 1:
-            raise ValueError("steps, eval_every, kuhn_samples, transfer_problems must be >= 1")
+        n = spiral_tokenizer().vocab_size
+        if self.lm.vocab_size != n:
+            raise ValueError(f"lm.vocab_size must be {n} (the SPIRAL tokenizer: task specials + bytes), "
+                             f"got {self.lm.vocab_size}")
+        if self.arch is not None and self.arch not in ARCHS:
+            raise ValueError(f"unknown arch {self.arch!r}; known: {sorted(ARCHS)}")
+        if self.max_seq_len < 1:
+            raise ValueError(f"max_seq_len must be >= 1, got {self.max_seq_len}")
+        if min(self.steps, self.eval_every, self.kuhn_samples, self.transfer_problems,
+               self.transfer_max_new_tokens) < 1:
+            raise ValueError("steps, eval_every, kuhn_samples, transfer_problems, transfer_max_new_tokens must be >= 1")
         for n in (self.eval_episodes, self.final_eval_episodes):
             if n < 2 or n % 2:
                 raise ValueError(f"eval episode counts must be even and >= 2, got {n}")
@@ -76,35 +108,61 @@ PRESETS = {
         spiral=SpiralConfig(episodes_per_game=32, max_new_tokens=28, lr=2e-4, prompt_style="compact"),
         steps=60, eval_every=10, eval_episodes=128, final_eval_episodes=1024, kuhn_samples=64, transfer_problems=32,
     ),
+    # SPIRAL starts from Qwen3-4B(-Base); the largest Qwen3 in recipes.ARCHS, and one that fits one GPU, is
+    # Qwen3-0.6B: random weights of its configuration (throughput), or --model a Qwen3-0.6B(-Base) checkpoint.
+    # Verbose prompts (the rules in prose: the style for a pretrained LM), a short low-lr warm start (the
+    # format, not the play), then self-play at SPIRAL's lr 1e-6. `lm` is used only with --arch None.
+    # Sized for the KV cache (~115 KB a token in bf16, twice that for a float32 checkpoint): evaluation batches
+    # of at most 512 sequences of <= 577 tokens; 16 minibatches of ~176 turns per update (remat on).
     "gpu": Config(
+        arch="qwen3-0.6b", max_seq_len=1024,
         lm=LMConfig(vocab_size=VOCAB_SIZE, d_model=256, n_layers=4, n_heads=8, n_kv_heads=4, d_ff=768, max_seq_len=512),
-        warm=WarmStartConfig(games_per_game=8192, steps=1500, batch_size=128, lr=1e-3),
-        spiral=SpiralConfig(episodes_per_game=256, max_new_tokens=48, lr=1e-4, minibatches=4, prompt_style="compact"),
+        warm=WarmStartConfig(games_per_game=2048, steps=200, batch_size=64, lr=1e-5),
+        spiral=SpiralConfig(episodes_per_game=128, max_new_tokens=128, lr=1e-6, minibatches=16, prompt_style="verbose"),
         variants=("rae:tictactoe+kuhn_poker+negotiation", "none:tictactoe+kuhn_poker+negotiation",
                   "rae:kuhn_poker", "fixed:tictactoe+kuhn_poker+negotiation"),
-        steps=300, eval_every=25, eval_episodes=512, final_eval_episodes=2048, kuhn_samples=256,
-        transfer_problems=512,
+        steps=200, eval_every=25, eval_episodes=128, final_eval_episodes=512, kuhn_samples=32,
+        transfer_problems=512, transfer_max_new_tokens=256,
     ),
 }
 
 _EVAL_GAMES = ("tictactoe", "kuhn_poker", "negotiation")
 
 
-def evaluate_model(config: Config, graphdef, params, model, games, sampler, key) -> dict:
+def load_lm(config: Config) -> tuple[Transformer, Tokenizer, Tokenizer | None]:
+    """-> (LM, its tokenizer, the transfer tasks' tokenizer: ``CharTokenizer`` through ``TaskView``, or None for a
+    checkpoint, whose tasks are encoded with its own tokenizer)."""
+    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
+    from jaxrl_reason.models.tokenizer import HFTokenizer
+
+    if config.model is not None:  # float32 weights and activations; its pad / bos / eos from its tokenizer config
+        model = load_hf_model(config.model, max_seq_len=config.max_seq_len, remat=config.remat)
+        return model, HFTokenizer.from_pretrained(config.model), None
+    if config.arch is not None:  # an arch's vocabulary (128256 or 151936 ids) holds the byte tokenizer's 264
+        cfg = config_from_hf(ARCHS[config.arch], source=f"ARCHS[{config.arch!r}]", max_seq_len=config.max_seq_len,
+                             dtype=config.dtype, remat=config.remat)
+        return Transformer(cfg, rngs=nnx.Rngs(config.seed)), spiral_tokenizer(), CharTokenizer()
+    return Transformer(config.lm, rngs=nnx.Rngs(config.seed)), spiral_tokenizer(), CharTokenizer()
+
+
+def evaluate_model(config: Config, graphdef, params, model, games, sampler, key, tokenizer: Tokenizer,
+                   task_tokenizer: Tokenizer | None) -> dict:
     """Final evaluation row: vs every fixed opponent of each game, Kuhn exploitability, transfer."""
     row, style = {}, config.spiral.prompt_style
     for game in games:
         for opp in E.OPPONENTS[game]:
             key, sub = jax.random.split(key)
-            r = E.win_rates(graphdef, params, game, opp, config.final_eval_episodes, sampler, sub, style)
+            r = E.win_rates(graphdef, params, game, opp, config.final_eval_episodes, sampler, sub, style,
+                            tokenizer=tokenizer)
             for k in ("win", "draw", "loss", "forfeit", "mean_return", "return_se"):
                 row[f"{game}_vs_{opp}/{k}"] = r[k]
     if "kuhn_poker" in games:
-        k = E.kuhn_lm_exploitability(graphdef, params, sampler, config.kuhn_samples, key, style)
+        k = E.kuhn_lm_exploitability(graphdef, params, sampler, config.kuhn_samples, key, style, tokenizer=tokenizer)
         row["kuhn/exploitability"] = k["exploitability"]
         row["kuhn/value_vs_random"] = k["value_vs_random"]
         row["kuhn/valid_rate"] = k["valid_rate"]
-    for task, r in E.transfer_eval(model, config.transfer_problems).items():
+    for task, r in E.transfer_eval(model, config.transfer_problems, max_new_tokens=config.transfer_max_new_tokens,
+                                   tokenizer=tokenizer, task_tokenizer=task_tokenizer).items():
         row[f"transfer_{task}/accuracy"] = r["accuracy"]
         row[f"transfer_{task}/format_rate"] = r["format_rate"]
     return row
@@ -112,22 +170,33 @@ def evaluate_model(config: Config, graphdef, params, model, games, sampler, key)
 
 def run(config: Config, run_dir: RunDir) -> dict:
     all_games = sorted({g for v in config.variants for g in config.variant_config(v).games}, key=_EVAL_GAMES.index)
-    model = Transformer(config.lm, rngs=nnx.Rngs(config.seed))
-    warm_params, warm_m = warm_start(model, all_games, config.warm, seed=config.seed, style=config.spiral.prompt_style)
-    for i, nll in enumerate(warm_m["nll"]):
-        if i % 10 == 0 or i == len(warm_m["nll"]) - 1:
-            run_dir.log(i, {"sft/nll": nll})
-    graphdef, full = nnx.split(model)
-    sampler = SamplerConfig(max_new_tokens=config.spiral.max_new_tokens, temperature=config.spiral.temperature)
+    model, tok, task_tok = load_lm(config)
+    sampler = SamplerConfig(max_new_tokens=config.spiral.max_new_tokens, temperature=config.spiral.temperature,
+                            pad_id=tok.pad_id)
     key = jax.random.key(config.seed + 1)
-    rows = [{"variant": "sft (warm start)", **evaluate_model(config, graphdef, full, model, all_games, sampler, key)}]
+    rows = []
+    if config.model is not None and config.warm_start:  # the checkpoint as it came
+        graphdef, full = nnx.split(model)
+        rows.append({"variant": "checkpoint",
+                     **evaluate_model(config, graphdef, full, model, all_games, sampler, key, tok, task_tok)})
+        run_dir.write_table("results", rows)
+    warm_m = {"examples": 0}
+    if config.warm_start:
+        _, warm_m = warm_start(model, all_games, config.warm, seed=config.seed, style=config.spiral.prompt_style,
+                               tokenizer=tok)
+        for i, nll in enumerate(warm_m["nll"]):
+            if i % 10 == 0 or i == len(warm_m["nll"]) - 1:
+                run_dir.log(i, {"sft/nll": nll})
+    warm_graphdef, warm_full = nnx.split(model)
+    start = "sft (warm start)" if config.warm_start else ("checkpoint" if config.model is not None else "start")
+    rows.append({"variant": start,
+                 **evaluate_model(config, warm_graphdef, warm_full, model, all_games, sampler, key, tok, task_tok)})
     run_dir.write_table("results", rows)  # rewritten after every variant, so partial runs leave a table
     curves = {}
     for variant in config.variants:
         vcfg = config.variant_config(variant)
-        model = Transformer(config.lm, rngs=nnx.Rngs(config.seed))
-        nnx.update(model, warm_params)
-        trainer = SpiralTrainer(vcfg, model)
+        model = nnx.merge(warm_graphdef, jax.tree.map(jnp.copy, warm_full))  # the warm-started LM, a fresh copy
+        trainer = SpiralTrainer(vcfg, model, tokenizer=tok)
         state = trainer.init(jax.random.key(config.seed))
         hist = []
         for i in tqdm(range(config.steps), desc=variant):
@@ -137,7 +206,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
                 full = nnx.merge_state(state.params, state.rest)
                 for g in vcfg.games:
                     r = E.win_rates(trainer.full_graphdef, full, g, "random", config.eval_episodes, sampler,
-                                    jax.random.key(1000 + i), vcfg.prompt_style)
+                                    jax.random.key(1000 + i), vcfg.prompt_style, tokenizer=tok)
                     m[f"{g}/eval_win_vs_random"] = r["win"]
                     m[f"{g}/eval_loss_vs_random"] = r["loss"]
                     m[f"{g}/eval_return_vs_random"] = r["mean_return"]
@@ -153,7 +222,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
             lens = [h[f"{g}/response_length"] for h in hist]
             row[f"{g}/final_response_length"] = float(np.mean(lens[-5:]))
             row[f"{g}/train_format_error_last5"] = float(np.mean([h[f"{g}/format_error"] for h in hist[-5:]]))
-        row.update(evaluate_model(config, graphdef, full, model, vcfg.games, sampler, key))
+        row.update(evaluate_model(config, graphdef, full, model, vcfg.games, sampler, key, tok, task_tok))
         rows.append(row)
         run_dir.write_table("results", rows)
         _compare_plot(run_dir, curves)

@@ -27,6 +27,10 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    # the policy: --model CKPT_DIR (a HF checkpoint: RL from it, no SFT warm start, prompts through its chat
+    # template), else --arch NAME (random weights of recipes.ARCHS[NAME], warm-started: throughput), else `lm`
+    model: str | None = None
+    arch: str | None = None
     variants: tuple[str, ...] = ("correct", "random", "inverted", "wrong_label")
     task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
     lm: recipes.TinyLM = recipes.TinyLM()
@@ -55,38 +59,43 @@ PRESETS = {
     "gpu": Config(lm=recipes.TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=128),
                   task=RandomCalculation(min_difficulty=1, max_difficulty=3),
                   warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
-                  grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=48),
-                  rl_steps=300, eval_every=20, heldout_problems=1024, probe_problems=128, prompt_len=40, answer_len=16),
+                  arch="qwen2.5-0.5b",  # Qwen2.5-sized (random weights; --model a Qwen2.5 checkpoint)
+                  grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=512,
+                                           lr=1e-6, minibatches=8),
+                  rl_steps=300, eval_every=20, heldout_problems=1024, probe_problems=128, prompt_len=256,
+                  answer_len=16),
 }
 
 
-def _probe_demo(config: Config, start_state) -> list[dict]:
+def _probe_demo(config: Config, graphdef, start_state, tok) -> list[dict]:
     tasks = [config.task]
-    test = recipes.heldout(tasks, config.probe_problems, config.seed, config.prompt_len, config.answer_len).problems
+    test = recipes.heldout(tasks, config.probe_problems, config.seed, config.prompt_len, config.answer_len, tok).problems
     other = recipes.sft_problems(tasks, config.probe_problems, config.seed + 1)
     rows = []
     for name, data in (("fine-tuned on a disjoint split (clean)", other), ("fine-tuned on the test split", test)):
-        m = recipes.build_model(config.lm, config.seed)
-        nnx.update(m, start_state)
-        sft_warm_start(m, list(data), config.probe_sft_steps, 32, config.warm_start.seq_len, 3e-3, prompt_loss=True)
-        rows.append({"model": name, **contamination_probe(m, test, 0.6)})
+        m = nnx.merge(graphdef, jax.tree.map(jax.numpy.copy, start_state))  # a copy of the RL start
+        sft_warm_start(m, list(data), config.probe_sft_steps, 32, config.warm_start.seq_len, 3e-3, prompt_loss=True,
+                      tokenizer=tok)
+        rows.append({"model": name, **contamination_probe(m, test, tok, 0.6)})
     return rows
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    model = recipes.warm_started_model(config.lm, config.warm_start, tasks, config.seed)
+    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
+                                          config.warm_start, tasks, config.seed)
     start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len)
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len, tok,
+                           fmt=fmt)
     n = config.grpo.max_new_tokens
-    evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n)["accuracy"]}
+    evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n, tok)["accuracy"]}
     start = evaluate(model)["accuracy"]
     final, curves = {}, {}
     for variant in config.variants:
         sub = run_dir.child(variant)
         cfg = dataclasses.replace(config.grpo, reward=RewardConfig(variant, random_p=config.random_p))
         nnx.update(model, start_state)
-        trainer = GRPOTrainer(cfg, model, tasks, config.prompt_len, config.answer_len)
+        trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, config.prompt_len, fmt=fmt)
         state = recipes.train(sub, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
                               config.eval_every, evaluate, desc=f"spurious {variant}")
         final[variant] = evaluate(trainer.model(state))["accuracy"]
@@ -98,7 +107,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     print(run_dir.write_table("results", rows))
     summary = {"start_accuracy": start, **{f"final_{v}": a for v, a in final.items()}, "run_dir": str(run_dir.path)}
     if config.contamination_demo:
-        probe = _probe_demo(config, start_state)
+        probe = _probe_demo(config, nnx.graphdef(model), start_state, tok)
         print(run_dir.write_table("contamination_probe", probe))
         summary["probe_clean_completion"] = probe[0]["completion_exact"]
         summary["probe_contaminated_completion"] = probe[1]["completion_exact"]

@@ -19,12 +19,16 @@ import types
 
 import tyro
 
+from jaxrl_reason.data.loading import DataError
+from jaxrl_reason.models.lm.hf_import import HFImportError
+from jaxrl_reason.rewards.suite import RewardError
 from jaxrl_reason.utils import guard
 from jaxrl_reason.utils.checkpoint import CheckpointError
 from jaxrl_reason.utils.experiment import RunDir, RunDirError
 
-#: Failures a run reports as one clear line (exit code 1) instead of a traceback.
-RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError)
+#: Failures a run reports as one clear line (exit code 1) instead of a traceback: the run dir, a checkpoint,
+#: a NaN/inf, the user's dataset, reward function or HF checkpoint directory.
+RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError, DataError, RewardError, HFImportError)
 
 
 def experiments_dir() -> pathlib.Path:

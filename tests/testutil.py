@@ -75,3 +75,18 @@ def states_equal(a, b) -> bool:
     """Two models' states hold the same leaves, dtypes and values (bit for bit)."""
     la, lb = jax.tree.leaves(nnx.state(a)), jax.tree.leaves(nnx.state(b))
     return len(la) == len(lb) and all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(la, lb))
+
+
+def tiny_hf_checkpoint(path, tokenizer, max_positions: int = 256):
+    """``tokenizer`` (an ``HFTokenizer``) + a random tiny ``transformers.Qwen3ForCausalLM`` (hidden 32, one
+    layer, 4 heads / 2 kv heads of 8) saved as a HF checkpoint directory at ``path``; returns ``path``."""
+    import torch
+    import transformers
+
+    tokenizer.save(path)
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   max_position_embeddings=max_positions, tie_word_embeddings=True)
+    transformers.Qwen3ForCausalLM(cfg).float().eval().save_pretrained(path)
+    return path

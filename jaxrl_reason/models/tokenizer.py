@@ -1,6 +1,7 @@
-"""Tokenizers with one interface: a byte-level tokenizer with reserved special tokens (synthetic
-tasks) and Hugging Face checkpoint tokenizers through the `tokenizers` library (real checkpoints),
-both able to render chat templates exactly as transformers does.
+"""Tokenizers with one interface, handed to every language-model capability: the 96-id character
+tokenizer of the synthetic-task presets (`CharTokenizer`), a byte-level tokenizer with reserved
+special tokens (`ByteTokenizer`) and Hugging Face checkpoint tokenizers through the `tokenizers`
+library (`HFTokenizer`), all able to render chat templates exactly as transformers does.
 
     tok = ByteTokenizer()                       # or HFTokenizer.from_pretrained(checkpoint_dir)
     ids = tok.encode("2+2 <answer>")            # list[int]; text from data stays text: "<answer>" is 8 bytes
@@ -8,6 +9,8 @@ both able to render chat templates exactly as transformers does.
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     batch, lens = tok.encode_batch(texts, max_len=64)   # right-padded np.int32 [B, T], [B]
     stop = tok.ids_array(["</answer>", tok.eos])  # jnp int32 ids for use inside jit
+    tags = tok.tag_ids()                        # single-token R1 tags for in-jit parsing (ValueError if not)
+    stop_tokens, stop_seqs = tok.stops(["</answer>"])   # eos + the strings, as the sampler takes them
 
 Control tokens never come from data: `encode(text)` encodes special/added-token strings as plain text
 unless `allow_special=True`, and `apply_chat_template(..., tokenize=True)` wraps every control-token
@@ -16,7 +19,9 @@ then encodes the marked spans as plain text and the template's own text with spe
 method of transformers' `sanitize_control_tokens=True`), so only the template's control tokens are special.
 
 ByteTokenizer ids: 0..n_special-1 are the special tokens (pad=0, bos, eos, <think>, </think>,
-<answer>, </answer>, then `extra_special`), followed by the 256 byte values.
+<answer>, </answer>, then `extra_special`), followed by the 256 byte values. CharTokenizer ids: the
+same 7 special tokens and <unk> (0..7), then 78 characters (digits, `+-*/=()<>,.:;?! `, letters) and
+10 unused ids (96 in all); other characters encode as <unk>.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import pathlib
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import jinja2
@@ -42,6 +48,7 @@ R1_SYSTEM = (
     "</answer> tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>."
 )
 DEFAULT_SPECIAL = ("<pad>", "<bos>", "<eos>", "<think>", "</think>", "<answer>", "</answer>")
+R1_TAGS = DEFAULT_SPECIAL[3:7]  # <think> </think> <answer> </answer>
 NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _START, _END = "\U000f0000", "\U000f0001"  # private-use markers around control tokens found in data
 _REASONING = ("reasoning_content", "thinking", "reasoning")
@@ -158,6 +165,15 @@ def _content(token) -> str | None:
     return token.get("content") if isinstance(token, dict) else token
 
 
+class TagIds(NamedTuple):
+    """Ids of the four R1 tags when each is one token (in-jit response parsing, `tasks.rewards`)."""
+
+    think: int
+    think_end: int
+    answer: int
+    answer_end: int
+
+
 class Tokenizer:
     """Shared behaviour; subclasses give `encode`, `decode`, `vocab_size`, `token_to_id`, pad/bos/eos,
     `control_tokens` and `special_tokens_map` (the named tokens a chat template sees)."""
@@ -202,23 +218,107 @@ class Tokenizer:
         """Special-token strings -> int32 id array (stop tokens, reward markers inside jit)."""
         return jnp.asarray([self.token_to_id(t) for t in tokens], jnp.int32)
 
+    def single_token_id(self, text: str) -> int | None:
+        """The id of ``text`` when it is one token of this vocabulary (special or not), else None."""
+        try:
+            return self.token_to_id(text)
+        except KeyError:
+            ids = self.encode(text)
+            return ids[0] if len(ids) == 1 else None
+
+    def char_ids(self) -> np.ndarray:
+        """Text spelled one token per character: ``[128]`` int32 (read-only), entry ``b`` the id of ``chr(b)``
+        when ``encode(chr(b))`` is one id that decodes back to ``chr(b)``, else -1 (an unknown token, a
+        character of several tokens). Computed once per tokenizer. With our character-level tokenizers the
+        entries are their own ids; with a byte-level BPE (Qwen2/3, Llama 3, DeepSeek-V3) text spelled through
+        it (``spell``) is a valid id sequence, though not the canonical (merged) tokenization -- what jitted
+        code that reads or writes one token per character needs."""
+        return self._char_ids
+
+    @functools.cached_property
+    def _char_ids(self) -> np.ndarray:
+        table = np.full(128, -1, np.int32)
+        for b in range(128):
+            ids = self.encode(chr(b))
+            if len(ids) == 1 and self.decode(ids) == chr(b):
+                table[b] = ids[0]
+        table.setflags(write=False)  # cached: shared by every caller
+        return table
+
+    def spell(self, text: str) -> list[int]:
+        """``text`` one token per character (``char_ids``); ValueError naming this tokenizer and the first
+        character that is not a single token decoding back to itself (every non-ASCII character)."""
+        table = self.char_ids()
+        ids = [int(table[ord(ch)]) if ord(ch) < 128 else -1 for ch in text]
+        if -1 in ids:
+            ch = text[ids.index(-1)]
+            raise ValueError(f"{type(self).__name__} (vocab_size {self.vocab_size}) does not encode {ch!r} as a single "
+                             f"token that decodes back to it (encode gives {self.encode(ch)})")
+        return ids
+
+    def tag_ids(self) -> TagIds:
+        """The R1 tags' ids; ValueError when one is not a single token (parse decoded text instead)."""
+        ids = [self.single_token_id(t) for t in R1_TAGS]
+        missing = [t for t, i in zip(R1_TAGS, ids) if i is None]
+        if missing:
+            raise ValueError(f"{type(self).__name__}: the R1 tags {missing} are not single tokens; token-level "
+                             "parsing needs them (use the text rewards of jaxrl_reason.rewards instead)")
+        return TagIds(*ids)
+
+    def stops(self, texts: Sequence[str] = ()) -> tuple[jnp.ndarray, jnp.ndarray | None]:
+        """Sampler stops for eos and ``texts``: (stop_tokens int32 [S], stop_sequences int32 [Q, L] or None).
+
+        A text that is one token becomes a stop token; a longer one a stop sequence of its plain-text ids
+        (`models.lm.sampler.stop_sequence_array`; matched on ids, so a different tokenization of the
+        same text does not stop)."""
+        from jaxrl_reason.models.lm.sampler import stop_sequence_array
+
+        single = [self.single_token_id(t) for t in texts]
+        tokens = [self.eos_id] + [i for i in single if i is not None]
+        multi = [t for t, i in zip(texts, single) if i is None]
+        seqs = stop_sequence_array(multi, encode=self.encode) if multi else None
+        return jnp.asarray(sorted(set(tokens)), jnp.int32), seqs
+
+    def pad_batch(self, seqs: Sequence[Sequence[int]], length: int) -> tuple[np.ndarray, np.ndarray]:
+        """Id lists right-padded with pad to ``length`` -> (ids [B, length] int32, lengths [B] int32); too long raises."""
+        arr = np.full((len(seqs), length), self.pad_id, np.int32)
+        lens = np.zeros(len(seqs), np.int32)
+        for i, s in enumerate(seqs):
+            if len(s) > length:
+                raise ValueError(f"sequence of {len(s)} tokens does not fit the padded length {length}: "
+                                 f"{self.decode(s)!r}")
+            arr[i, : len(s)] = s
+            lens[i] = len(s)
+        return arr, lens
+
+    def check_model(self, model_cfg, seq_len: int, owner: str) -> None:
+        """ValueError unless a model (``LMConfig``) holds ``seq_len`` tokens of this vocabulary."""
+        if seq_len > model_cfg.max_seq_len:
+            raise ValueError(f"{owner}: a sequence needs {seq_len} tokens > the model's window "
+                             f"max_seq_len={model_cfg.max_seq_len}")
+        if model_cfg.vocab_size < self.vocab_size:
+            raise ValueError(f"{owner}: model vocab_size {model_cfg.vocab_size} < the tokenizer's {self.vocab_size}")
+
     def encode_batch(self, texts: Sequence[str], max_len: int, add_bos: bool | None = None,
                      allow_special: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Right-padded ids [B, max_len] int32 and lengths [B]; `add_bos=None` follows `add_bos_token`."""
         add_bos = self.add_bos_token if add_bos is None else add_bos
-        out = np.full((len(texts), max_len), self.pad_id, np.int32)
-        lens = np.zeros(len(texts), np.int32)
-        for i, t in enumerate(texts):
-            ids = ([self.bos_id] if add_bos else []) + self.encode(t, allow_special)
-            if len(ids) > max_len:
-                raise ValueError(f"text {i} has {len(ids)} tokens > max_len {max_len}")
-            out[i, : len(ids)], lens[i] = ids, len(ids)
-        return out, lens
+        return self.pad_batch([([self.bos_id] if add_bos else []) + self.encode(t, allow_special) for t in texts],
+                              max_len)
 
     def decode_batch(self, ids: np.ndarray, lengths: np.ndarray | None = None, skip_special: bool = True) -> list[str]:
         ids = np.asarray(ids)
         lengths = np.full(len(ids), ids.shape[1]) if lengths is None else np.asarray(lengths)
         return [self.decode(row[:n].tolist(), skip_special) for row, n in zip(ids, lengths)]
+
+    def decode_completions(self, tokens: np.ndarray, lengths: np.ndarray) -> list[str]:
+        """Sampled responses [B, N] (lengths [B], stop token included) -> text with control tokens kept
+        (``<answer>``, ``<|im_end|>``: what reward functions parse), except a final eos."""
+        out = []
+        for row, n in zip(np.asarray(tokens), np.asarray(lengths)):
+            ids = row[:n].tolist()
+            out.append(self.decode(ids[:-1] if ids and ids[-1] == self.eos_id else ids))
+        return out
 
     def chat_prompt(self, question: str, system: str = R1_SYSTEM) -> str:
         """DeepSeek-R1-Zero template; generation continues after the opening <think>.
@@ -294,19 +394,18 @@ class Tokenizer:
         return ids
 
 
-class ByteTokenizer(Tokenizer):
-    """UTF-8 bytes + reserved special tokens; vocab_size = n_special + 256. `chat_template`: optional jinja
-    source (its control tokens must be among the special tokens to become single ids)."""
+class _ReservedSpecials(Tokenizer):
+    """Special tokens at ids 0..n_special-1, then a fixed alphabet (`_encode_text` / `_decode_text`)."""
 
-    def __init__(self, extra_special: Sequence[str] = (), chat_template: str | dict[str, str] | None = None):
-        self.special = tuple(DEFAULT_SPECIAL) + tuple(extra_special)
+    def __init__(self, special: Sequence[str], n_alphabet: int, chat_template: str | dict[str, str] | None):
+        self.special = tuple(special)
         if len(set(self.special)) != len(self.special):
             raise ValueError(f"duplicate special tokens in {self.special}")
         self._sid = {s: i for i, s in enumerate(self.special)}
         self._split = re.compile("(" + "|".join(re.escape(s) for s in sorted(self.special, key=len, reverse=True)) + ")")
         self.pad, self.bos, self.eos = "<pad>", "<bos>", "<eos>"
         self.n_special = len(self.special)
-        self.vocab_size = self.n_special + 256
+        self.vocab_size = self.n_special + n_alphabet
         self.chat_template = chat_template
         self.special_tokens_map = {"bos_token": self.bos, "eos_token": self.eos, "pad_token": self.pad}
 
@@ -316,7 +415,7 @@ class ByteTokenizer(Tokenizer):
 
     def token_to_id(self, token: str) -> int:
         if token not in self._sid:
-            raise KeyError(f"{token!r} is not a special token of this ByteTokenizer")
+            raise KeyError(f"{token!r} is not a special token of this {type(self).__name__}")
         return self._sid[token]
 
     def encode(self, text: str, allow_special: bool = False) -> list[int]:
@@ -325,21 +424,61 @@ class ByteTokenizer(Tokenizer):
             if part in self._sid and allow_special:
                 ids.append(self._sid[part])
             elif part:
-                ids.extend(b + self.n_special for b in part.encode("utf-8"))
+                ids.extend(self._encode_text(part))
         return ids
 
     def decode(self, ids: Sequence[int], skip_special: bool = False) -> str:
-        out, buf = [], bytearray()
-        for i in ids:
+        out, run = [], []
+        for i in np.asarray(ids, np.int64).reshape(-1).tolist():
             if i >= self.n_special:
-                buf.append(i - self.n_special)
+                run.append(i - self.n_special)
                 continue
-            out.append(buf.decode("utf-8", errors="replace"))
-            buf = bytearray()
-            if not skip_special:
+            out.append(self._decode_text(run))
+            run = []
+            if not skip_special and i >= 0:
                 out.append(self.special[i])
-        out.append(buf.decode("utf-8", errors="replace"))
+        out.append(self._decode_text(run))
         return "".join(out)
+
+    def _encode_text(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def _decode_text(self, alphabet_ids: list[int]) -> str:
+        raise NotImplementedError
+
+
+class ByteTokenizer(_ReservedSpecials):
+    """UTF-8 bytes + reserved special tokens; vocab_size = n_special + 256. `chat_template`: optional jinja
+    source (its control tokens must be among the special tokens to become single ids)."""
+
+    def __init__(self, extra_special: Sequence[str] = (), chat_template: str | dict[str, str] | None = None):
+        super().__init__(tuple(DEFAULT_SPECIAL) + tuple(extra_special), 256, chat_template)
+
+    def _encode_text(self, text: str) -> list[int]:
+        return [b + self.n_special for b in text.encode("utf-8")]
+
+    def _decode_text(self, alphabet_ids: list[int]) -> str:
+        return bytes(min(b, 255) for b in alphabet_ids).decode("utf-8", errors="replace")
+
+
+CHARS = "0123456789+-*/=()<>,.:;?! " + "abcdefghijklmnopqrstuvwxyz" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class CharTokenizer(_ReservedSpecials):
+    """The synthetic tasks' tokenizer: 8 special tokens (pad=0, bos, eos, the 4 R1 tags, <unk>), 78
+    characters and 10 unused ids = 96, so a tiny model spells every prompt, trace and answer and emits a
+    tag in one token. Characters outside `CHARS` encode as <unk>; unused ids decode as "<unk>"."""
+
+    def __init__(self, chat_template: str | dict[str, str] | None = None):
+        super().__init__(tuple(DEFAULT_SPECIAL) + ("<unk>",), 96 - len(DEFAULT_SPECIAL) - 1, chat_template)
+        self._cid = {c: i + self.n_special for i, c in enumerate(CHARS)}
+        self.unk_id = self._sid["<unk>"]
+
+    def _encode_text(self, text: str) -> list[int]:
+        return [self._cid.get(c, self.unk_id) for c in text]
+
+    def _decode_text(self, alphabet_ids: list[int]) -> str:
+        return "".join(CHARS[i] if i < len(CHARS) else "<unk>" for i in alphabet_ids)
 
 
 def _read_json(path: pathlib.Path) -> dict:
@@ -391,6 +530,27 @@ class HFTokenizer(Tokenizer):
         if t is not None and not isinstance(t, (str, dict)):
             raise ValueError(f"chat_template must be a string or a list of named templates, got {type(t).__name__}")
         self.chat_template = t
+
+    @classmethod
+    def train_bpe(cls, texts: Sequence[str], vocab_size: int, special_tokens: Sequence[str] = DEFAULT_SPECIAL,
+                  eos: str = "<eos>", pad: str = "<pad>", bos: str = "<bos>",
+                  chat_template: str | None = None) -> "HFTokenizer":
+        """A byte-level BPE tokenizer trained on ``texts`` with the `tokenizers` library; ``special_tokens``
+        (which must include eos, pad and bos) are single ids 0.. in order. Saved with ``save`` it is a
+        checkpoint tokenizer that transformers' AutoTokenizer loads."""
+        from tokenizers import Tokenizer as _Tk, decoders, models, pre_tokenizers, trainers
+
+        missing = [t for t in (eos, pad, bos) if t not in special_tokens]
+        if missing:
+            raise ValueError(f"train_bpe: {missing} must be among special_tokens {list(special_tokens)}")
+        tk = _Tk(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        tk.train_from_iterator(list(texts), trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=list(special_tokens), show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        config = {"bos_token": bos, "eos_token": eos, "pad_token": pad, "add_bos_token": False}
+        return cls(tk, config=config, chat_template=chat_template)
 
     @classmethod
     def from_file(cls, path, **kw) -> "HFTokenizer":

@@ -2,7 +2,11 @@
 
 A node is the problem plus the reasoning steps written so far (the response tokens after the
 prompt, starting with ``<think>``). A *step* is a run of tokens that ends at a step delimiter
-(``,`` or ``</think>`` for the character vocabulary of ``jaxrl_reason.tasks``). mctx holds the
+(``,`` or ``</think>``: ``step_ids(tokenizer)``, ids of the tokenizer the prompts were made with, e.g.
+``models.tokenizer.CharTokenizer`` for the tasks of ``jaxrl_reason.tasks``, or a checkpoint's byte-level
+BPE whose text is spelled one token per character, ``experiments/astro.py``'s ``SpelledTokenizer``; the
+four R1 tags and ``,`` must be single tokens). Steps are cut on token ids: a generated token that merges
+``,`` with other characters (a BPE merge such as ``7,``) is not a step end. mctx holds the
 state: the tree's embedding of a node is its token arrays, and an action is the index of one of
 the ``branching`` candidate next steps that were sampled when the node was expanded:
 
@@ -14,7 +18,7 @@ the ``branching`` candidate next steps that were sampled when the node was expan
   equal to an earlier one of the same node gets zero prior (``dedupe_candidates``), and so does one
   that an optional local step check rejects (``step_is_wrong``, a process verifier);
 - value: the fraction of the rollouts whose answer passes the verifier (``verify``: exact match by
-  default, or ``tasks.rewards.answer_verifier(task)`` for a task with many valid answers); optionally
+  default, or ``tasks.rewards.answer_verifier(task, tokenizer)`` for a task with many valid answers); optionally
   (``value_check``) graded by a process check: unverified rollouts count ``process_weight`` x the
   fraction of their steps before the first false one (``steps_before_first_wrong``);
 - a step that closes ``</think>`` makes a terminal node: its edge reward is ``2 * value - 1``, so a
@@ -25,7 +29,7 @@ the ``branching`` candidate next steps that were sampled when the node was expan
 ``mctx.muzero_policy`` runs the simulations (PUCT selection, backup) under jit, batched over
 problems. The result keeps the whole tree for procedure cloning (``search.procedure_cloning``).
 
-    search = make_step_search(graphdef, StepSearchConfig(num_simulations=16, branching=4))
+    search = make_step_search(graphdef, StepSearchConfig(num_simulations=16, branching=4), tokenizer=tok)
     result = search(model_state, key, prompts, prompt_lens, answers, answer_lens)
     result.solved [B] (a verified-correct answer was found), result.tokens [B] (tokens generated)
 """
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,13 +46,43 @@ import mctx
 from flax import struct
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.models.tokenizer import R1_TAGS, Tokenizer
 from jaxrl_reason.rl.grpo.trainer import join
 from jaxrl_reason.tasks.rewards import verify_exact
-from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.validation import check_hyperparameters
 
-#: Step delimiters of the character vocabulary: ``,`` between steps, ``</think>`` after the last.
-STEP_DELIMITERS = (VOCAB.encode(",")[0], VOCAB.think_end)
+
+class StepIds(NamedTuple):
+    """The static ids the search reads and writes (``step_ids``)."""
+
+    pad: int
+    think: int
+    think_end: int
+    answer_end: int
+    delimiters: tuple[int, int]  # step delimiters: ``,`` between steps, ``</think>`` after the last
+
+
+@functools.lru_cache(maxsize=16)
+def step_ids(tokenizer: Tokenizer) -> StepIds:
+    """``tokenizer``'s ids for the search; one ValueError naming every one of the R1 tags and ``,`` that is
+    not a single token (the search writes and parses them inside jit)."""
+    missing = [t for t in (*R1_TAGS, ",") if tokenizer.single_token_id(t) is None]
+    if missing:
+        raise ValueError(f"the step search needs {missing} as single tokens of {type(tokenizer).__name__} (vocab "
+                         f"{tokenizer.vocab_size}): it writes and parses the R1 tags and the step delimiter ',' "
+                         "inside jit; use a tokenizer that has them (CharTokenizer, ByteTokenizer, or a checkpoint "
+                         "tokenizer with the four tags as added tokens)")
+    tags = tokenizer.tag_ids()
+    comma = tokenizer.single_token_id(",")
+    return StepIds(pad=tokenizer.pad_id, think=tags.think, think_end=tags.think_end, answer_end=tags.answer_end,
+                   delimiters=(comma, tags.think_end))
+
+
+@functools.lru_cache(maxsize=16)
+def exact_verifier(tokenizer: Tokenizer):
+    """The default ``verify``: exact match of the answer span (``tasks.rewards.verify_exact``) with
+    ``tokenizer``'s tags; one function object per tokenizer."""
+    return functools.partial(verify_exact, tags=tokenizer.tag_ids())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,14 +155,14 @@ def _write(base: jax.Array, seq: jax.Array, start: jax.Array) -> jax.Array:
     return jax.lax.dynamic_update_slice(jnp.pad(base, (0, seq.shape[0])), seq, (start,))[: base.shape[0]]
 
 
-def _first_steps(toks: jax.Array, lens: jax.Array, s: int):
+def _first_steps(toks: jax.Array, lens: jax.Array, s: int, ids: StepIds):
     """Rollouts [..., R] -> their first steps [..., S] (up to and including the first delimiter) and lengths."""
     r = toks.shape[-1]
     pos = jnp.arange(r)
-    delim = jnp.isin(toks, jnp.array([*STEP_DELIMITERS, VOCAB.answer_end], jnp.int32)) & (pos < lens[..., None])
+    delim = jnp.isin(toks, jnp.array([*ids.delimiters, ids.answer_end], jnp.int32)) & (pos < lens[..., None])
     first = jnp.where(jnp.any(delim, -1), jnp.argmax(delim, -1) + 1, lens)
     step_len = jnp.minimum(first, s)
-    step = jnp.where(pos[:s] < step_len[..., None], toks[..., :s], VOCAB.pad)
+    step = jnp.where(pos[:s] < step_len[..., None], toks[..., :s], ids.pad)
     return step, step_len
 
 
@@ -145,18 +180,20 @@ def _blocked(cfg: StepSearchConfig, node: Node, step_is_wrong) -> jax.Array:
     return blocked & ~jnp.all(blocked, axis=-1, keepdims=True)  # all blocked: fall back to the plain prior
 
 
-def steps_before_first_wrong(response: jax.Array, length: jax.Array, step_is_wrong, step_tokens: int) -> jax.Array:
-    """response [..., N] (from ``<think>``), length [...] -> float32 [...]: the fraction of its complete
-    steps that come before the first step ``step_is_wrong`` rejects (1: none rejected; 0: no step)."""
+def steps_before_first_wrong(response: jax.Array, length: jax.Array, step_is_wrong, step_tokens: int, *,
+                             tokenizer: Tokenizer) -> jax.Array:
+    """response [..., N] (from ``<think>``, ids of ``tokenizer``), length [...] -> float32 [...]: the fraction
+    of its complete steps that come before the first step ``step_is_wrong`` rejects (1: none rejected; 0: no step)."""
+    ids = step_ids(tokenizer)
 
     def one(seq, n):
         pos = jnp.arange(seq.shape[0])
-        delim = jnp.isin(seq, jnp.asarray(STEP_DELIMITERS, jnp.int32)) & (pos < n)
+        delim = jnp.isin(seq, jnp.asarray(ids.delimiters, jnp.int32)) & (pos < n)
         last = jax.lax.cummax(jnp.where(delim, pos, 0))  # last delimiter at or before p (0: <think>)
         prev = jnp.concatenate([jnp.zeros((1,), last.dtype), last[:-1]])  # ... strictly before p
         span = jnp.minimum(pos - prev, step_tokens)  # a longer step is cut, has no delimiter: not judged
         idx = jnp.minimum(prev[:, None] + 1 + jnp.arange(step_tokens)[None], seq.shape[0] - 1)
-        windows = jnp.where(jnp.arange(step_tokens)[None] < span[:, None], seq[idx], VOCAB.pad)
+        windows = jnp.where(jnp.arange(step_tokens)[None] < span[:, None], seq[idx], ids.pad)
         wrong = delim & step_is_wrong(windows, span)
         first = jnp.where(jnp.any(wrong), jnp.argmax(wrong), seq.shape[0])
         return jnp.sum(delim & (pos < first)) / jnp.maximum(jnp.sum(delim), 1)
@@ -171,8 +208,8 @@ def _prior_logits(node: Node, blocked: jax.Array) -> jax.Array:
     return jnp.where(blocked, -1e9, node.candidate_logp)
 
 
-def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response, response_len, value_check=None,
-            verify=verify_exact):
+def _expand(model_state, graphdef, cfg: StepSearchConfig, tokenizer: Tokenizer, key, problem, response, response_len,
+            value_check, verify):
     """Sample K rollouts to an answer after ``response``; their first steps are the K candidate steps.
 
     problem: (prompts [B, P], prompt_lens [B], answers [B, A], answer_lens [B]);
@@ -183,16 +220,17 @@ def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response
     """
     prompts, prompt_lens, answers, answer_lens = problem
     b, k, s, r = prompts.shape[0], cfg.branching, cfg.step_tokens, cfg.rollout_tokens
-    ctx = join(prompts, prompt_lens, response)  # [B, P+L]
+    ids = step_ids(tokenizer)
+    ctx = join(prompts, prompt_lens, response, pad_id=ids.pad)  # [B, P+L]
     rows = lambda x: jnp.repeat(x, k, axis=0)  # row b*K+j: rollout j of problem b
     out = generate(graphdef, model_state, rows(ctx), rows(prompt_lens + response_len), key,
-                   jnp.full((b * k, 1), VOCAB.answer_end, jnp.int32), jnp.full((b * k,), r, jnp.int32),
-                   config=SamplerConfig(max_new_tokens=r, temperature=cfg.temperature, pad_id=VOCAB.pad))
-    full = join(rows(response), rows(response_len), out.tokens)  # [B*K, L+R]
+                   jnp.full((b * k, 1), ids.answer_end, jnp.int32), jnp.full((b * k,), r, jnp.int32),
+                   config=SamplerConfig(max_new_tokens=r, temperature=cfg.temperature, pad_id=ids.pad))
+    full = join(rows(response), rows(response_len), out.tokens, pad_id=ids.pad)  # [B*K, L+R]
     correct = verify(full, rows(response_len) + out.lengths, rows(prompts), rows(prompt_lens), rows(answers),
                      rows(answer_lens)).reshape(b, k)
     toks, lens = out.tokens.reshape(b, k, r), out.lengths.reshape(b, k)
-    step, step_len = _first_steps(toks, lens, s)
+    step, step_len = _first_steps(toks, lens, s, ids)
     pos = jnp.arange(r)
     step_logp = jnp.sum(jnp.where(pos < step_len[..., None], out.logprobs.reshape(b, k, r), 0.0), -1)
     keep = jnp.argmax(correct, axis=-1)  # a verified rollout if any, else the first
@@ -200,26 +238,32 @@ def _expand(model_state, graphdef, cfg: StepSearchConfig, key, problem, response
     value = jnp.mean(correct, -1)
     guide = value
     if value_check is not None:
-        graded = steps_before_first_wrong(full, rows(response_len) + out.lengths, value_check, s).reshape(b, k)
+        graded = steps_before_first_wrong(full, rows(response_len) + out.lengths, value_check, s,
+                                          tokenizer=tokenizer).reshape(b, k)
         guide = value + cfg.process_weight * jnp.mean(jnp.where(correct, 0.0, graded), -1)
     return dict(candidates=step, candidate_lens=step_len, candidate_logp=step_logp,
                 rollout=take(toks), rollout_len=take(lens), correct=jnp.any(correct, -1),
                 value=value, guide=guide, tokens=lens.sum(-1).astype(jnp.int32))
 
 
-def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_check=None, verify=verify_exact):
+def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_check=None, verify=None, *,
+                     tokenizer: Tokenizer):
     """-> jitted ``search(model_state, key, prompts, prompt_lens, answers, answer_lens) -> SearchResult``.
 
-    prompts [B, P] right-padded (``<bos>`` + problem), answers [B, A] padded exact answers.
-    ``step_is_wrong`` (optional, jittable, e.g. ``tasks.calc_steps.step_is_wrong``): a local process
+    prompts [B, P] right-padded (``<bos>`` + problem), answers [B, A] padded exact answers, both ids of
+    ``tokenizer`` (``step_ids``: its pad, R1 tags and step delimiters are what the search writes and reads).
+    ``step_is_wrong`` (optional, jittable, e.g. ``tasks.calc_steps.step_checker(tokenizer)``): a local process
     check of candidate steps [..., S] with lengths [...] -> bool [...]. A rejected step gets zero prior,
     and if it is still chosen (every candidate rejected) its node is a dead end (reward -1) that is
     neither expanded nor counted: a process verifier next to the outcome verifier.
     ``value_check`` (optional, same signature): the process check grades open nodes instead of pruning:
     a node whose rollouts go further before their first rejected step is worth more
     (``StepSearchConfig.process_weight``; a verified rollout still counts 1).
-    ``verify``: the answer verifier of the task (``tasks.rewards.answer_verifier``; default exact match).
+    ``verify``: the answer verifier of the task (``tasks.rewards.answer_verifier(task, tokenizer)``; default
+    ``None``: exact match, ``exact_verifier(tokenizer)``).
     """
+    ids = step_ids(tokenizer)
+    verify = exact_verifier(tokenizer) if verify is None else verify
 
     def recurrent_fn(params, key, action, node: Node):
         model_state, problem = params
@@ -227,9 +271,9 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
         step_len = jnp.take_along_axis(node.candidate_lens, action[:, None], axis=1)[:, 0]
         response = jax.vmap(_write)(node.response, step, node.response_len)
         response_len = jnp.minimum(node.response_len + step_len, cfg.response_len)
-        closes = jnp.any((step == VOCAB.think_end) & (jnp.arange(cfg.step_tokens) < step_len[:, None]), axis=-1)
+        closes = jnp.any((step == ids.think_end) & (jnp.arange(cfg.step_tokens) < step_len[:, None]), axis=-1)
         rejected = (jnp.zeros_like(closes) if step_is_wrong is None else step_is_wrong(step, step_len)) & ~node.terminal
-        fields = _expand(model_state, graphdef, cfg, key, problem, response, response_len, value_check, verify)
+        fields = _expand(model_state, graphdef, cfg, tokenizer, key, problem, response, response_len, value_check, verify)
         child = Node(response=response, response_len=response_len, terminal=closes | rejected | node.terminal, **fields)
         # below a terminal node nothing changes and nothing counts
         child = jax.tree.map(lambda old, new: jnp.where(
@@ -253,9 +297,10 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
         b = prompts.shape[0]
         problem = (prompts, prompt_lens, answers, answer_lens)
         root_key, search_key = jax.random.split(key)
-        response = jnp.full((b, cfg.response_len), VOCAB.pad, jnp.int32).at[:, 0].set(VOCAB.think)
+        response = jnp.full((b, cfg.response_len), ids.pad, jnp.int32).at[:, 0].set(ids.think)
         response_len = jnp.ones((b,), jnp.int32)
-        fields = _expand(model_state, graphdef, cfg, root_key, problem, response, response_len, value_check, verify)
+        fields = _expand(model_state, graphdef, cfg, tokenizer, root_key, problem, response, response_len, value_check,
+                         verify)
         root_node = Node(response=response, response_len=response_len, terminal=jnp.zeros((b,), bool), **fields)
         blocked = _blocked(cfg, root_node, step_is_wrong)
         root = mctx.RootFnOutput(prior_logits=_prior_logits(root_node, blocked), value=root_node.guide,
@@ -278,25 +323,29 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
     return search
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens", "temperature", "verify"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_samples", "max_new_tokens", "temperature", "verify",
+                                             "tokenizer"))
 def sample_and_verify(graphdef, model_state, key, prompts, prompt_lens, answers, answer_lens, *, num_samples: int,
-                      max_new_tokens: int, temperature: float, verify=verify_exact):
-    """``num_samples`` whole responses per problem, each checked by ``verify`` (as in the search).
+                      max_new_tokens: int, temperature: float, tokenizer: Tokenizer, verify=None):
+    """``num_samples`` whole responses per problem, each checked by ``verify`` (as in the search; default
+    ``None``: exact match), stopping at ``</answer>``. ``tokenizer`` (static): the prompts' tokenizer.
 
     -> (verified [B, num_samples] bool, tokens [B, num_samples] int32 generated per response).
     """
+    ids = step_ids(tokenizer)
+    verify = exact_verifier(tokenizer) if verify is None else verify
     b = prompts.shape[0]
     rows = lambda x: jnp.repeat(x, num_samples, axis=0)
-    stops = jnp.array([VOCAB.answer_end], jnp.int32)
+    stops = jnp.array([ids.answer_end], jnp.int32)
     out = generate(graphdef, model_state, rows(prompts), rows(prompt_lens), key,
                    jnp.broadcast_to(stops, (b * num_samples, 1)), jnp.full((b * num_samples,), max_new_tokens, jnp.int32),
-                   config=SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, pad_id=VOCAB.pad))
+                   config=SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, pad_id=ids.pad))
     ok = verify(out.tokens, out.lengths, rows(prompts), rows(prompt_lens), rows(answers), rows(answer_lens))
     return ok.reshape(b, num_samples), out.lengths.reshape(b, num_samples)
 
 
 def best_of_n(graphdef, model_state, key, prompts, prompt_lens, answers, answer_lens, **kw):
-    """Baseline: ``sample_and_verify`` (same keywords), solved if any response passes.
+    """Baseline: ``sample_and_verify`` (same keywords, ``tokenizer`` included), solved if any response passes.
 
     -> (solved [B] bool, tokens [B] int32 generated in total).
     """

@@ -17,20 +17,24 @@ is in the text, e.g. countdown's ``count 3 5 7 to 22``: ``3+5=8,8*7=56,wrong!bac
 the loss (the model still reads them) and learn to recognise and undo a wrong step without learning to
 write one (``tasks.base.sft_batch(skip_spans=...)``).
 Deterministic given the tree and the seed. ``num_detours=0`` gives the "direct" variant (only the
-successful path). Host-side numpy: this builds an SFT dataset, it is not a hot path.
+successful path). Host-side numpy: this builds an SFT dataset, it is not a hot path. The tree's token ids
+are decoded with the tokenizer the search ran with (``models.tokenizer``, e.g. ``CharTokenizer``);
+``failed_spans`` are character spans, so skipping them in SFT needs text spelled one token per character
+(``CharTokenizer``, or a checkpoint's byte-level BPE through ``experiments/astro.py``'s ``SpelledTokenizer``).
 
-    trace = clone_procedure(result.tree, b, CloningConfig(num_detours=1), seed)   # inner <think> text
+    trace = clone_procedure(result.tree, b, CloningConfig(num_detours=1), seed, tokenizer=tok)   # inner <think> text
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable
 
 import numpy as np
 
-from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>")
@@ -70,8 +74,8 @@ def _node(tree, b: int) -> dict:
                 rollout=get(e.rollout), rollout_len=get(e.rollout_len), correct=get(e.correct))
 
 
-def _text(ids, n) -> str:
-    return VOCAB.decode(np.asarray(ids)[: int(n)], stop_at_pad=False)
+def _text(tokenizer: Tokenizer, ids, n) -> str:
+    return tokenizer.decode(np.asarray(ids)[: int(n)].tolist())
 
 
 def _as_step(text: str) -> str:
@@ -81,8 +85,10 @@ def _as_step(text: str) -> str:
 
 
 def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
-                    shows_mistake: Callable[[str], bool] | None = None) -> ClonedTrace | None:
+                    shows_mistake: Callable[[str], bool] | None = None, *, tokenizer: Tokenizer) -> ClonedTrace | None:
     """Linearise problem ``b``'s tree; ``None`` when the search found no verified answer.
+
+    ``tokenizer``: the one whose ids the tree holds (the search's), to decode its responses and rollouts.
 
     ``shows_mistake`` (optional): a check of a detour's text (steps ending with ``,``), e.g.
     ``lambda t: not tasks.calc_steps.step_is_valid(t)``; when given, a failed sibling is used as a
@@ -94,16 +100,17 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
     if good.size == 0:
         return None
     # a verified node that closed the reasoning inside the tree first, then the most visited one
-    closed = np.array(["</think>" in _text(t["response"][n], t["response_len"][n]) for n in good])
+    _text_of = functools.partial(_text, tokenizer)
+    closed = np.array(["</think>" in _text_of(t["response"][n], t["response_len"][n]) for n in good])
     target = int(good[np.lexsort((-t["visits"][good], ~closed))[0]])
     path = [target]
     while t["parents"][path[-1]] >= 0:
         path.append(int(t["parents"][path[-1]]))
     path = path[::-1]  # root ... target
-    resp = lambda n: _text(t["response"][n], t["response_len"][n])
+    resp = lambda n: _text_of(t["response"][n], t["response_len"][n])
     edge = lambda p, c: resp(c)[len(resp(p)):]  # the step the edge parent -> child appended
     steps = [edge(p, c) for p, c in zip(path, path[1:])]
-    tail = _text(t["rollout"][target], t["rollout_len"][target])
+    tail = _text_of(t["rollout"][target], t["rollout_len"][target])
     if "</think>" in resp(target):  # the path itself closed the reasoning; the rollout only answers
         think_tail, rest = "", tail
     else:
@@ -121,7 +128,7 @@ def clone_procedure(tree, b: int, config: CloningConfig, seed: int,
     def detour(p, c) -> str:
         text = _as_step(edge(p, c))
         if config.detour == "attempt" and "</think>" not in edge(p, c):
-            rest, closed, _ = _text(t["rollout"][c], t["rollout_len"][c]).partition("</think>")
+            rest, closed, _ = _text_of(t["rollout"][c], t["rollout_len"][c]).partition("</think>")
             text += _as_step(rest) if closed and rest else ""  # an unclosed rollout: the step alone
         return text
 

@@ -2,16 +2,18 @@
 
 A task is a seeded generator with a difficulty knob: ``task.generate(rng, difficulty) -> Problem``
 (host-side numpy/fractions; problem text is tiny). ``make_batch`` turns problems into fixed-shape
-token arrays for the jitted sampler, trainer and rewards:
+token arrays (ids of the given tokenizer, ``models.tokenizer``) for the jitted sampler and rewards:
 
-    batch = make_batch(task, np.random.default_rng([seed, step]), n=32, prompt_len=24, answer_len=12)
+    batch = make_batch(task, np.random.default_rng([seed, step]), n=32, prompt_len=24, answer_len=12,
+                       tokenizer=CharTokenizer())
     batch.prompts [n, prompt_len] (<bos> + prompt, right-padded), batch.prompt_lens [n]
     batch.answers [n, answer_len], batch.answer_lens [n]   (exact answer string, for exact-match tasks)
     batch.wrong   [n, answer_len], batch.wrong_lens [n]    (a fixed wrong label, for spurious rewards)
     batch.difficulty [n], batch.task_id [n]
     batch.problems: tuple of the host-side Problem objects (static metadata, host-only rewards)
 
-Every response is ``<think>trace</think><answer>answer</answer>`` (``response_text``).
+Every response is ``<think>trace</think><answer>answer</answer>`` (``response_text``; the tags are the
+template's, encoded as control tokens, the trace and answer are data, encoded as plain text).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import flax
 import jax
 import numpy as np
 
-from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.models.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +54,25 @@ class Task(Protocol):
 def response_text(p: Problem, with_trace: bool = True) -> str:
     think = p.trace if with_trace else ""
     return f"<think>{think}</think><answer>{p.answer}</answer>"
+
+
+def response_ids(tokenizer: Tokenizer, p: Problem, with_trace: bool = True, trace_special: bool = False) -> list[int]:
+    """``response_text`` as ids: the four tags as control tokens, trace and answer as plain text (with
+    ``trace_special`` the trace's control-token strings stay control tokens: for text the model wrote)."""
+    tag = lambda t: tokenizer.encode(t, allow_special=True)
+    trace = tokenizer.encode(p.trace, allow_special=trace_special) if with_trace else []
+    return (tag("<think>") + trace + tag("</think>") + tag("<answer>")
+            + tokenizer.encode(p.answer) + tag("</answer>"))
+
+
+def prompt_ids(tokenizer: Tokenizer, p: Problem, fmt=None) -> list[int]:
+    """``<bos>`` + the problem text (plain text), or with ``fmt`` (a ``data.PromptFormat``, e.g. a
+    checkpoint's chat template) the problem text rendered by ``data.render_prompt``."""
+    if fmt is None:
+        return [tokenizer.bos_id] + tokenizer.encode(p.prompt)
+    from jaxrl_reason.data.prompts import render_prompt
+
+    return render_prompt(tokenizer, {"prompt": p.prompt}, "prompt", fmt)[1]
 
 
 @flax.struct.dataclass
@@ -87,10 +108,11 @@ def sample_problems(tasks: Sequence[Task], weights, rng: np.random.Generator, n:
     return [tasks[i].generate(rng, difficulty) for i in ids], ids.astype(np.int32)
 
 
-def batch_from_problems(problems: Sequence[Problem], task_ids, prompt_len: int, answer_len: int) -> ProblemBatch:
-    prompts, plens = VOCAB.pad_batch([[VOCAB.bos] + VOCAB.encode(p.prompt) for p in problems], prompt_len)
-    answers, alens = VOCAB.pad_batch([VOCAB.encode(p.answer) for p in problems], answer_len)
-    wrong, wlens = VOCAB.pad_batch([VOCAB.encode(p.wrong) for p in problems], answer_len)
+def batch_from_problems(problems: Sequence[Problem], task_ids, prompt_len: int, answer_len: int, *,
+                        tokenizer: Tokenizer, fmt=None) -> ProblemBatch:
+    prompts, plens = tokenizer.pad_batch([prompt_ids(tokenizer, p, fmt) for p in problems], prompt_len)
+    answers, alens = tokenizer.pad_batch([tokenizer.encode(p.answer) for p in problems], answer_len)
+    wrong, wlens = tokenizer.pad_batch([tokenizer.encode(p.wrong) for p in problems], answer_len)
     return ProblemBatch(
         prompts=prompts, prompt_lens=plens, answers=answers, answer_lens=alens, wrong=wrong, wrong_lens=wlens,
         difficulty=np.asarray([p.difficulty for p in problems], np.int32), task_id=np.asarray(task_ids, np.int32),
@@ -99,38 +121,48 @@ def batch_from_problems(problems: Sequence[Problem], task_ids, prompt_len: int, 
 
 
 def make_batch(tasks: Task | Sequence[Task], rng: np.random.Generator, n: int, prompt_len: int, answer_len: int,
-               weights=None, difficulty: int | None = None) -> ProblemBatch:
+               weights=None, difficulty: int | None = None, *, tokenizer: Tokenizer, fmt=None) -> ProblemBatch:
     """``n`` fresh problems from one task or a weighted mix (task_id = index in ``tasks``)."""
     tasks = [tasks] if not isinstance(tasks, (list, tuple)) else list(tasks)
     weights = np.ones(len(tasks)) if weights is None else weights
     problems, ids = sample_problems(tasks, weights, rng, n, difficulty)
-    return batch_from_problems(problems, ids, prompt_len, answer_len)
+    return batch_from_problems(problems, ids, prompt_len, answer_len, tokenizer=tokenizer, fmt=fmt)
 
 
 def sft_batch(problems: Sequence[Problem], seq_len: int, with_trace: bool = True,
-              skip_spans: Sequence[Sequence[tuple[int, int]]] | None = None) -> dict:
+              skip_spans: Sequence[Sequence[tuple[int, int]]] | None = None, *, tokenizer: Tokenizer,
+              trace_special: bool = False) -> dict:
     """Supervised warm-start batch: tokens [B, seq_len] = <bos> prompt response <eos>, loss on the response.
 
     ``loss_mask`` [B, seq_len-1] is 1 where the target token (tokens[:, t+1]) belongs to the response.
     ``skip_spans`` (per problem, ``[start, end)`` character spans of its trace, e.g.
     ``ClonedTrace.failed_spans``): those trace tokens stay in the input but get no loss.
+    ``trace_special``: traces the model wrote (search traces) keep their control tokens (``response_ids``).
     """
     if skip_spans is not None and (len(skip_spans) != len(problems) or not with_trace):
         raise ValueError("sft_batch: skip_spans needs with_trace=True and one span list per problem "
                          f"(got {len(skip_spans)} for {len(problems)} problems)")
-    seqs, starts = [], []
-    for p in problems:
-        prompt = [VOCAB.bos] + VOCAB.encode(p.prompt)
-        seqs.append(prompt + VOCAB.encode(response_text(p, with_trace)))
-        starts.append(len(prompt))
-    tokens, lens = VOCAB.pad_batch(seqs, seq_len)
-    t = np.arange(seq_len - 1)[None]
-    mask = (t + 1 >= np.asarray(starts)[:, None]) & (t + 1 < lens[:, None])
+    prompts = [prompt_ids(tokenizer, p) for p in problems]
+    out = sft_examples(prompts, [response_ids(tokenizer, p, with_trace, trace_special) for p in problems], seq_len,
+                       tokenizer)
+    starts, mask = [len(q) for q in prompts], out["loss_mask"].astype(bool)
     for i, spans in enumerate(skip_spans or ()):
         for a, b in spans:
-            # character i of the trace must be its token i (no tag before b)
-            if not 0 <= a <= b <= len(problems[i].trace) or len(VOCAB.encode(problems[i].trace[:b])) != b:
+            # character i of the trace must be its token i (a character-level tokenizer)
+            head = tokenizer.encode(problems[i].trace[:b], allow_special=trace_special)
+            if not 0 <= a <= b <= len(problems[i].trace) or len(head) != b:
                 raise ValueError(f"sft_batch: span {(a, b)} is not a character span of trace {problems[i].trace!r}")
-            first = starts[i] + 1 + a  # token position of trace character a (after <think>)
+            first = starts[i] + len(tokenizer.encode("<think>", allow_special=True)) + a  # trace character a
             mask[i, max(first - 1, 0): first + b - a - 1] = False  # targets tokens[first : first + b - a]
+    return {"tokens": out["tokens"], "loss_mask": mask.astype(np.float32)}
+
+
+def sft_examples(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], seq_len: int,
+                 tokenizer: Tokenizer) -> dict:
+    """(prompt ids, response ids) pairs -> {"tokens" [B, seq_len] int32 (prompt + response, right-padded),
+    "loss_mask" [B, seq_len-1] float32: 1 where the target token tokens[:, t+1] belongs to the response}."""
+    tokens, lens = tokenizer.pad_batch([list(q) + list(r) for q, r in zip(prompts, responses)], seq_len)
+    t = np.arange(seq_len - 1)[None]
+    starts = np.asarray([len(q) for q in prompts])[:, None]
+    mask = (t + 1 >= starts) & (t + 1 < lens[:, None])
     return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}

@@ -1,9 +1,12 @@
 """Evaluation of a policy LM on held-out problems: greedy accuracy (overall, per task, per
 difficulty), unbiased pass@k (k = 1..64) and the partial-prompt contamination probe.
 
-    greedy_eval(model, tasks, batch, max_new_tokens)                -> {"accuracy", "format_rate", "by_difficulty", ...}
-    pass_at_k_eval(model, tasks, batch, n=64, ks=(1, 8, 64), ...)  -> {"pass@1": .., "pass@8": .., per task}
-    contamination_probe(model, problems, fraction=0.6)            -> {"completion_exact", "answer_accuracy"}
+    greedy_eval(model, tasks, batch, max_new_tokens, tok)          -> {"accuracy", "format_rate", "by_difficulty", ...}
+    pass_at_k_eval(model, tasks, batch, tok, n=64, ks=(1, 8, 64))  -> {"pass@1": .., "pass@8": .., per task}
+    contamination_probe(model, problems, tok, fraction=0.6)        -> {"completion_exact", "answer_accuracy"}
+    reward_eval(model, tok, prompt_dataset, reward_fn, max_new_tokens) -> {"accuracy", "se", "n", ...}
+
+``tok``: the tokenizer the batch was made with (``models.tokenizer``; R1 tags as single tokens).
 
 pass@k uses the unbiased estimator of Chen et al. (2021): with n samples of which c are correct,
 pass@k = 1 - C(n-c, k) / C(n, k), computed as a stable product.
@@ -22,11 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
+from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.rewards.builtin import extract_answer
 from jaxrl_reason.tasks.base import Problem, ProblemBatch
-from jaxrl_reason.tasks.rewards import exact_match, parse_response, score
-from jaxrl_reason.tasks.vocab import VOCAB
-
-STOPS = jnp.array([VOCAB.answer_end, VOCAB.eos], jnp.int32)
 
 
 def pass_at_k(n: int, c, k: int):
@@ -40,30 +41,53 @@ def pass_at_k(n: int, c, k: int):
     return out.reshape(c.shape)
 
 
-def _generate(model, batch: ProblemBatch, key, temperature: float, max_new_tokens: int):
-    cfg = SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, pad_id=VOCAB.pad)
-    return sample(model, batch.prompts, batch.prompt_lens, key, cfg, stop_tokens=STOPS)
+def answer_stops(tokenizer: Tokenizer) -> jax.Array:
+    """The stop tokens of an R1 response: ``</answer>`` and eos, int32 [2]."""
+    return jnp.array([tokenizer.tag_ids().answer_end, tokenizer.eos_id], jnp.int32)
+
+
+def _generate(model, prompts, prompt_lens, tokenizer: Tokenizer, key, temperature: float, max_new_tokens: int,
+              stop_strings: Sequence[str] = ("</answer>",)) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Sample -> (tokens [B, N], lengths [B], completion texts [B]); stops at eos and ``stop_strings``."""
+    stop_tokens, stop_seqs = tokenizer.stops(stop_strings)
+    cfg = SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, pad_id=tokenizer.pad_id)
+    out = sample(model, prompts, prompt_lens, key, cfg, stop_tokens=stop_tokens, stop_sequences=stop_seqs)
+    tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    return tokens, lengths, tokenizer.decode_completions(tokens, lengths)
+
+
+def task_scores(tasks: Sequence, batch: ProblemBatch, completions: Sequence[str], tokenizer: Tokenizer) -> dict:
+    """Text-level scores of completions of ``batch``'s problems, the GRPO trainer's rewards: {"correct",
+    "formatted"} [B] bool (``rewards.TaskCorrect``, ``rewards.R1Format``)."""
+    from jaxrl_reason.rewards import R1Format, TaskCorrect
+
+    prompts = tokenizer.decode_batch(np.asarray(batch.prompts), np.asarray(batch.prompt_lens), skip_special=False)
+    fields = {"task": [p.task for p in batch.problems], "problem": list(batch.problems)}
+    return {"correct": np.asarray(TaskCorrect(tuple(tasks))(prompts, completions, **fields)) == 1.0,
+            "formatted": np.asarray(R1Format()(prompts, completions)) == 1.0}
 
 
 def _breakdown(values: np.ndarray, labels: np.ndarray) -> dict:
     return {int(l): float(values[labels == l].mean()) for l in np.unique(labels)}
 
 
-def greedy_eval(model, tasks: Sequence, batch: ProblemBatch, max_new_tokens: int) -> dict:
-    out = _generate(model, batch, jax.random.key(0), 0.0, max_new_tokens)
-    s = score(tasks, batch, out.tokens, out.lengths)
+def greedy_eval(model, tasks: Sequence, batch: ProblemBatch, max_new_tokens: int, tokenizer: Tokenizer) -> dict:
+    _, lengths, completions = _generate(model, batch.prompts, batch.prompt_lens, tokenizer, jax.random.key(0), 0.0,
+                                        max_new_tokens)
+    s = task_scores(tasks, batch, completions, tokenizer)
     c = s["correct"].astype(np.float64)
     return {
         "accuracy": float(c.mean()),
         "format_rate": float(s["formatted"].mean()),
-        "response_length": float(np.asarray(out.lengths).mean()),
+        "response_length": float(lengths.mean()),
         "by_difficulty": _breakdown(c, np.asarray(batch.difficulty)),
         "by_task": {tasks[t].name: v for t, v in _breakdown(c, np.asarray(batch.task_id)).items()},
     }
 
 
-def pass_at_k_eval(model, tasks: Sequence, batch: ProblemBatch, n: int = 64, ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
-                   temperature: float = 1.0, max_new_tokens: int = 32, key=None, rows_per_call: int = 2048) -> dict:
+def pass_at_k_eval(model, tasks: Sequence, batch: ProblemBatch, tokenizer: Tokenizer, n: int = 64,
+                   ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), temperature: float = 1.0, max_new_tokens: int = 32,
+                   key=None, rows_per_call: int = 2048) -> dict:
     """n samples per problem; returns mean pass@k overall and per task ("pass@k", "by_task")."""
     if any(not 1 <= k <= n for k in ks):
         raise ValueError(f"every k must be in [1, n={n}], got {tuple(ks)}")
@@ -74,8 +98,9 @@ def pass_at_k_eval(model, tasks: Sequence, batch: ProblemBatch, n: int = 64, ks:
     done = 0
     while done < n:
         key, sub = jax.random.split(key)
-        out = _generate(model, rep_batch, sub, temperature, max_new_tokens)
-        ok = score(tasks, rep_batch, out.tokens, out.lengths)["correct"].reshape(len(batch), reps)
+        *_, completions = _generate(model, rep_batch.prompts, rep_batch.prompt_lens, tokenizer, sub, temperature,
+                                    max_new_tokens)
+        ok = task_scores(tasks, rep_batch, completions, tokenizer)["correct"].reshape(len(batch), reps)
         take = min(reps, n - done)
         counts += ok[:, :take].sum(1)
         done += take
@@ -86,8 +111,8 @@ def pass_at_k_eval(model, tasks: Sequence, batch: ProblemBatch, n: int = 64, ks:
     return res
 
 
-def contamination_probe(model, problems: Sequence[Problem], fraction: float = 0.6, answer_budget: int = 32,
-                        prompt_len: int | None = None) -> dict:
+def contamination_probe(model, problems: Sequence[Problem], tokenizer: Tokenizer, fraction: float = 0.6,
+                        answer_budget: int = 32, prompt_len: int | None = None) -> dict:
     """Give the first ``fraction`` of each problem's text; greedy-complete it.
 
     Returns completion_exact (fraction whose remaining text is reproduced exactly) and
@@ -98,16 +123,33 @@ def contamination_probe(model, problems: Sequence[Problem], fraction: float = 0.
     heads, rests = [], []
     for p in problems:
         cut = max(1, int(round(fraction * len(p.prompt))))
-        heads.append([VOCAB.bos] + VOCAB.encode(p.prompt[:cut]))
-        rests.append(VOCAB.encode(p.prompt[cut:]))
+        heads.append([tokenizer.bos_id] + tokenizer.encode(p.prompt[:cut]))
+        rests.append(tokenizer.encode(p.prompt[cut:]))
     plen = prompt_len or max(map(len, heads))
     rlen = max(map(len, rests))
-    prompts, plens = VOCAB.pad_batch(heads, plen)
-    cfg = SamplerConfig(max_new_tokens=rlen + answer_budget, temperature=0.0, pad_id=VOCAB.pad)
-    out = sample(model, prompts, plens, jax.random.key(0), cfg, stop_tokens=STOPS)
-    toks = np.asarray(out.tokens)
+    prompts, plens = tokenizer.pad_batch(heads, plen)
+    toks, _, completions = _generate(model, prompts, plens, tokenizer, jax.random.key(0), 0.0, rlen + answer_budget)
     completed = np.array([toks[i, : len(r)].tolist() == r for i, r in enumerate(rests)])
-    answers, alens = VOCAB.pad_batch([VOCAB.encode(p.answer) for p in problems], max(len(VOCAB.encode(p.answer)) for p in problems))
-    parsed = parse_response(out.tokens, out.lengths)
-    correct = np.asarray(exact_match(out.tokens, parsed, jnp.asarray(answers), jnp.asarray(alens)))
+    correct = np.array([extract_answer(c) == p.answer for c, p in zip(completions, problems)])
     return {"completion_exact": float(completed.mean()), "answer_accuracy": float(correct.mean()), "fraction": fraction}
+
+
+def reward_eval(model, tokenizer: Tokenizer, dataset, reward_fn, max_new_tokens: int,
+                stop_strings: Sequence[str] = ("</answer>",), batch_size: int = 256) -> dict:
+    """Greedy decode of every kept row of ``dataset`` (``data.PromptDataset``) scored by ``reward_fn``
+    (``jaxrl_reason.rewards``; 1.0 = correct) -> {"accuracy", "se" (sqrt(p(1-p)/n)), "n", "mean_reward",
+    "response_length"}."""
+    rewards, lengths = [], []
+    for start in range(0, len(dataset), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(dataset)))
+        ids, lens = dataset.ids(idx)
+        _, out_lens, completions = _generate(model, ids, lens, tokenizer, jax.random.key(0), 0.0, max_new_tokens,
+                                             stop_strings)
+        rows = [dataset.rows[i] for i in idx.tolist()]
+        fields = {k: [r[k] for r in rows] for k in rows[0] if all(k in r for r in rows)}
+        rewards.append(np.asarray(reward_fn(dataset.prompt_strings(rows), completions, **fields), np.float64))
+        lengths.append(out_lens)
+    r = np.concatenate(rewards)
+    acc = float(np.mean(r == 1.0))
+    return {"accuracy": acc, "se": float(np.sqrt(acc * (1 - acc) / len(r))), "n": int(len(r)),
+            "mean_reward": float(r.mean()), "response_length": float(np.concatenate(lengths).mean())}

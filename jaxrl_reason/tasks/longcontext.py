@@ -20,45 +20,95 @@ With probability ``p_no_answer`` the answer fact is left out (or, for multi-hop,
 expected answer is then ``no_answer`` ("none"), the same text as the agent's initial memory.
 ``num_facts = 0`` is the empty document (expected answer ``no_answer``).
 
-Rewards are exact match on token ids (``exact_match``, jit-able). ``oracle_update`` is the ideal
+Text becomes ids through the tokenizer handed in (``encode_plain(texts, tokenizer=tok)``), one token
+per character: with our character-level tokenizers (``models.tokenizer.CharTokenizer``, the presets',
+and ``ByteTokenizer``) that is their own encoding; with a checkpoint tokenizer (``HFTokenizer``) in
+which every printable ASCII character is one token (byte-level BPE: Qwen2/3, Llama 3, DeepSeek-V3)
+the text is *spelled* one single-character token per character -- a valid id sequence that decodes
+back to the text, but not the canonical (merged) tokenization of it (``byte_table``). Rewards are
+exact match on token ids (``exact_match``, jit-able: a multi-character token a checkpoint model emits
+never equals the spelled target) or, for evaluation, on the decoded text (``exact_match_text``, host:
+``tokenizer.decode`` reads multi-character tokens). ``oracle_update`` is the ideal
 memory-overwrite rule (SFT targets for a memory agent): memory is ``no_answer`` until evidence is
 seen, then the bridge key (multi-hop, after the link) and finally the answer value.
 
 Why our own: RULER/HotpotQA need word tokenisers and real text; this keeps the same structure
-(needle in distractors, two-hop bridge, controlled position and length) on the character vocabulary.
+(needle in distractors, two-hop bridge, controlled position and length) with a character tokenizer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason.tasks.vocab import CHARS, SPECIALS, VOCAB
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 KINDS = ("needle", "multihop")
 HAYSTACKS = ("facts", "noise")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-# plain character -> id lookup (documents never contain the special tags)
-_TABLE = np.full(256, VOCAB.unk, np.int32)
-for _i, _c in enumerate(CHARS):
-    _TABLE[ord(_c)] = _i + len(SPECIALS)
+
+def _name(tokenizer: Tokenizer) -> str:
+    return f"{type(tokenizer).__name__} (vocab_size {tokenizer.vocab_size})"
 
 
-def encode_plain(texts: list[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Fast vectorised encoding of plain text (no special tags) -> (ids [B, L] right-padded, lens [B])."""
+@functools.lru_cache(maxsize=16)
+def byte_table(tokenizer: Tokenizer) -> np.ndarray:
+    """ASCII byte -> id lookup [256] int32: plain text spelled one token per character (bytes >= 128
+    never occur: ``encode_plain`` maps them to '?').
+
+    Our own tokenizers (anything but ``HFTokenizer``: ``CharTokenizer``, ``ByteTokenizer``) must be
+    character-level: every ASCII character one token and ``encode`` of a string equal to its characters
+    encoded one by one, so ``encode_plain`` is exactly their ``encode``. A checkpoint tokenizer
+    (``HFTokenizer``) needs every printable ASCII character to be one token whose spelling decodes back
+    to the text (true for byte-level BPE); its merges are not applied, so the ids are valid but not the
+    canonical tokenization. Other ASCII characters (control characters, never in the tasks' text) that
+    are not one token map to '?'. The single-token ids are ``Tokenizer.char_ids``. ValueError naming the
+    tokenizer and the first offending character."""
+    from jaxrl_reason.models.tokenizer import HFTokenizer
+
+    checkpoint = isinstance(tokenizer, HFTokenizer)
+    table = np.full(256, -1, np.int32)
+    table[:128] = tokenizer.char_ids()
+    for b in np.flatnonzero(table[:128] < 0).tolist():
+        ids = tokenizer.encode(chr(b))
+        if not checkpoint and len(ids) == 1:  # ours: encode_plain is exactly encode (CharTokenizer's <unk> too)
+            table[b] = ids[0]
+        elif not checkpoint or chr(b).isprintable():
+            raise ValueError(f"encode_plain needs one token per ASCII character; {_name(tokenizer)} encodes "
+                             f"{chr(b)!r} as {len(ids)} tokens {ids}, not a single token that decodes back to it")
+    table[table < 0] = table[ord("?")]
+    sample = "".join(chr(b) for b in range(32, 127)) * 2
+    spelled = table[np.frombuffer(sample.encode("ascii"), np.uint8)].tolist()
+    if not checkpoint and tokenizer.encode(sample) != spelled:
+        raise ValueError(f"encode_plain needs a character-level tokenizer; {_name(tokenizer)} encodes a "
+                         "string differently from its characters one by one")
+    if checkpoint and tokenizer.decode(spelled) != sample:
+        raise ValueError(f"encode_plain: {_name(tokenizer)} does not decode text spelled one token per "
+                         f"character back to the text (got {tokenizer.decode(spelled)[:40]!r}...; e.g. a "
+                         "SentencePiece tokenizer whose single characters carry a word-start marker)")
+    table.flags.writeable = False
+    return table
+
+
+def encode_plain(texts: list[str], length: int | None = None, *, tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Fast vectorised encoding of plain ASCII text (data: control-token strings stay characters; other
+    characters become '?'), one token per character (``byte_table``) -> (ids [B, L] right-padded with
+    ``tokenizer.pad_id``, lens [B])."""
+    table = byte_table(tokenizer)
     lens = np.asarray([len(t) for t in texts], np.int32)
     length = int(lens.max(initial=0)) if length is None else length
     if (lens > length).any():
         raise ValueError(f"text of {int(lens.max())} characters does not fit the padded length {length}")
-    out = np.full((len(texts), length), VOCAB.pad, np.int32)
+    out = np.full((len(texts), length), tokenizer.pad_id, np.int32)
     for i, t in enumerate(texts):
         if t:
-            out[i, : len(t)] = _TABLE[np.frombuffer(t.encode("ascii", "replace"), np.uint8)]
+            out[i, : len(t)] = table[np.frombuffer(t.encode("ascii", "replace"), np.uint8)]
     return out, lens
 
 
@@ -242,4 +292,21 @@ def exact_match(pred: jnp.ndarray, pred_lens: jnp.ndarray, target: jnp.ndarray, 
     return (jnp.all(p == t, axis=1) & (pred_lens == target_lens)).astype(jnp.float32)
 
 
-__all__ = ["KINDS", "LongContextProblem", "LongContextTask", "encode_plain", "exact_match"]
+def exact_match_text(pred, pred_lens, target, target_lens, tokenizer: Tokenizer) -> np.ndarray:
+    """Exact string match of the decoded rows (host): pred [B, A], target [B, A'] right-padded ids,
+    lens [B] -> [B] float32. ``tokenizer.decode`` reads any token, so a checkpoint model's answer in
+    multi-character tokens ("417" as one token) matches its target spelled one token per character;
+    control tokens decode spelled out and a row with an id outside the tokenizer's vocabulary (a model
+    head larger than it) never matches. With a character-level tokenizer and plain-text targets this
+    equals ``exact_match`` on ids."""
+    def decode(ids, lens):
+        rows = [r[: int(n)] for r, n in zip(np.asarray(ids), np.asarray(lens))]
+        return [tokenizer.decode(r.tolist()) if ((r >= 0) & (r < tokenizer.vocab_size)).all() else None
+                for r in rows]
+
+    return np.asarray([a is not None and a == b for a, b in zip(decode(pred, pred_lens), decode(target, target_lens))],
+                      np.float32)
+
+
+__all__ = ["KINDS", "LongContextProblem", "LongContextTask", "byte_table", "encode_plain", "exact_match",
+           "exact_match_text"]

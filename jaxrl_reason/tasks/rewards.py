@@ -2,15 +2,17 @@
 host-side verification for tasks without a unique answer, and the reward variants of the
 spurious-rewards study.
 
-    parsed = parse_response(tokens, lengths)           # tokens [B, N] int32, lengths [B]
+    tags = tokenizer.tag_ids()                         # the R1 tags' single-token ids (models.tokenizer)
+    parsed = parse_response(tokens, lengths, tags)     # tokens [B, N] int32, lengths [B]
     ok = exact_match(tokens, parsed, answers, answer_lens)
-    scores = score(tasks, batch, tokens, lengths)      # dict of [B] arrays (host entry point)
-    verify = answer_verifier(task)                     # in-jit: verify(tokens, lengths, prompts, prompt_lens,
+    scores = score(tasks, batch, tokens, lengths, tokenizer)   # dict of [B] arrays (host entry point)
+    verify = answer_verifier(task, tokenizer)          # in-jit: verify(tokens, lengths, prompts, prompt_lens,
                                                        #   answers, answer_lens) -> [B] bool
-    r = combine_rewards(RewardConfig("random"), key, scores)
+    fns = task_rewards(tasks, RewardConfig("random"), seed)  # the config's reward functions (GRPO presets)
 
 A response is well formatted iff it is exactly ``<think>..</think><answer>..</answer>`` (the tags are
-single tokens; the sampler stops at ``</answer>``). Malformed outputs (no answer tags, garbage,
+single tokens of the tokenizer, e.g. ``CharTokenizer``; the sampler stops at ``</answer>``). Tokenizers
+whose tags are several tokens are scored on decoded text by ``jaxrl_reason.rewards`` instead. Malformed outputs (no answer tags, garbage,
 truncated at the length limit) never raise: they are not correct and get ``malformed_penalty``.
 """
 
@@ -25,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_reason.models.tokenizer import TagIds, Tokenizer
 from jaxrl_reason.tasks.base import Problem
-from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 VARIANTS = ("correct", "random", "inverted", "wrong_label", "format_only")
@@ -45,21 +47,21 @@ def _first(mask):
     return jnp.argmax(mask, axis=-1).astype(jnp.int32), jnp.any(mask, axis=-1)
 
 
-@jax.jit
-def parse_response(tokens: jax.Array, lengths: jax.Array) -> Parsed:
+@functools.partial(jax.jit, static_argnames="tags")
+def parse_response(tokens: jax.Array, lengths: jax.Array, tags: TagIds) -> Parsed:
     b, n = tokens.shape
     pos = jnp.arange(n)[None]
     valid = pos < lengths[:, None]
     is_tok = lambda t: (tokens == t) & valid
-    a, has_a = _first(is_tok(VOCAB.answer))
-    e, has_e = _first(is_tok(VOCAB.answer_end) & (pos > a[:, None]))
-    te, _ = _first(is_tok(VOCAB.think_end))
+    a, has_a = _first(is_tok(tags.answer))
+    e, has_e = _first(is_tok(tags.answer_end) & (pos > a[:, None]))
+    te, _ = _first(is_tok(tags.think_end))
     count = lambda t: jnp.sum(is_tok(t), axis=-1)
     has_answer = has_a & has_e
     formatted = (
-        has_answer & (tokens[:, 0] == VOCAB.think) & (lengths > 0)
-        & (count(VOCAB.think) == 1) & (count(VOCAB.think_end) == 1)
-        & (count(VOCAB.answer) == 1) & (count(VOCAB.answer_end) == 1)
+        has_answer & (tokens[:, 0] == tags.think) & (lengths > 0)
+        & (count(tags.think) == 1) & (count(tags.think_end) == 1)
+        & (count(tags.answer) == 1) & (count(tags.answer_end) == 1)
         & (te + 1 == a) & (e == lengths - 1)
     )
     return Parsed(has_answer=has_answer, start=a + 1, length=jnp.where(has_answer, e - a - 1, 0), formatted=formatted)
@@ -75,27 +77,27 @@ def exact_match(tokens: jax.Array, parsed: Parsed, target: jax.Array, target_len
     return parsed.has_answer & (parsed.length == target_len) & jnp.all(same, axis=-1)
 
 
-def answer_strings(tokens, parsed: Parsed) -> list[str | None]:
+def answer_strings(tokens, parsed: Parsed, tokenizer: Tokenizer) -> list[str | None]:
     """Host-side: decoded answer span per row (None when there is none)."""
     tokens, start, length, has = (np.asarray(x) for x in (tokens, parsed.start, parsed.length, parsed.has_answer))
-    return [VOCAB.decode(tokens[i, start[i] : start[i] + length[i]], stop_at_pad=False) if has[i] else None
+    return [tokenizer.decode(tokens[i, start[i] : start[i] + length[i]]) if has[i] else None
             for i in range(len(tokens))]
 
 
-def score(tasks: Sequence, batch, tokens, lengths) -> dict[str, np.ndarray]:
+def score(tasks: Sequence, batch, tokens, lengths, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
     """Correctness, wrong-label match, format and parse flags, each [B] bool (host entry point).
 
     Exact-match tasks are scored in jnp on token ids; rows of tasks with ``exact_match = False``
     (e.g. countdown) are verified on the host with ``task.check``.
     """
     tokens, lengths = jnp.asarray(tokens), jnp.asarray(lengths)
-    parsed = parse_response(tokens, lengths)
+    parsed = parse_response(tokens, lengths, tokenizer.tag_ids())
     correct = np.asarray(exact_match(tokens, parsed, jnp.asarray(batch.answers), jnp.asarray(batch.answer_lens)))
     wrong = np.asarray(exact_match(tokens, parsed, jnp.asarray(batch.wrong), jnp.asarray(batch.wrong_lens)))
     task_id = np.asarray(batch.task_id)
     host_tasks = [i for i, t in enumerate(tasks) if not t.exact_match]
     if host_tasks and np.isin(task_id, host_tasks).any():
-        answers = answer_strings(tokens, parsed)
+        answers = answer_strings(tokens, parsed, tokenizer)
         correct, wrong = correct.copy(), wrong.copy()
         for i in np.flatnonzero(np.isin(task_id, host_tasks)):
             ans, prob = answers[i], batch.problems[i]
@@ -105,36 +107,37 @@ def score(tasks: Sequence, batch, tokens, lengths) -> dict[str, np.ndarray]:
             "has_answer": np.asarray(parsed.has_answer)}
 
 
-def verify_exact(tokens, lengths, prompts, prompt_lens, answers, answer_lens) -> jax.Array:
+def verify_exact(tokens, lengths, prompts, prompt_lens, answers, answer_lens, *, tags: TagIds) -> jax.Array:
     """In-jit verifier of exact-match tasks: responses tokens [B, N] (from ``<think>``), lengths [B] -> [B] bool."""
     del prompts, prompt_lens
-    return exact_match(tokens, parse_response(tokens, lengths), answers, answer_lens)
+    return exact_match(tokens, parse_response(tokens, lengths, tags), answers, answer_lens)
 
 
 @functools.cache
-def answer_verifier(task):
+def answer_verifier(task, tokenizer: Tokenizer):
     """-> a jittable ``verify(tokens, lengths, prompts, prompt_lens, answers, answer_lens) -> [B] bool`` for ``task``.
 
-    Exact-match tasks: ``verify_exact``. Others (countdown: many valid answers): the answer span is parsed
+    Exact-match tasks: ``verify_exact`` with ``tokenizer``'s tags. Others (countdown: many valid answers): the answer span is parsed
     in jit, then ``task.check`` runs on the host through ``jax.pure_callback`` (the prompt text is decoded from
     ``prompts`` [B, P], ``<bos>`` first), so a jitted search can call the task's own verifier. Cached: one
-    function object per task (a static argument of ``search.lm_mcts.sample_and_verify``).
+    function object per (task, tokenizer) (a static argument of ``search.lm_mcts.sample_and_verify``).
     """
+    tags = tokenizer.tag_ids()
     if task.exact_match:
-        return verify_exact
+        return functools.partial(verify_exact, tags=tags)
 
     def host(tokens, prompts, prompt_lens, parsed):
         out = np.zeros(len(tokens), bool)
-        for i, ans in enumerate(answer_strings(tokens, parsed)):
+        for i, ans in enumerate(answer_strings(tokens, parsed, tokenizer)):
             if ans is not None:
-                prompt = VOCAB.decode(np.asarray(prompts[i])[1: int(prompt_lens[i])], stop_at_pad=False)
+                prompt = tokenizer.decode(np.asarray(prompts[i])[1: int(prompt_lens[i])])
                 out[i] = bool(task.check(ans, Problem(prompt=prompt, answer="", wrong="", trace="", difficulty=0,
                                                       task=task.name)))
         return out
 
     def verify(tokens, lengths, prompts, prompt_lens, answers, answer_lens):
         del answers, answer_lens
-        parsed = parse_response(tokens, lengths)
+        parsed = parse_response(tokens, lengths, tags)
         shape = jax.ShapeDtypeStruct(tokens.shape[:1], jnp.bool_)
         return jax.pure_callback(host, shape, tokens, prompts, prompt_lens, parsed, vmap_method="sequential")
 
@@ -160,21 +163,20 @@ class RewardConfig:
             raise ValueError(f"RewardConfig: variant must be one of {VARIANTS}, got {self.variant!r}")
 
 
-def combine_rewards(cfg: RewardConfig, key: jax.Array, scores: dict) -> jax.Array:
-    """scores (from ``score``) -> rewards [B] float32 (pure; jit-able with cfg static)."""
-    correct = jnp.asarray(scores["correct"])
-    has = jnp.asarray(scores["has_answer"])
-    fmt = jnp.asarray(scores["formatted"]).astype(jnp.float32)
-    if cfg.variant == "correct":
-        base = correct.astype(jnp.float32)
-    elif cfg.variant == "random":
-        base = jax.random.bernoulli(key, cfg.random_p, correct.shape).astype(jnp.float32)
-    elif cfg.variant == "inverted":
-        base = (has & ~correct).astype(jnp.float32)
-    elif cfg.variant == "wrong_label":
-        base = jnp.asarray(scores["wrong_match"]).astype(jnp.float32)
-    else:  # format_only
-        base = fmt
-    if cfg.variant in ("correct", "inverted", "wrong_label"):
-        base = jnp.where(has, base, cfg.malformed_penalty)
-    return base if cfg.variant == "format_only" else base + cfg.format_weight * fmt
+def task_rewards(tasks: Sequence, cfg: RewardConfig, seed: int = 0) -> list:
+    """The reward functions of ``cfg`` for rows of ``data.TaskDataset`` (``jaxrl_reason.rewards``; text-level):
+    [(variant, 1.0)] + [(r1_format, format_weight)] when format_weight != 0."""
+    from jaxrl_reason import rewards as R
+
+    correct = R.TaskCorrect(tuple(tasks))
+    base = {"correct": lambda: R.WithMalformedPenalty(correct, cfg.malformed_penalty),
+            "random": lambda: R.RandomReward(cfg.random_p, seed),
+            "inverted": lambda: R.WithMalformedPenalty(R.Inverted(correct), cfg.malformed_penalty),
+            "wrong_label": lambda: R.WithMalformedPenalty(R.WrongLabel(), cfg.malformed_penalty),
+            "format_only": R.R1Format}[cfg.variant]()
+    fns = [(base, 1.0)]
+    if cfg.format_weight and cfg.variant != "format_only":
+        fns.append((R.R1Format(), cfg.format_weight))
+    if cfg.variant != "correct":
+        fns.append((correct, 0.0))  # logged (reward/correct, the trainer's accuracy), not rewarded
+    return fns

@@ -1,5 +1,6 @@
 """ASTRO: step-level LM search on mctx, procedure cloning, best-of-N baseline."""
 
+import dataclasses
 import types
 
 import jax
@@ -8,19 +9,29 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
-from jaxrl_reason.search.lm_mcts import StepSearchConfig, best_of_n, make_step_search
+from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer
+from jaxrl_reason.search.lm_mcts import StepSearchConfig, best_of_n, make_step_search, step_ids
 from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
 from jaxrl_reason.tasks.base import Problem, make_batch, sft_batch
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
-from jaxrl_reason.tasks.vocab import VOCAB
 
 CFG = StepSearchConfig(num_simulations=4, branching=2, max_depth=2, step_tokens=6, rollout_tokens=10)
 PROMPT_LEN = 16
+TOK = CharTokenizer()
+
+
+def _encode(text):
+    """Model-written text: the R1 tags in it are the control tokens (as the model emits them)."""
+    return TOK.encode(text, allow_special=True)
+
+
+def _decode(ids):
+    return TOK.decode(np.asarray(ids).tolist())
 
 
 def _pad(text, n):
-    ids = VOCAB.encode(text)
-    return np.array(ids + [VOCAB.pad] * (n - len(ids))), len(ids)
+    ids = _encode(text)
+    return np.array(ids + [TOK.pad_id] * (n - len(ids))), len(ids)
 
 
 def _fake_tree():
@@ -42,45 +53,45 @@ def _fake_tree():
 
 def test_procedure_cloning_detours_and_backtracks():
     tree = _fake_tree()
-    two = clone_procedure(tree, 0, CloningConfig(num_detours=2), seed=0)
+    two = clone_procedure(tree, 0, CloningConfig(num_detours=2), seed=0, tokenizer=TOK)
     assert two.think == "3+4=8,wrong!back to 0,3+4=7,7*2=15,wrong!back to 1,7*2=14"
     assert (two.answer, two.detours, two.direct) == ("14", 2, "3+4=7,7*2=14")
     assert [two.think[a:b] for a, b in two.failed_spans] == ["3+4=8,", "7*2=15,"]
     assert count_backtracks(two.think) == 2
-    one = [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s).think for s in range(8)]
+    one = [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, tokenizer=TOK).think for s in range(8)]
     assert set(one) == {"3+4=8,wrong!back to 0,3+4=7,7*2=14", "3+4=7,7*2=15,wrong!back to 1,7*2=14"}
-    assert one == [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s).think for s in range(8)]
+    assert one == [clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, tokenizer=TOK).think for s in range(8)]
     # with a local step check, a detour goes only through a step that fails it
     not_first = lambda step: step != "3+4=8,"  # calls the first failed step valid
-    assert {clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, shows_mistake=not_first).think
+    assert {clone_procedure(tree, 0, CloningConfig(num_detours=1), seed=s, shows_mistake=not_first, tokenizer=TOK).think
             for s in range(8)} == {"3+4=7,7*2=15,wrong!back to 1,7*2=14"}
     # "attempt" detours write out the failed child's rollout reasoning too (node 1's rollout: '8</think>...')
     attempt = CloningConfig(num_detours=2, detour="attempt")
-    assert clone_procedure(tree, 0, attempt, seed=0).think == "3+4=8,8,wrong!back to 0,3+4=7,7*2=15,wrong!back to 1,7*2=14"
+    assert clone_procedure(tree, 0, attempt, seed=0, tokenizer=TOK).think == "3+4=8,8,wrong!back to 0,3+4=7,7*2=15,wrong!back to 1,7*2=14"
     seen = []
-    clone_procedure(tree, 0, attempt, seed=0, shows_mistake=lambda text: seen.append(text) or True)
+    clone_procedure(tree, 0, attempt, seed=0, shows_mistake=lambda text: seen.append(text) or True, tokenizer=TOK)
     assert sorted(seen) == ["3+4=8,8,", "7*2=15,"]  # a step that closed </think> has nothing more to write
     # failed = no verified answer below, whatever the node values (a graded process value makes them positive)
     tree.node_values[:] = 0.4
-    assert clone_procedure(tree, 0, CloningConfig(num_detours=2), seed=0).think == two.think
-    direct = clone_procedure(tree, 0, CloningConfig(num_detours=0), seed=0)
+    assert clone_procedure(tree, 0, CloningConfig(num_detours=2), seed=0, tokenizer=TOK).think == two.think
+    direct = clone_procedure(tree, 0, CloningConfig(num_detours=0), seed=0, tokenizer=TOK)
     assert direct.think == direct.direct and count_backtracks(direct.think) == 0 and direct.failed_spans == ()
     tree.embeddings.correct[:] = False
-    assert clone_procedure(tree, 0, CloningConfig(), seed=0) is None
+    assert clone_procedure(tree, 0, CloningConfig(), seed=0, tokenizer=TOK) is None
 
 
 def test_sft_batch_skips_failed_step_targets():
     """Skipped trace characters stay in the input and lose exactly their own targets."""
     p = Problem(prompt="3+4*2=", answer="14", wrong="15", trace="3+4=8,wrong!back to 0,3+4=7,7*2=14", difficulty=2, task="t")
-    full, skip = sft_batch([p], 64), sft_batch([p], 64, skip_spans=[[(0, 6)]])
+    full, skip = sft_batch([p], 64, tokenizer=TOK), sft_batch([p], 64, skip_spans=[[(0, 6)]], tokenizer=TOK)
     np.testing.assert_array_equal(full["tokens"], skip["tokens"])
     dropped = np.flatnonzero(full["loss_mask"][0] != skip["loss_mask"][0]) + 1  # positions of the targets
-    assert VOCAB.decode(full["tokens"][0][dropped]) == "3+4=8,"
+    assert _decode(full["tokens"][0][dropped]) == "3+4=8,"
     assert skip["loss_mask"][0].sum() == full["loss_mask"][0].sum() - 6
     with pytest.raises(ValueError, match="span"):
-        sft_batch([p], 64, skip_spans=[[(30, 99)]])
+        sft_batch([p], 64, skip_spans=[[(30, 99)]], tokenizer=TOK)
     with pytest.raises(ValueError, match="one span list per problem"):
-        sft_batch([p], 64, skip_spans=[])
+        sft_batch([p], 64, skip_spans=[], tokenizer=TOK)
 
 
 def test_configs_reject_bad_values():
@@ -105,11 +116,11 @@ def test_configs_reject_bad_values():
 
 @pytest.fixture(scope="module")
 def searched():
-    lm = LMConfig(vocab_size=VOCAB.size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
+    lm = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
                   max_seq_len=CFG.context_len(PROMPT_LEN))
     graphdef, params = nnx.split(Transformer(lm, rngs=nnx.Rngs(0)))
-    batch = make_batch(RandomCalculation(max_difficulty=2), np.random.default_rng(0), 2, PROMPT_LEN, 8)
-    search = make_step_search(graphdef, CFG)
+    batch = make_batch(RandomCalculation(max_difficulty=2), np.random.default_rng(0), 2, PROMPT_LEN, 8, tokenizer=TOK)
+    search = make_step_search(graphdef, CFG, tokenizer=TOK)
     args = (batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
     return graphdef, params, batch, search(params, jax.random.key(0), *args), search(params, jax.random.key(0), *args)
 
@@ -131,7 +142,7 @@ def test_search_tree_is_consistent_and_deterministic(searched):
             want = np.concatenate([emb.response[b, p, :plen], emb.candidates[b, p, a, :clen]])[: CFG.response_len]
             np.testing.assert_array_equal(child, want)  # child = parent + the chosen candidate step
             # the verifier flag agrees with a host-side check of response + rollout
-            text = VOCAB.decode(np.concatenate([child, emb.rollout[b, n, : int(emb.rollout_len[b, n])]]), stop_at_pad=False)
+            text = _decode(np.concatenate([child, emb.rollout[b, n, : int(emb.rollout_len[b, n])]]))
             answer = text.split("<answer>")[-1].split("</answer>")[0] if "</answer>" in text else None
             assert bool(emb.correct[b, n]) == (answer == batch.problems[b].answer)
     solved = ((visits > 0) & np.asarray(emb.correct)).any(-1)
@@ -142,22 +153,24 @@ def test_search_tree_is_consistent_and_deterministic(searched):
 def test_best_of_n_counts_tokens(searched):
     graphdef, params, batch, _, _ = searched
     ok, tokens = best_of_n(graphdef, params, jax.random.key(1), batch.prompts, batch.prompt_lens, batch.answers,
-                           batch.answer_lens, num_samples=3, max_new_tokens=8, temperature=1.0)
+                           batch.answer_lens, num_samples=3, max_new_tokens=8, temperature=1.0, tokenizer=TOK)
     assert ok.shape == (2,) and ok.dtype == bool
     assert ((np.asarray(tokens) >= 3) & (np.asarray(tokens) <= 24)).all()
 
 
 def test_step_check_agrees_with_host_check_and_prunes_the_search(searched):
-    from jaxrl_reason.tasks.calc_steps import step_is_valid, step_is_wrong
+    from jaxrl_reason.tasks.calc_steps import step_checker, step_is_valid
+
+    step_is_wrong = step_checker(TOK)
 
     steps = ["3+4=7", "7*2=15", "-7/2*2=-7", "3/0=1", "6/4=3/2", "6/4=6/4", "2*3=06", "6/4/2=3/4", "3--5=8",
              "-3-5=-8", "0-0=-0", "5/1=5", "14", "1+2==3", "9*9=81", "9*9=18"]
-    toks = np.full((len(steps) + 2, 12), VOCAB.pad, np.int32)
+    toks = np.full((len(steps) + 2, 12), TOK.pad_id, np.int32)
     lens = np.zeros(len(steps) + 2, np.int32)
     for i, s in enumerate(steps + ["7*2=15"]):  # each ends with ','
-        ids = VOCAB.encode(s + ",")
+        ids = TOK.encode(s + ",")
         toks[i, : len(ids)], lens[i] = ids, len(ids)
-    ids = VOCAB.encode("7*2=15")  # the last row: no delimiter (cut step), so it is not judged
+    ids = TOK.encode("7*2=15")  # the last row: no delimiter (cut step), so it is not judged
     toks[-1, : len(ids)], lens[-1] = ids, len(ids)
     wrong = np.asarray(jax.jit(step_is_wrong)(toks, lens))
     assert wrong[: len(steps)].tolist() == [not step_is_valid(s) for s in steps]
@@ -166,7 +179,7 @@ def test_step_check_agrees_with_host_check_and_prunes_the_search(searched):
                                                       "9*9=81"]
     # the search with the check never counts a rejected step's node as solved or spends tokens on it
     graphdef, params, batch, _, _ = searched
-    res = make_step_search(graphdef, CFG, step_is_wrong)(params, jax.random.key(0), batch.prompts, batch.prompt_lens,
+    res = make_step_search(graphdef, CFG, step_is_wrong, tokenizer=TOK)(params, jax.random.key(0), batch.prompts, batch.prompt_lens,
                                                          batch.answers, batch.answer_lens)
     tree, emb = res.tree, res.tree.embeddings
     rejected = np.asarray(jax.jit(step_is_wrong)(emb.candidates, emb.candidate_lens))  # [B, nodes, K]
@@ -179,22 +192,24 @@ def test_step_check_agrees_with_host_check_and_prunes_the_search(searched):
 
 def test_graded_process_value_counts_steps_before_the_first_false_one(searched):
     from jaxrl_reason.search.lm_mcts import steps_before_first_wrong
-    from jaxrl_reason.tasks.calc_steps import step_is_wrong
+    from jaxrl_reason.tasks.calc_steps import step_checker
+
+    step_is_wrong = step_checker(TOK)
 
     bodies = ["3+4=7,7*2=15,15-1=14</think>", "3+4=7,7*2=14</think>", "3+4=8,8*2=16</think>", "", "3+4=7,7*2=1",
               "123*45=5535,1+1=3,"]  # the last: a first step longer than a window (not judged), then a false one
-    rows = [[VOCAB.think] + VOCAB.encode(b) for b in bodies]
-    toks = np.full((len(rows), 40), VOCAB.pad, np.int32)
+    rows = [_encode("<think>" + b) for b in bodies]
+    toks = np.full((len(rows), 40), TOK.pad_id, np.int32)
     for i, r in enumerate(rows):
         toks[i, : len(r)] = r
     lens = np.array([len(r) for r in rows])
-    got = np.asarray(steps_before_first_wrong(toks, lens, step_is_wrong, 10))
+    got = np.asarray(steps_before_first_wrong(toks, lens, step_is_wrong, 10, tokenizer=TOK))
     np.testing.assert_allclose(got, [1 / 3, 1.0, 0.0, 0.0, 1.0, 0.5])
-    one = steps_before_first_wrong(toks[0], lens[0], step_is_wrong, 10)  # a single response: a scalar
+    one = steps_before_first_wrong(toks[0], lens[0], step_is_wrong, 10, tokenizer=TOK)  # a single response: a scalar
     assert one.shape == () and float(one) == pytest.approx(1 / 3)
     # in the search: guide = value + process_weight x the unverified rollouts' mean graded fraction
     graphdef, params, batch, plain, _ = searched
-    res = make_step_search(graphdef, CFG, value_check=step_is_wrong)(
+    res = make_step_search(graphdef, CFG, value_check=step_is_wrong, tokenizer=TOK)(
         params, jax.random.key(0), batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
     emb, visited = res.tree.embeddings, np.asarray(res.tree.node_visits) > 0
     value, guide = np.asarray(emb.value)[visited], np.asarray(emb.guide)[visited]
@@ -210,36 +225,38 @@ def test_countdown_verifier_runs_the_task_check_inside_jit_and_the_search(search
     from jaxrl_reason.tasks.rewards import answer_verifier, verify_exact
 
     task = Countdown(max_difficulty=2)
-    assert answer_verifier(RandomCalculation()) is verify_exact and answer_verifier(task) is answer_verifier(task)
-    batch = make_batch(task, np.random.default_rng(0), 2, PROMPT_LEN, 8)
+    assert answer_verifier(RandomCalculation(), TOK) is answer_verifier(RandomCalculation(), TOK)
+    assert answer_verifier(task, TOK) is answer_verifier(task, TOK)
+    batch = make_batch(task, np.random.default_rng(0), 2, PROMPT_LEN, 8, tokenizer=TOK)
     assert (batch.problems[0].prompt, batch.problems[0].answer) == ("count 1 3 to 4", "3+1")
     bodies = ["<think></think><answer>1+3</answer>", "<think></think><answer>3+1</answer>",
               "<think></think><answer>1+1+3</answer>", "<think>1+3</answer>", ""]
     want = [True, True, False, False, False]
-    rows = [VOCAB.encode(t) for t in bodies]
-    toks = np.full((len(rows), 24), VOCAB.pad, np.int32)
+    rows = [_encode(t) for t in bodies]
+    toks = np.full((len(rows), 24), TOK.pad_id, np.int32)
     for i, r in enumerate(rows):
         toks[i, : len(r)] = r
     first = batch.take([0] * len(rows))
-    got = jax.jit(answer_verifier(task))(toks, np.array([len(r) for r in rows]), first.prompts, first.prompt_lens,
+    got = jax.jit(answer_verifier(task, TOK))(toks, np.array([len(r) for r in rows]), first.prompts, first.prompt_lens,
                                          first.answers, first.answer_lens)
     assert np.asarray(got).tolist() == want
     exact = verify_exact(toks, np.array([len(r) for r in rows]), first.prompts, first.prompt_lens, first.answers,
-                         first.answer_lens)
+                         first.answer_lens, tags=TOK.tag_ids())
     assert np.asarray(exact).tolist() == [False, True, False, False, False]  # exact match misses "1+3"
     # in the search, a node's verifier flag is task.check of its response + rollout
     graphdef, params, _, _, _ = searched
-    res = make_step_search(graphdef, CFG, verify=answer_verifier(task))(
+    res = make_step_search(graphdef, CFG, verify=answer_verifier(task, TOK), tokenizer=TOK)(
         params, jax.random.key(0), batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
     emb, visits = res.tree.embeddings, np.asarray(res.tree.node_visits)
     for i in range(2):
         for n in np.flatnonzero(visits[i] > 0):
-            text = VOCAB.decode(np.concatenate([emb.response[i, n, : int(emb.response_len[i, n])],
-                                                emb.rollout[i, n, : int(emb.rollout_len[i, n])]]), stop_at_pad=False)
+            text = _decode(np.concatenate([emb.response[i, n, : int(emb.response_len[i, n])],
+                                           emb.rollout[i, n, : int(emb.rollout_len[i, n])]]))
             answer = text.split("<answer>")[-1].split("</answer>")[0] if text.endswith("</answer>") else None
             assert bool(emb.correct[i, n]) == (answer is not None and task.check(answer, batch.problems[i]))
     ok, _ = best_of_n(graphdef, params, jax.random.key(1), batch.prompts, batch.prompt_lens, batch.answers,
-                      batch.answer_lens, num_samples=2, max_new_tokens=8, temperature=1.0, verify=answer_verifier(task))
+                      batch.answer_lens, num_samples=2, max_new_tokens=8, temperature=1.0, verify=answer_verifier(task, TOK),
+                      tokenizer=TOK)
     assert ok.shape == (2,)
 
 
@@ -257,5 +274,163 @@ def test_best_of_n_is_matched_to_the_search_tokens_per_difficulty(searched):
     graphdef, params, batch, _, _ = searched
     config = types.SimpleNamespace(grpo=types.SimpleNamespace(max_new_tokens=8), search=CFG, task=RandomCalculation())
     budget = np.array([30, 10])
-    solved, tokens = astro.matched_best_of_n(config, graphdef, params, jax.random.key(2), batch, budget, np.array([1, 2]))
+    solved, tokens = astro.matched_best_of_n(config, graphdef, params, jax.random.key(2), batch, budget, np.array([1, 2]),
+                                             TOK)
     assert (tokens >= budget).all() and solved.dtype == bool  # one problem per group: at least its own budget
+
+
+def test_step_check_and_search_ids_come_from_the_tokenizer():
+    """The in-jit step check and the search read the ids of the tokenizer they are given (no global vocabulary)."""
+    from jaxrl_reason.tasks.calc_steps import step_checker, step_is_valid
+
+    steps = ["3+4=7,", "7*2=15,", "6/4=3/2,", "2*3=06,", "9*9=81</think>", "9*9=18</think>", "7*2=15"]
+    want = [not step_is_valid(s.removesuffix("</think>")) for s in steps[:-1]] + [False]  # no delimiter: not judged
+    for tok in (TOK, ByteTokenizer()):
+        check = step_checker(tok)
+        assert check is step_checker(tok)  # cached: one function object per tokenizer
+        ids, lens = tok.pad_batch([tok.encode(s, allow_special=True) for s in steps], 16)
+        assert np.asarray(jax.jit(check)(ids, lens)).tolist() == want
+    assert step_ids(TOK) == (0, 3, 4, 6, (TOK.encode(",")[0], 4))  # the character vocabulary's ids
+    byte = ByteTokenizer()
+    assert step_ids(byte).delimiters == (byte.encode(",")[0], byte.token_to_id("</think>"))
+
+    class Splitting(CharTokenizer):  # "9" written as two tokens
+        def _encode_text(self, text):
+            return [i for c in text for i in CharTokenizer._encode_text(self, "99" if c == "9" else c)]
+
+    with pytest.raises(ValueError, match="'9' as a single token"):
+        step_checker(Splitting())
+
+
+# ---- checkpoints: a byte-level BPE tokenizer, spelled one token per character; --model and --arch ----
+
+@pytest.fixture(scope="module")
+def bpe():
+    """A byte-level BPE (every byte one token, merges such as "14") with the R1 tags as special tokens."""
+    from jaxrl_reason.models.tokenizer import HFTokenizer
+
+    problems = [RandomCalculation(max_difficulty=3).generate(np.random.default_rng([0, i])) for i in range(300)]
+    return HFTokenizer.train_bpe([t for p in problems for t in (p.prompt, p.trace, p.answer)], 300)
+
+
+@pytest.fixture(scope="module")
+def astro():
+    from jaxrl_reason.cli import load_experiment
+
+    return load_experiment("astro")
+
+
+def test_step_check_reads_a_bpe_spelled_one_token_per_character(bpe, astro):
+    from jaxrl_reason.tasks.calc_steps import step_checker, step_is_valid
+
+    spelled = astro.SpelledTokenizer(bpe)
+    text = "3+4*2=<think>3+4=7,7*2=14</think>"
+    assert spelled.encode(text) == [bpe.encode(c)[0] for c in text]  # plain text: one id per character
+    ids = spelled.encode(text, allow_special=True)  # control tokens stay single ids
+    assert bpe.token_to_id("<think>") in ids and spelled.decode(ids) == text and len(ids) == len(text) - 13
+    assert bpe.encode("14") != spelled.encode("14")  # not the canonical tokenization (a merge)
+    assert step_ids(spelled) == step_ids(bpe)  # the same ids
+    steps = ["3+4=7,", "7*2=15,", "6/4=3/2,", "2*3=06,", "9*9=81</think>", "9*9=18</think>"]
+    want = [not step_is_valid(s.removesuffix("</think>")) for s in steps]
+    for tok in (spelled, bpe):  # the tables come from per-character encodes: the raw BPE works too
+        ids, lens = tok.pad_batch([spelled.encode(s, allow_special=True) for s in steps], 16)
+        assert np.asarray(jax.jit(step_checker(tok))(ids, lens)).tolist() == want
+    # a generated merge ("15" as one token) is not read, so the step is not judged
+    merged = bpe.encode("7*2=15,")
+    assert len(merged) < 7
+    ids, lens = bpe.pad_batch([merged], 16)
+    assert not np.asarray(step_checker(bpe)(ids, lens))[0]
+
+
+def test_checkpoint_tokenizer_without_the_r1_tags_is_refused(tmp_path, astro):
+    """--model with a tokenizer lacking single-token <answer> </answer> (as Qwen3's, which has only <think>
+    </think>): one error naming the missing tags, before any weights are read; the search says the same."""
+    from jaxrl_reason.models.tokenizer import HFTokenizer
+
+    tok = HFTokenizer.train_bpe(["3+4=7,7*2=14"] * 8, 280, ("<pad>", "<bos>", "<eos>", "<think>", "</think>"))
+    tok.save(tmp_path)
+    with pytest.raises(ValueError, match=r"\['<answer>', '</answer>'\] as single tokens.*make_start_checkpoint"):
+        astro.make_tokenizer(astro.Config(model=str(tmp_path)))
+    with pytest.raises(ValueError, match=r"the step search needs \['<answer>', '</answer>'\]"):
+        step_ids(tok)
+    # spelling needs every printable ASCII character as one token: CharTokenizer has no '"'
+    with pytest.raises(ValueError, match="CharTokenizer does not encode '\"' as one token"):
+        astro.SpelledTokenizer(CharTokenizer())
+    assert astro.SpelledTokenizer(ByteTokenizer()).encode("7,") == ByteTokenizer().encode("7,")
+
+
+def _checkpoint(bpe, path):
+    """The tiny checkpoint: ``bpe`` + a random 1-layer transformers Qwen3ForCausalLM."""
+    import torch
+    import transformers
+
+    bpe.save(path)
+    torch.manual_seed(0)
+    hf = transformers.Qwen3Config(vocab_size=bpe.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                  max_position_embeddings=128, tie_word_embeddings=True)
+    transformers.Qwen3ForCausalLM(hf).float().eval().save_pretrained(path)
+    return path
+
+
+def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
+    """--model: base SFT, search comparison, search traces, trace SFT and one GRPO step per arm run on a tiny HF
+    checkpoint with its BPE tokenizer spelled one token per character; --model wins over --arch."""
+    import math
+
+    from jaxrl_reason.rl.grpo import recipes
+    from jaxrl_reason.utils.experiment import RunDir
+
+    ckpt = _checkpoint(bpe, tmp_path / "ckpt")
+    cfg = astro.Config(
+        model=str(ckpt), arch="llama-3.2-1b", task=RandomCalculation(max_difficulty=2, max_operand=9, ops="+-*"),
+        base_sft=recipes.WarmStart(problems=16, steps=2, batch_size=4, lr=1e-3, seq_len=48),
+        search=StepSearchConfig(num_simulations=2, branching=2, max_depth=2, step_tokens=6, rollout_tokens=12),
+        search_batch=2, search_problems=2, compare_problems=2, compare_searches=("mcts",), trace_sft_steps=1,
+        trace_seq_len=48,
+        grpo=astro.GRPOConfig(group_size=2, prompts_per_step=2, max_new_tokens=12), rl_steps=1, eval_every=1,
+        heldout_problems=4, prompt_len=16, answer_len=8)
+    tok = astro.make_tokenizer(cfg)
+    assert isinstance(tok, astro.SpelledTokenizer) and tok.vocab_size == bpe.vocab_size
+    model = astro.policy_model(cfg, tok)
+    assert (model.cfg.vocab_size, model.cfg.d_model, model.cfg.max_seq_len) == (bpe.vocab_size, 32, cfg.max_seq_len)
+    # the trace SFT on the checkpoint, failed steps out of the loss: character spans of the spelled trace
+    p = Problem(prompt="3+4*2=", answer="11", wrong="12", trace="4*2=9,wrong!back to 0,4*2=8,3+8=11", difficulty=2,
+                task="t")
+    trace = types.SimpleNamespace(think=p.trace, direct="4*2=8,3+8=11", failed_spans=((0, 6),))
+    before = nnx.state(model, nnx.Param)
+    tuned = astro.sft_on(model, [p], [trace], dataclasses.replace(cfg, loss_on_failed_steps=False, trace_sft_steps=2), direct=False,
+                         tokenizer=tok)
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before),
+                                                         jax.tree.leaves(nnx.state(tuned, nnx.Param))))
+    summary = astro.run(cfg, RunDir.create("astro", cfg, root=tmp_path / "runs"))
+    nums = {k: v for k, v in summary.items() if k != "run_dir"}
+    assert {"mcts_solved", "best_of_n_tokens", "base_rl_accuracy", "astro_sft_rl_accuracy"} <= set(nums)
+    assert "mcts_step_checked_solved" not in nums  # only the searches asked for are compared
+    assert all(math.isfinite(v) for v in nums.values()), summary
+
+
+def test_gpu_preset_builds_llama_3_2_1b_abstractly(astro):
+    """The gpu preset: Llama 3.2 1B's shapes (never materialised) with the character tokenizer; the cpu preset
+    keeps the tiny LM; every arch constructs; bench_search takes --model / --arch through the astro config."""
+    from jaxrl_reason.cli import load_experiment
+    from jaxrl_reason.models.lm.hf_import import config_from_hf
+    from jaxrl_reason.rl.grpo.recipes import ARCHS
+
+    for name, hf in ARCHS.items():
+        model = nnx.eval_shape(lambda hf=hf: Transformer(config_from_hf(hf, max_seq_len=64), rngs=nnx.Rngs(0)))
+        assert model.cfg.vocab_size >= TOK.vocab_size, name
+    gpu, cpu = astro.PRESETS["gpu"], astro.PRESETS["cpu"]
+    assert gpu.arch == "llama-3.2-1b" and gpu.model is None and cpu.arch is None and cpu.model is None
+    tok = astro.make_tokenizer(gpu)
+    assert isinstance(tok, CharTokenizer)
+    model = nnx.eval_shape(lambda: astro.policy_model(gpu, tok))
+    assert (model.cfg.vocab_size, model.cfg.d_model, model.cfg.n_layers, model.cfg.max_seq_len) == (
+        128256, 2048, 16, gpu.max_seq_len)
+    assert astro.Transformer(cpu.lm(tok), rngs=nnx.Rngs(0)).cfg.d_model == cpu.d_model
+    with pytest.raises(ValueError, match="unknown arch"):
+        astro.Config(arch="llama-70b")
+    with pytest.raises(ValueError, match="compare_searches"):
+        astro.Config(compare_searches=("mcts", "bfs"))
+    bench = load_experiment("bench_search")
+    assert bench.Config(model="ckpt", arch="qwen3-0.6b").arch == "qwen3-0.6b"

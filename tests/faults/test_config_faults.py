@@ -36,7 +36,11 @@ NOT_CONFIGS = {
     "jaxrl_reason.tasks.assistant.AssistantRequest",  # a generated problem
     "jaxrl_reason.tasks.base.Problem",
     "jaxrl_reason.tasks.longcontext.LongContextProblem",
-    "jaxrl_reason.tasks.vocab.CharVocab",  # the tokenizer
+    # reward functions: callables whose few arguments each validates itself
+    "jaxrl_reason.rewards.builtin.ExactMatch", "jaxrl_reason.rewards.builtin.Inverted",
+    "jaxrl_reason.rewards.builtin.MathVerify", "jaxrl_reason.rewards.builtin.Overlong",
+    "jaxrl_reason.rewards.builtin.R1Format", "jaxrl_reason.rewards.builtin.TaskCorrect",
+    "jaxrl_reason.rewards.builtin.WrongLabel", "jaxrl_reason.rewards.builtin.WithMalformedPenalty",
     "jaxrl_reason.utils.timing.Timings",  # measurements
     "jaxrl_reason.utils.validation.Range",  # the rule table's ranges themselves
 }

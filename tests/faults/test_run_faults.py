@@ -173,15 +173,17 @@ def test_non_finite_state_is_never_checkpointed(tmp_path):
 def test_sft_warm_start_raises_on_non_finite_loss():
     from flax import nnx
 
+    from jaxrl_reason.models.tokenizer import CharTokenizer
     from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model, sft_problems
     from jaxrl_reason.rl.grpo.sft import sft_warm_start
     from jaxrl_reason.tasks import RandomCalculation
 
-    model = build_model(TinyLM(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64), 0)
+    tok = CharTokenizer()
+    model = build_model(TinyLM(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64), 0, tok)
     before = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
     problems = sft_problems([RandomCalculation()], 8, 0)
-    with pytest.raises(guard.NonFiniteError, match=r"sft_warm_start: the loss is NaN or inf at step \d of 3"):
-        sft_warm_start(model, problems, steps=3, batch_size=4, seq_len=64, lr=1e38)
+    with pytest.raises(guard.NonFiniteError, match=r"sft_train: the loss is NaN or inf at step \d of 3"):
+        sft_warm_start(model, problems, steps=3, batch_size=4, seq_len=64, lr=1e38, tokenizer=tok)
     after = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
     assert jax.tree.all(jax.tree.map(np.array_equal, before, after))  # the model is left untouched
 

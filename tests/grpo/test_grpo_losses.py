@@ -7,7 +7,8 @@ import pytest
 
 from jaxrl_reason.rl.grpo.advantages import (broadcast_advantages, dr_grpo_advantages, group_advantages,
                                              grpo_advantages, rloo_advantages, segment_advantages)
-from jaxrl_reason.rl.grpo.losses import LossConfig, aggregate, grpo_loss, kl_estimate, overlong_penalty
+from jaxrl_reason.rl.grpo.losses import LossConfig, aggregate, grpo_loss, kl_estimate
+from jaxrl_reason.rewards import Overlong
 
 R = jnp.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
 
@@ -85,9 +86,11 @@ def test_aggregate_and_overlong_penalty_by_hand():
     np.testing.assert_allclose(aggregate(x, m, "token_mean"), 10 / 4)
     np.testing.assert_allclose(aggregate(x, m, "seq_mean"), (2 + 4) / 2)
     np.testing.assert_allclose(aggregate(x, m, "seq_sum_norm", 3), (6 / 3 + 4 / 3) / 2)
-    np.testing.assert_allclose(overlong_penalty(jnp.array([10, 16, 18, 20, 25]), 20, 4), [0, 0, -0.5, -1, -1])
-    with pytest.raises(ValueError, match="cache_len"):
-        overlong_penalty(jnp.array([1]), 20, 0)
+    # DAPO's overlong penalty is a reward function (GRPOConfig.overlong_cache adds it)
+    ids = [[0] * n for n in (10, 16, 18, 20, 25)]
+    np.testing.assert_allclose(Overlong(20, 4)([""] * 5, [""] * 5, completion_ids=ids), [0, 0, -0.5, -1, -1])
+    with pytest.raises(ValueError, match="cache"):
+        Overlong(20, 0)
 
 
 @pytest.mark.parametrize("kw, msg", [

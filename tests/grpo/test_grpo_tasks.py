@@ -1,17 +1,21 @@
-"""Tasks (determinism, correct answers, verifiers) and rewards on token ids (malformed outputs, variants)."""
+"""Tasks (determinism, correct answers, verifiers), rewards on token ids (malformed outputs) and the reward
+variants of the GRPO presets (``task_rewards`` run by a ``RewardSuite`` on decoded text)."""
 
 import re
 from fractions import Fraction
 
-import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jaxrl_reason.tasks import (VOCAB, Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting, make_batch,
-                                response_text)
+from jaxrl_reason.data import TaskDataset
+from jaxrl_reason.models.tokenizer import CharTokenizer
+from jaxrl_reason.rewards import R1Format, RewardSuite, TaskCorrect
+from jaxrl_reason.tasks import Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting, make_batch, response_text
 from jaxrl_reason.tasks.countdown import evaluate_expression
-from jaxrl_reason.tasks.rewards import RewardConfig, combine_rewards, score
+from jaxrl_reason.tasks.rewards import RewardConfig, score, task_rewards
+
+TOK = CharTokenizer()
 
 ALL = [RandomCalculation(), Countdown(), Sorting(), Parity(), OrderingPuzzle()]
 
@@ -26,7 +30,7 @@ def test_generators_are_seeded_and_their_answers_check(task):
         p = task.generate(rng)
         assert task.min_difficulty <= p.difficulty <= task.max_difficulty
         assert task.check(p.answer, p) and not task.check(p.wrong, p)
-        assert VOCAB.decode(VOCAB.encode(p.prompt)) == p.prompt
+        assert TOK.decode(TOK.encode(p.prompt)) == p.prompt
 
 
 def test_random_calculation_answers_are_exact_rationals():
@@ -64,12 +68,15 @@ def test_countdown_verifier_never_raises(text):
 
 
 def _responses(texts, n=24):
-    return VOCAB.pad_batch([VOCAB.encode(t)[:n] for t in texts], n)
+    """Response ids as the sampler emits them: the tags as single tokens (allow_special)."""
+    return TOK.pad_batch([TOK.encode(t, allow_special=True)[:n] for t in texts], n)
+
+
+TWO = [RandomCalculation(max_difficulty=1), Countdown(max_difficulty=2)]
 
 
 def test_scores_on_token_ids_with_malformed_outputs():
-    batch = make_batch([RandomCalculation(max_difficulty=1), Countdown(max_difficulty=2)], np.random.default_rng(3),
-                       8, 24, 12)
+    batch = make_batch(TWO, np.random.default_rng(3), 8, 24, 12, tokenizer=TOK)
     p = batch.problems
     texts = [response_text(p[0]),                                  # correct, formatted
              f"<answer>{p[1].answer}</answer>",                     # correct, no think: unformatted
@@ -80,25 +87,65 @@ def test_scores_on_token_ids_with_malformed_outputs():
              f"<think></think><answer>{p[6].answer}</answer><answer>1</answer>",  # duplicated tags
              f"<think>a</think><answer>{p[7].answer}"]              # unclosed answer
     toks, lens = _responses(texts)
-    toks[2:4] = np.random.default_rng(0).integers(0, VOCAB.size, (2, toks.shape[1]))  # raw garbage ids too
+    assert toks[0, 0] == TOK.tag_ids().think and len(TOK.encode("<think>")) == 7  # data text is never a tag
+    toks[2:4] = np.random.default_rng(0).integers(0, TOK.vocab_size, (2, toks.shape[1]))  # raw garbage ids too
     lens[3] = 0
-    s = score([RandomCalculation(max_difficulty=1), Countdown(max_difficulty=2)], batch, toks, lens)
+    s = score(TWO, batch, toks, lens, TOK)
     assert s["correct"].tolist() == [True, True, False, False, False, False, True, False]
     assert s["formatted"].tolist() == [True, False, False, False, False, True, False, False]
     assert s["wrong_match"][5] and s["has_answer"].tolist() == [1, 1, 0, 0, 0, 1, 1, 0]
+    # the presets' text rewards agree on the decoded completions (rows 2-3 hold random ids; row 6 has two
+    # answer spans, which the sampler never emits: it stops at the first </answer>; the text rewards read
+    # the last span, the token parser the first)
+    rows = [{"problem": q, "task": q.task} for q in p]
+    completions = TOK.decode_completions(toks, lens)
+    assert completions[0] == texts[0] and completions[3] == ""
+    text_correct = TaskCorrect(TWO)([""] * 8, completions, problem=[r["problem"] for r in rows],
+                                    task=[r["task"] for r in rows])
+    text_formatted = R1Format()([""] * 8, completions)
+    keep = [0, 1, 4, 5, 7]
+    assert text_correct[keep].tolist() == s["correct"][keep].tolist()
+    assert text_formatted[keep].tolist() == s["formatted"][keep].tolist()
+
+
+def _variant_batch():
+    """4 task rows (as the trainer hands them to reward functions) and hand-made completions: correct and
+    formatted; the fixed wrong label, unformatted; no answer; correct, unformatted."""
+    rows, _, _ = TaskDataset(TWO, TOK, prompt_len=24, seed=3).sample(0, 4)
+    fields = {k: [r[k] for r in rows] for k in rows[0]}
+    p = fields["problem"]
+    completions = [response_text(p[0]), f"<answer>{p[1].wrong}</answer>", "garbage ((( 12",
+                   f"<answer>{p[3].answer}</answer>"]
+    return fields["prompt"], completions, fields
 
 
 def test_reward_variants():
-    s = {"correct": np.array([1, 0, 0, 1], bool), "has_answer": np.array([1, 1, 0, 1], bool),
-         "formatted": np.array([1, 0, 0, 0], bool), "wrong_match": np.array([0, 1, 0, 0], bool)}
-    k = jax.random.key(0)
-    r = lambda **kw: np.asarray(combine_rewards(RewardConfig(**kw), k, s)).tolist()
-    assert r(variant="correct", format_weight=0.5, malformed_penalty=-1) == [1.5, 0.0, -1.0, 1.0]
-    assert r(variant="inverted") == [0.0, 1.0, 0.0, 0.0]
-    assert r(variant="wrong_label") == [0.0, 1.0, 0.0, 0.0]
-    assert r(variant="format_only", format_weight=0.5) == [1.0, 0.0, 0.0, 0.0]
-    big = {k_: np.zeros(4000, bool) for k_ in s}
-    rand = np.asarray(combine_rewards(RewardConfig("random", random_p=0.3), k, big))
+    prompts, completions, fields = _variant_batch()
+
+    def r(**kw):
+        with RewardSuite(task_rewards(TWO, RewardConfig(**kw), seed=0)) as suite:
+            total, per_fn = suite(prompts, completions, fields, step=0)
+        return total.tolist(), per_fn
+
+    total, per_fn = r(variant="correct", format_weight=0.5, malformed_penalty=-1)
+    assert total == [1.5, 0.0, -1.0, 1.0]
+    assert list(per_fn) == ["correct", "r1_format"] and per_fn["r1_format"].tolist() == [1, 0, 0, 0]
+    total, per_fn = r(variant="inverted")
+    assert total == [0.0, 1.0, 0.0, 0.0]
+    assert list(per_fn) == ["inverted_correct", "correct"] and per_fn["correct"].tolist() == [1, 0, 0, 1]  # logged, weight 0
+    assert r(variant="inverted", malformed_penalty=-0.5)[0] == [0.0, 1.0, -0.5, 0.0]
+    total, per_fn = r(variant="wrong_label")
+    assert total == [0.0, 1.0, 0.0, 0.0] and list(per_fn) == ["wrong_label", "correct"]
+    assert r(variant="format_only", format_weight=0.5)[0] == [1.0, 0.0, 0.0, 0.0]  # no format bonus on top
+
+    big = {k: v * 1000 for k, v in fields.items()}
+    rand_prompts, rand_completions = prompts * 1000, completions * 1000
+    with RewardSuite(task_rewards(TWO, RewardConfig("random", random_p=0.3), seed=0)) as suite:
+        rand, per_fn = suite(rand_prompts, rand_completions, big, step=0)
+        again = suite(rand_prompts, rand_completions, big, step=0)[0]
+        other_step = suite(rand_prompts, rand_completions, big, step=1)[0]
     assert abs(rand.mean() - 0.3) < 0.03 and set(np.unique(rand)) == {0.0, 1.0}
+    assert np.array_equal(rand, again) and not np.array_equal(rand, other_step)  # seeded by (seed, step)
+    assert per_fn["correct"].mean() == 0.5  # 2 of every 4 rows correct, not rewarded
     with pytest.raises(ValueError, match="variant"):
         RewardConfig("noisy")

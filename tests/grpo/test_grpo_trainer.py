@@ -12,11 +12,13 @@ from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer, join, response_positions, select_groups
-from jaxrl_reason.tasks import VOCAB, RandomCalculation
+from jaxrl_reason.models.tokenizer import CharTokenizer
+from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
 
+TOK = CharTokenizer()
 TASKS = [RandomCalculation(max_difficulty=1, ops="+-")]
 CFG = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=12, lr=1e-3, ref_reset_every=2,
                  dynamic_sampling=True, oversample=2, minibatches=2, epochs=2,
@@ -24,7 +26,7 @@ CFG = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=12, lr=1e-3, r
 
 
 def _model():
-    return Transformer(LMConfig(vocab_size=VOCAB.size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
+    return Transformer(LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
                                 max_seq_len=32), rngs=nnx.Rngs(0))
 
 
@@ -35,7 +37,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def trainer(model):
-    return GRPOTrainer(CFG, model, TASKS, prompt_len=12, answer_len=6)
+    return GRPOTrainer.for_tasks(CFG, model, TOK, TASKS, prompt_len=12)
 
 
 @pytest.mark.parametrize("kw, msg", [
@@ -52,13 +54,17 @@ def test_config_errors(kw, msg):
 
 def test_batch_must_divide_devices(model):
     with pytest.raises(ValueError, match="not divisible by the 8 devices"):
-        GRPOTrainer(GRPOConfig(prompts_per_step=3, group_size=2, max_new_tokens=12, mesh="data=8"), model, TASKS, 12, 6)
+        GRPOTrainer.for_tasks(GRPOConfig(prompts_per_step=3, group_size=2, max_new_tokens=12, mesh="data=8"), model, TOK,
+                              TASKS, 12)
 
 
 def test_join_and_positions():
     prompts = np.array([[1, 7, 8, 0], [1, 9, 0, 0]])
     out = join(prompts, np.array([3, 2]), np.array([[4, 5], [6, 0]]))
     assert out.tolist() == [[1, 7, 8, 4, 5, 0], [1, 9, 6, 0, 0, 0]]
+    stale = np.array([[1, 7, 8, 3], [1, 9, 3, 3]])  # ids past a prompt's length never reach the sequence
+    out = np.asarray(join(stale, np.array([3, 2]), np.array([[4, 5], [6, 2]]), pad_id=2))
+    assert out[0, :5].tolist() == [1, 7, 8, 4, 5] and out[1, :4].tolist() == [1, 9, 6, 2]
     assert response_positions(np.array([3, 2]), 2).tolist() == [[2, 3], [1, 2]]
 
 
@@ -73,9 +79,12 @@ def test_steps_metrics_and_reference_reset(trainer):
     state = trainer.init(jax.random.key(0))
     p0 = jax.tree.map(np.asarray, state.params)
     state, m1 = trainer.step(state)
-    for k in ("reward", "accuracy", "response_length", "entropy", "kl", "clip_fraction", "frac_filtered", "grad_norm"):
+    for k in ("reward", "accuracy", "response_length", "entropy", "kl", "clip_fraction", "frac_filtered", "grad_norm",
+              "reward/random", "reward/correct", "format_rate"):
         assert np.isfinite(m1[k]), k
-    assert m1["time_sample_s"] > 0 and m1["time_update_s"] > 0
+    assert m1["reward/random"] == pytest.approx(float(m1["reward"]))  # the only weighted function
+    assert m1["accuracy"] == m1["reward/correct"]  # TaskCorrect is logged at weight 0
+    assert m1["time_sample_s"] > 0 and m1["time_update_s"] > 0 and m1["time_reward_idle_s"] >= 0
     assert float(m1["ref_reset"]) == 0 and float(m1["kl_ref"]) == pytest.approx(0.0, abs=1e-6)
     leaves = lambda t: jax.tree.leaves(jax.tree.map(np.asarray, t))
     assert any(not np.allclose(a, b) for a, b in zip(leaves(state.params), leaves(p0)))  # it learned
@@ -102,7 +111,7 @@ def test_exact_resume(trainer, tmp_path):
 
 
 def test_sharded_step_matches_single_device(trainer, model):
-    sharded = GRPOTrainer(dataclasses.replace(CFG, mesh="data=4,tensor=2"), model, TASKS, 12, 6)
+    sharded = GRPOTrainer.for_tasks(dataclasses.replace(CFG, mesh="data=4,tensor=2"), model, TOK, TASKS, 12)
     s1, m1 = trainer.step(trainer.init(jax.random.key(2)))
     s2, m2 = sharded.step(sharded.init(jax.random.key(2)))
     assert len(jax.tree.leaves(s2.params)[0].sharding.device_set) == 8
@@ -119,8 +128,9 @@ def test_grpo_raises_accuracy_over_a_short_sft_start():
     sampler and update compiled for the other tests are reused."""
     tasks = [RandomCalculation(1, 1, max_operand=2, ops="+-")]
     model = _model()
-    sft_warm_start(model, recipes.sft_problems(tasks, 512, 0), 100, 32, 24, 3e-3)
-    tr = GRPOTrainer(dataclasses.replace(CFG, reward=RewardConfig("correct"), ref_reset_every=None), model, tasks, 12, 6)
+    sft_warm_start(model, recipes.sft_problems(tasks, 512, 0), 100, 32, 24, 3e-3, tokenizer=TOK)
+    tr = GRPOTrainer.for_tasks(dataclasses.replace(CFG, reward=RewardConfig("correct"), ref_reset_every=None), model,
+                               TOK, tasks, 12)
     _, m = tr.chunk_fn(30)(tr.init(jax.random.key(0)))
     first, last = m["accuracy"][:10].mean(), m["accuracy"][-10:].mean()
     assert last >= first + 0.05, m["accuracy"]  # measured 0.069 -> 0.169 (samples at temperature 1)

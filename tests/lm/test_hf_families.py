@@ -135,9 +135,10 @@ def test_sharded_load_over_a_mesh_and_its_export(tmp_path, tmp_path_factory):
 
 
 def test_native_tiny_model_exports_to_llama(tmp_path):
+    from jaxrl_reason.models.tokenizer import CharTokenizer
     from jaxrl_reason.rl.grpo.recipes import TinyLM
 
-    cfg = TinyLM(d_model=32, d_ff=64).config()
+    cfg = TinyLM(d_model=32, d_ff=64).config(CharTokenizer().vocab_size)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     out = save_hf_model(model, tmp_path / "tiny", dtype="float32")
     assert json.loads((out / "config.json").read_text())["model_type"] == "llama"

@@ -25,11 +25,13 @@ from jaxrl_reason.models.lm.sharding import param_specs, shard_state
 from jaxrl_reason.models.lm.train import init_train_state, make_train_step
 from jaxrl_reason.parallel.mesh import make_mesh
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
-from jaxrl_reason.tasks import VOCAB, RandomCalculation
+from jaxrl_reason.models.tokenizer import CharTokenizer
+from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
 
-CFG = LMConfig(vocab_size=VOCAB.size, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=32)
-TOKENS = jax.random.randint(jax.random.key(1), (2, 10), 1, VOCAB.size)
+TOK = CharTokenizer()
+CFG = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=32)
+TOKENS = jax.random.randint(jax.random.key(1), (2, 10), 1, TOK.vocab_size)
 np_leaves = lambda t: [np.asarray(x) for x in jax.tree.leaves(t)]
 
 
@@ -124,8 +126,8 @@ GRPO = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=8, lr=1e-2, m
 
 
 def test_grpo_lora_trains_adapters_only_against_the_base_reference(base):
-    tr = GRPOTrainer(GRPO, base, TASKS, prompt_len=12, answer_len=6)
-    full = GRPOTrainer(dataclasses.replace(GRPO, lora=None), base, TASKS, prompt_len=12, answer_len=6)
+    tr = GRPOTrainer.for_tasks(GRPO, base, TOK, TASKS, prompt_len=12)
+    full = GRPOTrainer.for_tasks(dataclasses.replace(GRPO, lora=None), base, TOK, TASKS, prompt_len=12)
     assert not has_lora(base)  # the trainer adapted a copy
     state = tr.init(jax.random.key(0))
     # optimiser state: adapters only (adam mu and nu), far below full fine-tuning's
@@ -156,7 +158,7 @@ def test_sharded_adapters_follow_their_kernels(base):
     sharded = nnx.merge(nnx.graphdef(lm), shard_state(state, mesh))
     assert len(sharded.blocks.attn.q_proj.lora.b[...].sharding.device_set) == 8
     np.testing.assert_allclose(np.asarray(sharded(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5)
-    tr = GRPOTrainer(dataclasses.replace(GRPO, mesh="data=4,tensor=2"), base, TASKS, prompt_len=12, answer_len=6)
+    tr = GRPOTrainer.for_tasks(dataclasses.replace(GRPO, mesh="data=4,tensor=2"), base, TOK, TASKS, prompt_len=12)
     s = tr.init(jax.random.key(0))  # (a sharded GRPO step is the one test_grpo_trainer runs, plus adapters)
     b = s.params["blocks"]["attn"]["q_proj"]["lora"]["b"]
     assert b[...].sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor") and len(b[...].sharding.device_set) == 8

@@ -1,5 +1,11 @@
 """MemAgent: long-context task, agent transform (shapes, bad input, overflow, flat memory), Multi-Conv
-RL advantage broadcast and step, full-context reader truncation."""
+RL advantage broadcast and step, full-context reader truncation, the tokenizer seam (ids from the
+tokenizer handed in; the presets' CharTokenizer keeps the old character ids; a checkpoint's byte-level
+BPE spells text one token per character), the experiment from a tiny HF checkpoint and its gpu
+preset's Qwen2.5-0.5B architecture (abstractly)."""
+
+import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -8,21 +14,22 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.agents.memagent.agent import (
-    AgentOutput, MemAgentConfig, build_prompt, decode_rows, num_chunks, parse_template, render, run_agent)
+    AgentOutput, MemAgent, MemAgentConfig, build_prompt, decode_rows, num_chunks, parse_template, render, run_agent)
 from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch, oracle_conversations
-from jaxrl_reason.agents.memagent.reader import ReaderConfig, fits, reader_conversations, run_reader
+from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, fits, reader_conversations, run_reader
 from jaxrl_reason.agents.memagent.trainer import (
     MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, conversations, evaluate_agent, sft_warm_start)
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
 from jaxrl_reason.models.lm import LMConfig, Transformer
-from jaxrl_reason.tasks.longcontext import LongContextTask, encode_plain, exact_match
-from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer, HFTokenizer
+from jaxrl_reason.tasks.longcontext import LongContextTask, byte_table, encode_plain, exact_match, exact_match_text
 
 import testutil
 
 TASK = LongContextTask(num_facts=4, facts_per_chunk=1)  # 7-character facts, one per chunk
-AGENT = MemAgentConfig(chunk_tokens=TASK.chunk_chars, memory_tokens=4, question_tokens=6, answer_tokens=4)
-LM = LMConfig(vocab_size=VOCAB.size, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=32)
+TOK = CharTokenizer()
+AGENT = MemAgent(MemAgentConfig(chunk_tokens=TASK.chunk_chars, memory_tokens=4, question_tokens=6, answer_tokens=4), TOK)
+LM = LMConfig(vocab_size=TOK.vocab_size, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=32)
 
 
 def constant_model(token: int):
@@ -31,7 +38,7 @@ def constant_model(token: int):
 
 @pytest.fixture(scope="module")
 def models():
-    return {"eos": constant_model(VOCAB.eos), "x": constant_model(VOCAB.encode("7")[0])}
+    return {"eos": constant_model(TOK.eos_id), "x": constant_model(TOK.encode("7")[0])}
 
 
 # ------------------------------------------------------------------------------------- task
@@ -95,35 +102,65 @@ def test_long_documents_and_bad_configs():
 
 
 def test_exact_match_and_encoding():
-    pred, pl = encode_plain(["417", "41", "none", ""], 5)
-    tgt, tl = encode_plain(["417", "417", "none", ""], 4)
+    pred, pl = encode_plain(["417", "41", "none", ""], 5, tokenizer=TOK)
+    tgt, tl = encode_plain(["417", "417", "none", ""], 4, tokenizer=TOK)
     assert exact_match(jnp.asarray(pred), jnp.asarray(pl), jnp.asarray(tgt), jnp.asarray(tl)).tolist() == [1, 0, 1, 1]
-    assert encode_plain(["K=1;"])[0][0].tolist() == VOCAB.encode("K=1;")
+    assert encode_plain(["K=1;"], tokenizer=TOK)[0][0].tolist() == TOK.encode("K=1;")
     with pytest.raises(ValueError):
-        encode_plain(["toolong"], 3)
+        encode_plain(["toolong"], 3, tokenizer=TOK)
+
+
+def test_encoding_follows_the_tokenizer():
+    """encode_plain is the tokenizer's plain-text encoding (tags in data stay characters), padded with
+    its pad id; the character ids are the presets' (pad 0, digits from 8)."""
+    text = "KQ=417; <think>ab@"
+    for tok in (TOK, ByteTokenizer()):
+        ids, lens = encode_plain([text, ""], 24, tokenizer=tok)
+        assert ids[0, : len(text)].tolist() == tok.encode(text) and lens.tolist() == [len(text), 0]
+        assert (ids[0, len(text):] == tok.pad_id).all() and (ids[1] == tok.pad_id).all()
+    assert TOK.pad_id == 0 and TOK.encode("0123") == [8, 9, 10, 11]
+    assert encode_plain(["ab\u00e9"], tokenizer=TOK)[0][0, 2] == TOK.encode("?")[0]  # non-ASCII -> '?'
+    assert ByteTokenizer().encode("K")[0] != TOK.encode("K")[0]  # ids come from the tokenizer handed in
+
+
+def test_agent_ids_come_from_the_tokenizer():
+    cfg = MemAgentConfig(update_template="<think>{question}:{chunk}:{memory}>", chunk_tokens=7)
+    char, byte = MemAgent(cfg, TOK), MemAgent(cfg, ByteTokenizer())
+    assert char == MemAgent(cfg, CharTokenizer()) and hash(char) == hash(MemAgent(cfg, CharTokenizer()))
+    assert char != byte  # a different vocabulary: a different jit static argument
+    for agent in (char, byte):
+        tok = agent.tokenizer
+        assert (agent.pad_id, agent.bos_id, agent.eos_id) == (tok.pad_id, tok.bos_id, tok.eos_id)
+        assert agent.update_parts[0] == ("lit", (tok.tag_ids().think,))  # template tags are control tokens
+        assert agent.initial_ids == tuple(tok.encode("none"))
+    assert char.update_prompt_len == byte.update_prompt_len == 1 + 1 + 8 + 1 + 7 + 1 + 8 + 1
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        MemAgent(MemAgentConfig(final_template="{question}\u00e9{memory}"), TOK)  # <unk> in a template
 
 
 # ------------------------------------------------------------------------------------- agent
 def test_templates_pack_like_host_render():
-    cfg = MemAgentConfig(update_template="<think>Q:{question} C:{chunk} M:{memory}</think>", chunk_tokens=7)
-    q, ql = encode_plain(["AB=?", "Z=?"], 6)
-    c, cl = encode_plain(["AB=123;", "x"], 7)
-    m, ml = encode_plain(["none", ""], 8)
+    cfg = MemAgent(MemAgentConfig(update_template="<think>Q:{question} C:{chunk} M:{memory}</think>",
+                                  chunk_tokens=7), TOK)
+    q, ql = encode_plain(["AB=?", "Z=?"], 6, tokenizer=TOK)
+    c, cl = encode_plain(["AB=123;", "x"], 7, tokenizer=TOK)
+    m, ml = encode_plain(["none", ""], 8, tokenizer=TOK)
     fields = ("question", "chunk", "memory")
-    got, lens = build_prompt(cfg.update_template, fields, {"question": (q, ql), "chunk": (c, cl), "memory": (m, ml)},
-                             cfg.update_prompt_len)
+    template = cfg.config.update_template
+    got, lens = build_prompt(template, fields, {"question": (q, ql), "chunk": (c, cl), "memory": (m, ml)},
+                             cfg.update_prompt_len, TOK)
     for i, (qq, cc, mm) in enumerate([("AB=?", "AB=123;", "none"), ("Z=?", "x", "")]):
-        want = render(cfg.update_template, fields, {"question": VOCAB.encode(qq), "chunk": VOCAB.encode(cc),
-                                                    "memory": VOCAB.encode(mm)})
+        want = render(template, fields, {"question": TOK.encode(qq), "chunk": TOK.encode(cc),
+                                         "memory": TOK.encode(mm)}, TOK)
         assert np.asarray(got[i, : int(lens[i])]).tolist() == want
     assert cfg.update_prompt_len == 1 + 1 + 2 + 8 + 3 + 7 + 3 + 8 + 1  # bos <think> Q: q C: c M: m </think>
     for bad in (dict(update_template="{question}{chunk}"), dict(update_template="{question}|{chunk}{memory}"), dict(final_template="{question}{memory}{memory}"),
                 dict(update_template="{question}{chunk}{memory}{oops}"), dict(memory_tokens=2), dict(chunk_tokens=0)):
         with pytest.raises(ValueError):
-            MemAgentConfig(**bad)
+            MemAgent(MemAgentConfig(**bad), TOK)
     with pytest.raises(ValueError, match="window"):
-        AGENT.check_model(LMConfig(vocab_size=VOCAB.size, d_model=16, n_heads=2, n_kv_heads=2, max_seq_len=16))
-    assert parse_template("a{question}", ("question",))[0] == ("lit", tuple(VOCAB.encode("a")))
+        AGENT.check_model(LMConfig(vocab_size=TOK.vocab_size, d_model=16, n_heads=2, n_kv_heads=2, max_seq_len=16))
+    assert parse_template("a{question}", ("question",), TOK)[0] == ("lit", tuple(TOK.encode("a")))
 
 
 def test_agent_bad_input_empty_short_and_overflow(models):
@@ -133,34 +170,34 @@ def test_agent_bad_input_empty_short_and_overflow(models):
     short = short.replace(doc_lens=jnp.asarray([0, 3, TASK.doc_chars], jnp.int32))  # empty, < one chunk, full
     key = jax.random.key(0)
     gd, st = models["x"]  # always emits '7': never stops -> every active update overflows, truncated to M
-    out = run_agent(gd, st, short, key, config=AGENT)
+    out = run_agent(gd, st, short, key, agent=AGENT)
     assert out.overflow.tolist() == [0, 1, 4]
     assert out.memory_lens.tolist() == [len("none"), 4, 4]
-    assert decode_rows(out.memory, out.memory_lens) == ["none", "7777", "7777"]
+    assert decode_rows(out.memory, out.memory_lens, TOK) == ["none", "7777", "7777"]
     assert out.answer_overflow.all() and out.answer_lens.tolist() == [4, 4, 4]
     gd, st = models["eos"]  # stops at once: empty memory, no overflow
-    out = run_agent(gd, st, short, key, config=AGENT)
+    out = run_agent(gd, st, short, key, agent=AGENT)
     assert out.overflow.tolist() == [0, 0, 0] and out.memory_lens.tolist() == [4, 0, 0]
     # a batch whose document array is empty (width 0) and one shorter than one chunk
     empty = doc_batch(LongContextTask(num_facts=0).generate_batch(np.random.default_rng(0), 2), AGENT)
     assert empty.doc.shape[1] == 0 and num_chunks(0, AGENT) == 1
-    out = run_agent(*models["x"], empty, key, config=AGENT)
-    assert decode_rows(out.memory, out.memory_lens) == ["none", "none"] and out.overflow.tolist() == [0, 0]
+    out = run_agent(*models["x"], empty, key, agent=AGENT)
+    assert decode_rows(out.memory, out.memory_lens, TOK) == ["none", "none"] and out.overflow.tolist() == [0, 0]
     with pytest.raises(ValueError, match="question"):
-        run_agent(gd, st, full.replace(question=jnp.zeros((3, 9), jnp.int32)), key, config=AGENT)
+        run_agent(gd, st, full.replace(question=jnp.zeros((3, 9), jnp.int32)), key, agent=AGENT)
 
 
 def test_oracle_sft_data_matches_agent_prompts():
     probs = TASK.generate_batch(np.random.default_rng(3), 2)
     convs = oracle_conversations(TASK, probs, AGENT)
     assert len(convs) == 2 * (TASK.num_chunks + 1)
-    data = conversation_arrays(convs, AGENT.seq_len)
+    data = conversation_arrays(convs, AGENT.seq_len, tokenizer=TOK)
     assert data["tokens"].shape == (len(convs), AGENT.seq_len)
     assert data["loss_mask"].sum() == sum(len(r) for _, r in convs)
     final_prompt, final_resp = convs[TASK.num_chunks]
-    assert VOCAB.decode(final_resp) == probs[0].answer + "<eos>"
+    assert TOK.decode(final_resp) == probs[0].answer + "<eos>"
     with pytest.raises(ValueError, match="initial_memory"):
-        oracle_conversations(TASK, probs, MemAgentConfig(chunk_tokens=7, initial_memory="empty"))
+        oracle_conversations(TASK, probs, MemAgent(MemAgentConfig(chunk_tokens=7, initial_memory="empty"), TOK))
 
 
 def test_working_memory_flat_in_document_length(models):
@@ -185,7 +222,7 @@ def test_multiconv_advantage_broadcast_and_step():
                       overflow=z(r), final=dict(prompts=z(r, 12), prompt_lens=z(r) + 3, tokens=z(r, 5), lengths=z(r) + 2),
                       updates=dict(prompts=z(n, r, 20), prompt_lens=z(n, r) + 9, tokens=z(n, r, 5), lengths=lens,
                                    active=(jnp.arange(n) < n - 1)[:, None] | (lens < 0)))
-    conv = conversations(out, jnp.asarray([1.0, -1.0, 0.5, -0.5]))
+    conv = conversations(out, jnp.asarray([1.0, -1.0, 0.5, -0.5]), pad_id=TOK.pad_id)
     assert conv["prompts"].shape == ((n + 1) * r, 20) and conv["tokens"].shape == ((n + 1) * r, 5)
     assert conv["adv"].tolist() == [1.0, -1.0, 0.5, -0.5] * (n + 1)  # every conversation of rollout r: adv[r]
     assert conv["index"].tolist() == list(range(r)) * (n + 1)
@@ -209,17 +246,17 @@ def test_multiconv_advantage_broadcast_and_step():
 
 # ------------------------------------------------------------------------------------- reader
 def test_reader_window_and_truncation(models):
-    rcfg = ReaderConfig(window=48, question_tokens=6, answer_tokens=4)
+    rcfg = Reader(ReaderConfig(window=48, question_tokens=6, answer_tokens=4), TOK)
     assert rcfg.doc_budget == 48 - 1 - 2 - 6 - 4 - 1
     short = doc_batch(TASK.generate_batch(np.random.default_rng(0), 2), AGENT)
     long = doc_batch(TASK.with_length(16).generate_batch(np.random.default_rng(0), 2), AGENT)
     assert fits(short, rcfg) and not fits(long, rcfg)
-    ans, lens = run_reader(*models["x"], long, jax.random.key(0), config=rcfg)
+    ans, lens = run_reader(*models["x"], long, jax.random.key(0), reader=rcfg)
     assert ans.shape == (2, 4) and lens.tolist() == [4, 4]
     with pytest.raises(ValueError, match="budget"):
         reader_conversations(TASK.with_length(16).generate_batch(np.random.default_rng(0), 1), rcfg)
     with pytest.raises(ValueError):
-        ReaderConfig(window=10)
+        Reader(ReaderConfig(window=10), TOK)
 
 
 # ------------------------------------------------------------------------------------- learning
@@ -228,8 +265,9 @@ def test_oracle_sft_agent_beats_untrained_on_heldout_docs():
     """A short fixed-seed oracle SFT makes the agent answer held-out documents (half of them with no
     answer in the text) far better than the untrained one, which overflows its memory and scores 0."""
     task = LongContextTask(haystack="noise", num_facts=4, facts_per_chunk=2, p_no_answer=0.5)
-    agent = MemAgentConfig(chunk_tokens=task.chunk_chars, memory_tokens=4, question_tokens=4, answer_tokens=4)
-    model = build_model(TinyLM(d_model=32, n_layers=2, n_heads=4, d_ff=128, max_seq_len=32), 0)
+    agent = MemAgent(MemAgentConfig(chunk_tokens=task.chunk_chars, memory_tokens=4, question_tokens=4,
+                                    answer_tokens=4), TOK)
+    model = build_model(TinyLM(d_model=32, n_layers=2, n_heads=4, d_ff=128, max_seq_len=32), 0, TOK)
     held = doc_batch(task.generate_batch(np.random.default_rng(7), 32), agent)
     before = evaluate_agent(*nnx.split(model), held, agent)
     losses = sft_warm_start(model, task, agent, SFTConfig(problems=128, steps=80, batch_size=32, lr=5e-3))
@@ -237,3 +275,113 @@ def test_oracle_sft_agent_beats_untrained_on_heldout_docs():
     assert losses[-10:].mean() < 0.5 * losses[:5].mean()
     assert after["accuracy"] >= before["accuracy"] + 0.4, (before, after)
     assert after["overflow_rate"] < before["overflow_rate"]
+
+
+# ------------------------------------------------------------------------------------- checkpoints
+CKPT_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # Qwen-like named tokens
+
+
+def _bpe(vocab_size=400):
+    """A byte-level BPE trained on the task's text (it merges "none", digits), Qwen-like specials."""
+    t = LongContextTask(num_facts=8, facts_per_chunk=2, p_no_answer=0.3)
+    texts = [x for p in t.generate_batch(np.random.default_rng(0), 200) for x in (p.document, p.question, p.answer)]
+    return HFTokenizer.train_bpe(texts, vocab_size, special_tokens=CKPT_SPECIAL, eos="<|im_end|>",
+                                 pad="<|endoftext|>", bos="<|im_start|>")
+
+
+def test_checkpoint_tokenizer_spells_text_one_token_per_character():
+    """A byte-level BPE: plain text is spelled one single-character token per character (valid, decodes
+    back, not the canonical merged encoding); templates keep its own tokens; a multi-character answer
+    token fails the in-jit id match but passes the decoded-text match. Tokenizers without single-character
+    tokens are refused, naming the character."""
+    tok = _bpe()
+    text = "KQ=417; none ab <|im_end|>"
+    ids, lens = encode_plain([text], tokenizer=tok)
+    spelled = ids[0].tolist()
+    assert len(spelled) == len(text) == lens[0] and tok.decode(spelled) == text
+    assert spelled == [tok.encode(c)[0] for c in text]
+    assert tok.encode(text) != spelled and len(tok.encode("none")) == 1  # merges exist: non-canonical spelling
+    assert tok.eos_id not in spelled  # a control-token string in data stays characters
+    agent = MemAgent(MemAgentConfig(chunk_tokens=7, memory_tokens=4, question_tokens=6, answer_tokens=4), tok)
+    assert agent.initial_ids == tuple(tok.encode(c)[0] for c in "none")
+    assert (agent.pad_id, agent.bos_id, agent.eos_id) == (tok.pad_id, tok.bos_id, tok.eos_id)
+    assert agent.update_parts[1] == ("lit", tuple(tok.encode(":", allow_special=True)))
+    # scoring: "none" as one token vs the spelled target
+    tgt, tl = encode_plain(["none", "417"], 4, tokenizer=tok)
+    pred, pl = tok.pad_batch([tok.encode("none"), tok.encode("418")], 4)  # canonical: merged tokens
+    assert pl[0] == 1
+    assert exact_match(jnp.asarray(pred), jnp.asarray(pl), jnp.asarray(tgt), jnp.asarray(tl)).tolist() == [0, 0]
+    assert exact_match_text(pred, pl, tgt, tl, tok).tolist() == [1, 0]
+    assert exact_match_text(np.asarray([[tok.vocab_size]]), np.asarray([1]), tgt[:1], tl[:1], tok).tolist() == [0]
+    assert decode_rows(pred, pl, tok)[0] == "none"
+    # our own tokenizers stay strict and keep their ids; a tokenizer without single-character tokens is refused
+    for own in (TOK, ByteTokenizer()):
+        assert byte_table(own)[ord("K")] == own.encode("K")[0]
+    from tokenizers import Tokenizer as Tk, models, trainers
+
+    raw = Tk(models.BPE())
+    raw.train_from_iterator(["abc"] * 4, trainers.BpeTrainer(vocab_size=20, special_tokens=list(CKPT_SPECIAL)))
+    with pytest.raises(ValueError, match=r"HFTokenizer.*' '.*not a single token"):
+        encode_plain(["a"], tokenizer=HFTokenizer(raw, eos="<|im_end|>"))
+
+    class Merging(CharTokenizer):  # one of ours that merges "ab": not character-level
+        def encode(self, text, allow_special=False):
+            return [i for i in super().encode(text.replace("ab", "a"), allow_special)]
+
+    with pytest.raises(ValueError, match="character-level"):
+        byte_table(Merging())
+
+
+def _tiny_checkpoint(path):
+    """A byte-level BPE + a random tiny Qwen3ForCausalLM, saved as a HF checkpoint directory."""
+    from testutil import tiny_hf_checkpoint
+
+    return tiny_hf_checkpoint(path, _bpe())
+
+
+@pytest.fixture(scope="module")
+def experiment():
+    from jaxrl_reason.cli import load_experiment
+
+    return load_experiment("memagent")
+
+
+def test_experiment_runs_from_a_checkpoint(experiment, tmp_path):
+    """--model: the checkpoint's weights and tokenizer; oracle SFT, one Multi-Conv RL step, the reader and the
+    length sweep run on it (smallest sizes) with a finite summary; --model wins over the preset's arch."""
+    from jaxrl_reason.utils.experiment import RunDir
+
+    ckpt = str(_tiny_checkpoint(tmp_path / "ckpt"))
+    task = LongContextTask(haystack="noise", num_facts=2, facts_per_chunk=1, p_no_answer=0.5)
+    sft = SFTConfig(problems=8, steps=2, batch_size=4, lr=1e-3)
+    cfg = experiment.Config(
+        model=ckpt, arch="qwen2.5-0.5b", task=task,
+        agent=MemAgentConfig(chunk_tokens=task.chunk_chars, memory_tokens=4, question_tokens=4, answer_tokens=4),
+        sft=sft, reader_sft=sft, rl=MultiConvConfig(group_size=2, lr=1e-4, temperature=0.5), questions_per_step=2,
+        rl_steps=1, eval_every=1, multipliers=(1,), eval_docs=2, eval_docs_long=2, heldout_docs=2, timing_docs=2)
+    tok = experiment.load_tokenizer(cfg)
+    assert isinstance(tok, HFTokenizer) and tok.eos == "<|im_end|>"
+    assert experiment.build_lm(cfg, tok, 40).cfg.vocab_size == tok.vocab_size  # the checkpoint, not the arch
+    summary = experiment.run(cfg, RunDir.create("memagent", cfg, root=tmp_path / "runs"))
+    nums = {k: v for k, v in summary.items() if k != "run_dir"}
+    assert nums and all(math.isfinite(v) for v in nums.values()), summary
+    assert 0.0 <= summary["rl_acc_1x"] <= 1.0 and 0.0 <= summary["reader_acc_1x"] <= 1.0
+
+
+def test_gpu_preset_builds_qwen25_05b_abstractly(experiment):
+    """The gpu preset's arch: Qwen2.5-0.5B's shapes (never materialised) with the character tokenizer;
+    its window holds the agent's conversations and the reader's; the cpu preset keeps the tiny LM."""
+    gpu, tok = experiment.PRESETS["gpu"], CharTokenizer()
+    assert gpu.arch == "qwen2.5-0.5b" and gpu.model is None and experiment.PRESETS["cpu"].arch is None
+    agent = MemAgent(gpu.agent, tok)
+    model = nnx.eval_shape(lambda: experiment.build_lm(gpu, tok, agent.seq_len))
+    c = model.cfg
+    assert (c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.max_seq_len) == (151936, 896, 24, 14, 2,
+                                                                                             agent.seq_len)
+    agent.check_model(c)
+    params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert 4.5e8 < params < 5.5e8, params
+    window = gpu.reader(tok).config.window
+    assert nnx.eval_shape(lambda: experiment.build_lm(gpu, tok, window)).cfg.max_seq_len == window
+    with pytest.raises(ValueError, match="arch"):
+        dataclasses.replace(gpu, arch="qwen9")

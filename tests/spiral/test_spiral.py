@@ -1,5 +1,10 @@
-"""SPIRAL: vocab adapter, advantages, host/device parse twins, scripted-player rollouts (device
-loop == Python-driven loop, forfeits), Kuhn infoset prompts, config errors, one LM train step."""
+"""SPIRAL: tokenizer and task-id adapter, the byte <-> id tables (the byte tokenizer's are byte + 8; a byte-level
+BPE renders one token per character and parses its canonical tokens), advantages, host/device parse twins,
+scripted-player rollouts (device loop == Python-driven loop, forfeits), Kuhn infoset prompts, config errors, one
+LM train step, the experiment from a tiny HF checkpoint and the gpu preset's Qwen3-0.6B shapes (abstract)."""
+
+import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -7,27 +12,57 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_reason.agents.spiral import vocab as V
 from jaxrl_reason.agents.spiral.advantages import episode_advantages, turn_advantages
 from jaxrl_reason.agents.spiral.evaluation import kuhn_infoset_prompts
-from jaxrl_reason.agents.spiral.rollout import (GameSpec, canned_answers, canned_responder, host_text, make_rollout, parse_text,
-                                                python_rollout)
+from jaxrl_reason.agents.spiral.rollout import (
+    GAMES,
+    GameSpec,
+    _game_chars,
+    _parse,
+    _render,
+    canned_answers,
+    canned_responder,
+    host_text,
+    make_rollout,
+    parse_text,
+    python_rollout,
+    response_bytes,
+)
+from jaxrl_reason.agents.spiral.tokenizer import (
+    byte_ids,
+    byte_offset,
+    id_table,
+    spiral_tokenizer,
+    token_bytes,
+)
 from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
+from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
-from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.models.tokenizer import (
+    CHARS,
+    ByteTokenizer,
+    CharTokenizer,
+    HFTokenizer,
+)
 
+TOK = spiral_tokenizer()
 SAMPLER = SamplerConfig(max_new_tokens=16)
 KUHN_ANSWERS = ("\\boxed{check}", "I bet. \\boxed{ BET }", "\\boxed{call}", "\\boxed{fold}", "no idea")
 
 
+def text(ids) -> str:
+    """LM ids -> text without padding."""
+    return TOK.decode([i for i in np.asarray(ids).reshape(-1).tolist() if i != TOK.pad_id])
+
+
 @pytest.fixture(scope="module")
 def kuhn():
-    return GameSpec.make("kuhn_poker")
+    return GameSpec.make("kuhn_poker", tokenizer=TOK)
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +71,122 @@ def scripted_selfplay(kuhn):
     return jax.jit(make_rollout(None, kuhn, 32, SAMPLER, responder=canned_responder))
 
 
-def test_vocab_roundtrip():
-    ids = np.asarray(VOCAB.encode("<think>3+4=7</think><answer>7</answer>"))
-    lm = V.to_lm(ids)
-    assert V.decode(lm) == "<think>3+4=7</think><answer>7</answer>"
-    np.testing.assert_array_equal(V.from_lm(lm), ids)
-    assert int(V.from_lm(V.encode("{"))[0]) == VOCAB.unk  # bytes the tasks lack -> <unk>
-    assert V.VOCAB_SIZE == 264 and V.decode(V.encode("\\boxed{4}")) == "\\boxed{4}"
+def test_tokenizer_layout_and_task_id_table():
+    """Ids 0..7: the character tokenizer's specials; bytes at 8..263; task ids map into LM ids."""
+    chars = CharTokenizer()
+    assert TOK.vocab_size == 264 and byte_offset(TOK) == 8
+    assert TOK.control_tokens == chars.control_tokens[:8]  # same special tokens, same ids
+    assert (TOK.pad_id, TOK.bos_id, TOK.eos_id) == (0, 1, 2) and TOK.tag_ids() == chars.tag_ids()
+    assert TOK.encode("\\boxed{4}") == [b + 8 for b in b"\\boxed{4}"] and TOK.decode(TOK.encode("\\boxed{4}")) == "\\boxed{4}"
+    assert TOK.encode("<answer>") == [b + 8 for b in b"<answer>"]  # text from data stays text
+    table = id_table(chars, TOK)
+    assert table.shape == (86,)  # 8 specials + 78 characters (the 10 unused ids are left out)
+    s = "<think>3+4=7</think><answer>7</answer>"
+    ids = chars.encode(s, allow_special=True)
+    np.testing.assert_array_equal(table[ids], TOK.encode(s, allow_special=True))
+    assert TOK.decode(table[ids]) == s
+    with pytest.raises(ValueError, match="no special token '<unk>'"):
+        id_table(chars, ByteTokenizer())
+    game = GameSpec.make("kuhn_poker", tokenizer=TOK)
+    first = next(c for c in _game_chars(game.text) if c not in CHARS)  # the first the character tokenizer lacks
+    with pytest.raises(ValueError, match=f"CharTokenizer .*does not spell {re.escape(repr(first))} .*kuhn_poker"):
+        GameSpec.make("kuhn_poker", tokenizer=chars)
+
+
+def _states(game, n=6, turns=3):
+    """``turns * n`` reachable states (random legal play from ``n`` deals), flattened: ``(state, ts)``."""
+    env = game.env
+
+    @jax.jit
+    def play(key):
+        def turn(carry, k):
+            state, ts = carry
+            _, legal = mover_view(ts)
+            a = jax.vmap(lambda k, l: jax.random.choice(k, l.shape[0], p=l / l.sum()))(
+                jax.random.split(k, n), legal.astype(jnp.float32))
+            return jax.vmap(env.step)(jax.random.split(jax.random.fold_in(k, 1), n), state, a), (state, ts)
+
+        init = jax.vmap(env.reset)(jax.random.split(key, n))
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]),
+                            jax.lax.scan(turn, init, jax.random.split(key, turns))[1])
+
+    return play(jax.random.key(0))
+
+
+@pytest.mark.parametrize("style", ["verbose", "compact"])
+def test_byte_tokenizer_tables_are_byte_plus_offset(style):
+    """The presets' ids are unchanged by the per-byte tables: prompts are ``text.render(..., offset=8)``, a
+    response's bytes are ``id - 8`` (specials and ids past the vocabulary: -1, which matches no byte)."""
+    np.testing.assert_array_equal(byte_ids(TOK), np.arange(256) + 8)
+    table, lens = token_bytes(TOK)
+    assert table.shape == (264, 1) and (lens == 1).all()
+    for name in GAMES:
+        game = GameSpec.make(name, style, tokenizer=TOK)
+        state, ts = _states(game)
+        want, got = jax.jit(lambda s, p, game=game: (jax.vmap(game.text.render, in_axes=(0, 0, None))(s, p, 8),
+                                                     _render(game, s, p)))(state, ts.current_player)
+        assert (np.asarray(got[:, 0]) == TOK.bos_id).all()
+        np.testing.assert_array_equal(got[:, 1:], want)
+    ids = np.asarray([[0, 1, 2, 7, 8, 100, 263, 264, 5000]])
+    np.testing.assert_array_equal(response_bytes(TOK, ids), [[-1, -1, -1, -1, 0, 92, 255, -1, -1]])
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    """A byte-level BPE trained on the games' text (so ``\\boxed``, ``check`` ... are single tokens), with Qwen's
+    special tokens (bos falls back to ``<|im_start|>``)."""
+    texts = []
+    for name in GAMES:
+        for style in ("verbose", "compact"):
+            game = GameSpec.make(name, style, tokenizer=TOK)
+            state, _ = game.env.reset(jax.random.key(0))
+            texts += [game.text.describe(state, 0)] + [f"I bet. \\boxed{{{a}}}" for a in game.text.action_strings]
+    return HFTokenizer.train_bpe(texts * 4, 400, special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+                                 eos="<|im_end|>", pad="<|endoftext|>", bos="<|im_start|>")
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_bpe_renders_one_token_per_character_and_parses_its_canonical_tokens(bpe, name):
+    game = GameSpec.make(name, "compact", tokenizer=bpe)
+    state, ts = _states(game, n=2, turns=2)
+    prompts = np.asarray(jax.jit(lambda s, p: _render(game, s, p))(state, ts.current_player))
+    parse = jax.jit(lambda ids, legal: _parse(game, ids, legal))
+    for i in range(4):  # the prompt text, one id per character (not the canonical, shorter tokenization)
+        text_i = game.text.describe(jax.tree.map(lambda x, i=i: x[i], state), int(ts.current_player[i]))
+        assert bpe.decode(prompts[i].tolist()) == "<|im_start|>" + text_i
+        assert prompts.shape[1] == 1 + len(text_i) > len(bpe.encode(text_i))
+    legal = np.ones((1, game.env.num_actions), bool)
+    for a, action in enumerate(game.text.action_strings):
+        answer = f"I bet. \\boxed{{{action}}}"
+        canonical, spelled = bpe.encode(answer), [int(byte_ids(bpe)[ord(c)]) for c in answer]
+        assert len(canonical) < len(spelled)  # multi-character tokens
+        for ids in (canonical, spelled):
+            padded, _ = bpe.pad_batch([ids + [bpe.eos_id]], 48)
+            got = tuple(int(x[0]) for x in parse(padded, legal))
+            assert got == (a, gtext.OK) == parse_text(game.text, host_text(padded[0], tokenizer=bpe), legal[0]), answer
+    # a special token or a model id past the tokenizer's vocabulary inside the box: unknown content
+    box = bpe.encode("\\boxed{")
+    for bad in (bpe.eos_id, bpe.vocab_size + 3):
+        padded, _ = bpe.pad_batch([box + [bad] + bpe.encode(game.text.action_strings[0] + "}")], 48)
+        got = tuple(int(x[0]) for x in parse(padded, legal))
+        assert got == (gtext.INVALID_ACTION, gtext.UNKNOWN) == parse_text(
+            game.text, host_text(padded[0], tokenizer=bpe), legal[0])
+
+
+def test_bpe_warm_start_examples_parse(bpe):
+    """Warm-start examples with a BPE: the rendered prompt, then the canonical tokens of the expert's answer,
+    which the rollout's parser reads as a legal move."""
+    game = GameSpec.make("kuhn_poker", "compact", tokenizer=bpe)
+    data = sft_examples([game], WarmStartConfig(games_per_game=8), jax.random.key(0))
+    parse = jax.jit(lambda ids: _parse(game, ids, jnp.ones((ids.shape[0], 4), bool)))
+    starts = np.argmax(data["loss_mask"], axis=1) + 1
+    _, status = parse(np.stack([np.pad(t[s:], (0, s), constant_values=bpe.pad_id) for t, s in zip(data["tokens"], starts)]))
+    assert (np.asarray(status) == gtext.OK).all()
+    for tokens, mask in zip(data["tokens"], data["loss_mask"]):
+        start = int(np.argmax(mask)) + 1
+        assert tokens[0] == bpe.bos_id and bpe.decode(tokens[1:start].tolist()).startswith("Kuhn Poker. You are P")
+        response = tokens[start:]
+        assert bpe.eos_id in response.tolist() and bpe.decode(response.tolist()).startswith("I hold ")
 
 
 def _sequential_rae(b, returns, games, alpha=0.05):
@@ -74,20 +218,20 @@ def test_advantages_modes():
 
 @pytest.mark.parametrize("name", ["tictactoe", "kuhn_poker"])
 def test_host_parser_matches_device_parser(name):
-    game = GameSpec.make(name)
+    game = GameSpec.make(name, tokenizer=TOK)
     texts = ["\\boxed{4}", "x \\boxed{check} \\boxed{ Bet }", "\\boxed{call", "boxed{fold}", "\\boxed{}",
              "\\boxed{ 8 }", "\\boxed{fold}", "\\boxed{\n9}", "nothing"]
     n = 40
-    ids = np.stack([np.pad(V.encode(t), (0, n - len(t)), constant_values=V.PAD) for t in texts])
+    ids, _ = TOK.pad_batch([TOK.encode(t) for t in texts], n)
     legal = np.zeros((len(texts), game.env.num_actions), bool)
     legal[:, ::2] = True
-    dev = jax.jit(jax.vmap(game.text.parse, in_axes=(0, 0, None)), static_argnums=2)(ids, legal, V.OFFSET)
+    dev = jax.jit(jax.vmap(game.text.parse, in_axes=(0, 0, None)), static_argnums=2)(ids, legal, game.offset)
     for i in range(len(texts)):
-        assert parse_text(game.text, host_text(ids[i]), legal[i]) == (int(dev[0][i]), int(dev[1][i])), texts[i]
+        assert parse_text(game.text, host_text(ids[i], tokenizer=TOK), legal[i]) == (int(dev[0][i]), int(dev[1][i])), texts[i]
 
 
 def test_scripted_rollout_device_equals_python_loop(kuhn, scripted_selfplay):
-    table = canned_answers(KUHN_ANSWERS, 24)
+    table = canned_answers(KUHN_ANSWERS, 24, tokenizer=TOK)
     ep = scripted_selfplay(table, jax.random.key(3))
     py = python_rollout(None, kuhn, 32, SAMPLER, table, jax.random.key(3), responder=canned_responder)
     np.testing.assert_allclose(ep.returns, py["returns"])
@@ -106,12 +250,12 @@ def test_scripted_rollout_device_equals_python_loop(kuhn, scripted_selfplay):
 
 
 def test_forfeit_rules_and_fixed_opponent(kuhn, scripted_selfplay):
-    ep = scripted_selfplay(canned_answers(("\\boxed{bet}",), 24, slots=len(KUHN_ANSWERS)), jax.random.key(0))
+    ep = scripted_selfplay(canned_answers(("\\boxed{bet}",), 24, slots=len(KUHN_ANSWERS), tokenizer=TOK), jax.random.key(0))
     # player 0 bets (legal), player 1 "bets" facing a bet (illegal): player 1 forfeits
     np.testing.assert_array_equal(ep.turns.status[:2], [[gtext.OK] * 32, [gtext.ILLEGAL] * 32])
     np.testing.assert_allclose(ep.returns, [[0.0, -1.0]] * 32)
     assert np.asarray(ep.forfeit)[:, 1].all() and not np.asarray(ep.forfeit)[:, 0].any()
-    junk = canned_answers(("I check.",), 16)  # no \\boxed{}: the LM forfeits on its first turn
+    junk = canned_answers(("I check.",), 16, tokenizer=TOK)  # no \\boxed{}: the LM forfeits on its first turn
     roll = make_rollout(None, kuhn, 4, SAMPLER, opponent=O.random_action, responder=canned_responder)
     ep = jax.jit(roll)(junk, jax.random.key(1))
     np.testing.assert_array_equal(ep.lm_seat, [0, 1, 0, 1])
@@ -123,20 +267,20 @@ def test_forfeit_rules_and_fixed_opponent(kuhn, scripted_selfplay):
 
 
 def test_kuhn_infoset_prompts():
-    prompts, legal = kuhn_infoset_prompts()
-    assert prompts.shape[0] == 12 and int(prompts[0, 0]) == V.BOS
+    prompts, legal = kuhn_infoset_prompts(tokenizer=TOK)
+    assert prompts.shape[0] == 12 and int(prompts[0, 0]) == TOK.bos_id
     for i, (card, hist) in enumerate([(c, h) for c in "JQK" for h in range(4)]):
-        text = V.decode(prompts[i])
-        assert f"Your card: {card}." in text
-        assert f"You are Player {1 if hist in (1, 2) else 0}." in text
+        t = text(prompts[i])
+        assert f"Your card: {card}." in t
+        assert f"You are Player {1 if hist in (1, 2) else 0}." in t
         assert legal[i].tolist() == ([False, False, True, True] if hist >= 2 else [True, True, False, False])
 
 
 def test_compact_kuhn_infoset_prompts():
-    prompts, _ = kuhn_infoset_prompts("compact")
-    verbose, _ = kuhn_infoset_prompts()
+    prompts, _ = kuhn_infoset_prompts("compact", tokenizer=TOK)
+    verbose, _ = kuhn_infoset_prompts(tokenizer=TOK)
     assert prompts.shape[1] < verbose.shape[1] // 2
-    texts = [V.decode(p) for p in prompts]
+    texts = [text(p) for p in prompts]
     assert len(set(texts)) == 12 and "card K." in texts[-1] and "History: P0 check, P1 bet." in texts[-1]
 
 
@@ -146,17 +290,17 @@ def test_sft_targets_are_the_experts_moves_at_random_teacher_positions(labels):
     Nash move where Nash is deterministic (call with K facing a bet, fold with J), with "played" the
     random move (both answers appear)."""
     cfg = WarmStartConfig(expert_prob=0.0, games_per_game=96, labels=labels)
-    data = sft_examples([GameSpec.make("kuhn_poker", "compact")], cfg, jax.random.key(0))
+    data = sft_examples([GameSpec.make("kuhn_poker", "compact", tokenizer=TOK)], cfg, jax.random.key(0))
     answers = {"K": set(), "J": set()}
     for tokens, mask in zip(data["tokens"], data["loss_mask"]):
-        text = V.decode(tokens)
+        full = text(tokens)
         start = int(np.argmax(mask)) + 1
-        prompt, response = V.decode(tokens[:start]), V.decode(tokens[start:])
+        prompt, response = text(tokens[:start]), text(tokens[start:])
         if "Legal: call fold" in " ".join(prompt.split()):
             card = prompt.split("card ")[1][0]
             if card in answers:
                 answers[card].add(response.split("\\boxed{")[1].split("}")[0])
-        assert text.startswith(prompt)
+        assert full.startswith(prompt) and response.endswith("}<eos>")
     if labels == "expert":
         assert answers == {"K": {"call"}, "J": {"fold"}}
     else:
@@ -175,14 +319,18 @@ def test_config_errors():
     with pytest.raises(ValueError, match="advantage"):
         SpiralConfig(advantage="ppo")
     with pytest.raises(ValueError, match="unknown SPIRAL game"):
-        GameSpec.make("go")
+        GameSpec.make("go", tokenizer=TOK)
+    small = LMConfig(vocab_size=96, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=512)
+    with pytest.raises(ValueError, match="vocab_size 96 < the tokenizer's 264"):
+        SpiralTrainer(SpiralConfig(games=("kuhn_poker",)), Transformer(small, rngs=nnx.Rngs(0)), tokenizer=TOK)
 
 
 @pytest.mark.slow
 def test_lm_train_step_updates_params_and_rae_baseline():
-    cfg = LMConfig(vocab_size=V.VOCAB_SIZE, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
+    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
-    trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, max_new_tokens=8), model)
+    trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, max_new_tokens=8), model,
+                            tokenizer=TOK)
     state = trainer.init(jax.random.key(0))
     before = jax.tree.map(np.asarray, state.params)
     state, m = trainer.step(state)
@@ -202,9 +350,67 @@ def test_transfer_eval_through_the_task_vocabulary_view():
     layer_states; a scanned one only passes layers=None along the same methods)."""
     from jaxrl_reason.agents.spiral.evaluation import transfer_eval
 
-    cfg = LMConfig(vocab_size=V.VOCAB_SIZE, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=64,
+    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=64,
                    scan_layers=False)
-    out = transfer_eval(Transformer(cfg, rngs=nnx.Rngs(0)), num_problems=4, max_new_tokens=4)
+    out = transfer_eval(Transformer(cfg, rngs=nnx.Rngs(0)), num_problems=4, max_new_tokens=4, tokenizer=TOK,
+                        task_tokenizer=CharTokenizer())
     assert set(out) == {"calc", "count"}
     for r in out.values():
         assert 0.0 <= r["accuracy"] <= 1.0 and 0.0 <= r["format_rate"] <= 1.0
+
+
+@pytest.fixture(scope="module")
+def experiment():
+    from jaxrl_reason.cli import load_experiment
+
+    return load_experiment("spiral")
+
+
+def test_experiment_runs_from_a_checkpoint(experiment, bpe, tmp_path):
+    """--model: a tiny HF checkpoint (byte-level BPE + random Qwen3ForCausalLM) is evaluated as it came, warm-started
+    and trained one self-play step, with a finite summary; --model wins over the preset's arch."""
+    from testutil import tiny_hf_checkpoint
+
+    from jaxrl_reason.utils.experiment import RunDir
+
+    ckpt = tiny_hf_checkpoint(tmp_path / "ckpt", bpe)
+    cfg = experiment.Config(
+        model=str(ckpt), arch="qwen3-0.6b", max_seq_len=256, variants=("rae:kuhn_poker",), steps=1, eval_every=1,
+        warm=WarmStartConfig(games_per_game=8, steps=2, batch_size=4),
+        spiral=SpiralConfig(episodes_per_game=2, max_new_tokens=8, prompt_style="compact"),
+        eval_episodes=2, final_eval_episodes=2, kuhn_samples=1, transfer_problems=2, transfer_max_new_tokens=4)
+    model, tok, task_tok = experiment.load_lm(cfg)
+    assert isinstance(tok, HFTokenizer) and tok.eos == "<|im_end|>" and task_tok is None
+    assert model.cfg.vocab_size == bpe.vocab_size and model.cfg.max_seq_len == 256  # the checkpoint, not the arch
+    summary = experiment.run(cfg, RunDir.create("spiral", cfg, root=tmp_path / "runs"))
+    nums = {k: v for k, v in summary.items() if k != "results_md"}
+    assert {k.split(" | ")[0] for k in nums if " | " in k} == {"checkpoint", "sft (warm start)", "rae:kuhn_poker"}
+    assert nums["sft_examples"] > 0 and all(math.isfinite(v) for v in nums.values()), summary
+
+
+def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
+    """The gpu preset: Qwen3-0.6B's shapes (never materialised) with the byte tokenizer; every variant's trainer
+    fits its window and the three-game step traces; the cpu preset keeps the tiny LM."""
+    from jaxrl_reason.models.lm.hf_import import config_from_hf
+    from jaxrl_reason.rl.grpo.recipes import ARCHS
+
+    for name, hf in ARCHS.items():  # every arch constructs (abstractly)
+        model = nnx.eval_shape(lambda hf=hf: Transformer(config_from_hf(hf, max_seq_len=64), rngs=nnx.Rngs(0)))
+        assert model.cfg.vocab_size >= TOK.vocab_size, name  # any arch holds the byte tokenizer's ids
+    gpu, cpu = experiment.PRESETS["gpu"], experiment.PRESETS["cpu"]
+    assert gpu.arch == "qwen3-0.6b" and gpu.model is None and cpu.arch is None and cpu.model is None
+    toks = {}
+
+    def build():
+        lm, toks["lm"], toks["task"] = experiment.load_lm(gpu)
+        return lm
+
+    model = nnx.eval_shape(build)
+    tok, task_tok = toks["lm"], toks["task"]
+    assert (model.cfg.d_model, model.cfg.n_layers, model.cfg.max_seq_len, model.cfg.remat) == (1024, 28, gpu.max_seq_len, True)
+    assert tok.vocab_size == TOK.vocab_size and isinstance(task_tok, CharTokenizer)
+    for variant in gpu.variants:
+        trainer = SpiralTrainer(gpu.variant_config(variant), model, tokenizer=tok)
+    state = jax.eval_shape(lambda p, k: trainer.init(k, p), trainer._params, jax.random.key(0))
+    _, metrics = jax.eval_shape(trainer.step, state)
+    assert {"grad_norm", "negotiation/forfeit", "tictactoe/win_lm"} <= set(metrics)

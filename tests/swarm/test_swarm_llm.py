@@ -5,14 +5,17 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from jaxrl_reason import envs
 from jaxrl_reason.agents.rally import llm
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.models.lm import Transformer
+from jaxrl_reason.models.tokenizer import ByteTokenizer
 
 ENV = envs.make("swarm", num_agents=3, num_targets=2, max_steps=10)
+TOK = ByteTokenizer()
 
 
 def test_prompt_rendering_is_readable_and_fixed_length():
@@ -21,27 +24,28 @@ def test_prompt_rendering_is_readable_and_fixed_length():
                           target_pos=jnp.array([[-0.5, 0.5], [0.5, -0.5]]), urgency=jnp.array([1.0, 0.5]),
                           adv_pos=jnp.array([[-0.9, 0.9]]))
     obs, nbrs = ENV.encode(state)
-    ids = llm.render_prompt(ENV, obs)
-    text = llm.to_text(ids)
+    ids = llm.render_prompt(ENV, obs, TOK)
+    text = llm.to_text(ids, TOK)
     assert ids.shape[0] == 3 and len(set(len(t) for t in text)) == 1
     # UAV 0: active, sees target 0 at distance 0.3 (digit round(0.3/1.2*9)=2), urgency 9, unserved
     assert text[0].startswith("A9 E9 T0v2900 T1-0000 ?"), text[0]
-    full = llm.to_text(llm.render_consensus(ids, jnp.array([0, 4, 5]), jnp.array([[1, -1], [-1, -1], [-1, -1]])))
+    full = llm.to_text(llm.render_consensus(ids, jnp.array([0, 4, 5]), jnp.array([[1, -1], [-1, -1], [-1, -1]]), TOK),
+                       TOK)
     assert full[0].endswith("?a N:e- ?"), full[0]
 
 
 def test_llm_policy_interface_gives_valid_actions():
-    model = Transformer(llm.default_lm_config(), rngs=nnx.Rngs(0))
-    policy = llm.LLMIntentPolicy(ENV, nnx.graphdef(model), nnx.state(model), greedy=False)
+    model = Transformer(llm.default_lm_config(TOK), rngs=nnx.Rngs(0))
+    policy = llm.LLMIntentPolicy(ENV, nnx.graphdef(model), nnx.state(model), greedy=False, tokenizer=TOK)
     _, ts = jax.jit(ENV.reset)(jax.random.key(1))
     a = np.asarray(jax.jit(lambda k, ts: act(policy, k, ts))(jax.random.key(2), ts))
     assert a.shape == (3,) and ((a >= 0) & (a < ENV.num_actions)).all()
 
 
 def test_prior_traces_hold_the_prior_answers():
-    seqs = jax.jit(lambda k: llm.prior_traces(ENV, RulePrior(ENV), k, num_envs=2, steps=3))(jax.random.key(0))
+    seqs = jax.jit(lambda k: llm.prior_traces(ENV, RulePrior(ENV), k, num_envs=2, steps=3, tokenizer=TOK))(jax.random.key(0))
     assert seqs.shape[0] == 2 * 3 * 3
-    text = llm.to_text(seqs)
+    text = llm.to_text(seqs, TOK)
     assert all(t[-1] in "abcdef" and t[-2] == "?" for t in text), text[:2]
 
 
@@ -49,15 +53,15 @@ def test_grpo_finetune_runs_and_logp_matches_sampling_policy():
     from jaxrl_reason.agents.rally import llm_grpo
 
     env = envs.make("swarm", num_agents=2, num_targets=2, max_steps=4)
-    cfg = llm.default_lm_config()
+    cfg = llm.default_lm_config(TOK)
     model = Transformer(dataclasses.replace(cfg, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=16),
                         rngs=nnx.Rngs(0))
     _, ts = env.reset(jax.random.key(0))
-    prompt = llm.render_prompt(env, ts.obs)
-    seq = llm.render_consensus(prompt, jnp.array([1, 4]), ts.info["neighbors"])
-    flat = jnp.concatenate([seq, llm._letter(jnp.array([2, 5]))[:, None]], -1)
-    lp = llm_grpo.answer_logp(model, env, flat, prompt.shape[1])
-    policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model))
+    prompt = llm.render_prompt(env, ts.obs, TOK)
+    seq = llm.render_consensus(prompt, jnp.array([1, 4]), ts.info["neighbors"], TOK)
+    flat = jnp.concatenate([seq, llm._letter(jnp.array([2, 5]), TOK)[:, None]], -1)
+    lp = llm_grpo.answer_logp(model, env, flat, prompt.shape[1], TOK)
+    policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model), tokenizer=TOK)
     final = jax.nn.log_softmax(policy.action_logits(seq))
     proposal = jax.nn.log_softmax(policy.action_logits(prompt))
     np.testing.assert_allclose(np.asarray(lp[:, 1]), np.asarray(final)[[0, 1], [2, 5]], atol=1e-4)
@@ -68,3 +72,19 @@ def test_grpo_finetune_runs_and_logp_matches_sampling_policy():
     before = jax.tree.leaves(nnx.state(model, nnx.Param))
     after = jax.tree.leaves(nnx.state(nnx.merge(tuned.graphdef, tuned.params), nnx.Param))
     assert any(not np.allclose(a, b) for a, b in zip(before, after)), "GRPO must update the LM"
+
+
+def test_policy_takes_its_tokenizer():
+    """No global tokenizer: the policy is built with its LM's tokenizer, whose letter ids it reads."""
+    from jaxrl_reason.models.tokenizer import CharTokenizer
+
+    model = Transformer(llm.default_lm_config(TOK), rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="tokenizer"):
+        llm.LLMIntentPolicy(ENV, nnx.graphdef(model), nnx.state(model))
+    for tok in (TOK, CharTokenizer()):
+        letters = llm._letter(jnp.arange(ENV.num_actions), tok)
+        assert tok.decode(np.asarray(letters).tolist()) == "abcdef"
+        np.testing.assert_array_equal(np.asarray(llm.letter_action(letters, tok)), np.arange(ENV.num_actions))
+    _, ts = jax.jit(ENV.reset)(jax.random.key(1))
+    char = CharTokenizer()  # another vocabulary renders the same text
+    assert llm.to_text(llm.render_prompt(ENV, ts.obs, char), char) == llm.to_text(llm.render_prompt(ENV, ts.obs, TOK), TOK)

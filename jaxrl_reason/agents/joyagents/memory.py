@@ -2,7 +2,7 @@
 with the GRPO rewards and retrieved into the master's route prompt. Fixed-size arrays; all jittable.
 
     mem = init_memory(slots=8)
-    hints = retrieve(mem, kinds)                    # kinds [B] -> hint tokens [B] (a route token or "?")
+    hints = retrieve(mem, kinds, tokenizer=tok)     # kinds [B] -> hint tokens [B] (a route token or "?")
     mem = write(mem, kinds, routes, rewards)        # kinds [Q], routes/rewards [Q, G] of Q reward groups
 
 A strategy is a route index (into ``tasks.assistant.ROUTES``). ``write`` goes through the Q groups
@@ -22,9 +22,9 @@ import flax
 import jax
 import jax.numpy as jnp
 
-from jaxrl_reason.agents.joyagents.system import NO_HINT, ROUTE_TOKENS
+from jaxrl_reason.agents.joyagents.system import SystemIds
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.tasks.assistant import ROUTES
-from jaxrl_reason.tasks.vocab import VOCAB
 
 
 @flax.struct.dataclass
@@ -52,12 +52,14 @@ def init_memory(slots: int) -> Memory:
                   score=jnp.zeros((slots,), jnp.float32))
 
 
-def retrieve(mem: Memory, kinds: jax.Array, min_reward: float = 0.0) -> jax.Array:
-    """kinds [B] -> hint tokens [B]: the best strategy stored for each type, or the no-hint token."""
+def retrieve(mem: Memory, kinds: jax.Array, min_reward: float = 0.0, *, tokenizer: Tokenizer) -> jax.Array:
+    """kinds [B] -> hint tokens [B] of ``tokenizer``: the best strategy stored for each type (its route
+    token), or the no-hint token."""
+    ids = SystemIds.from_tokenizer(tokenizer)
     match = (mem.kind[None] == kinds[:, None]) & (mem.score[None] > min_reward)  # [B, K]
     best = jnp.argmax(jnp.where(match, mem.score[None], -jnp.inf), axis=1)
-    tokens = jnp.asarray(ROUTE_TOKENS, jnp.int32)[mem.strategy[best]]
-    return jnp.where(jnp.any(match, axis=1), tokens, VOCAB.encode(NO_HINT)[0]).astype(jnp.int32)
+    tokens = jnp.asarray(ids.routes, jnp.int32)[mem.strategy[best]]
+    return jnp.where(jnp.any(match, axis=1), tokens, ids.no_hint).astype(jnp.int32)
 
 
 def write(mem: Memory, kinds: jax.Array, routes: jax.Array, rewards: jax.Array, rate: float = 0.5,

@@ -2,7 +2,8 @@
 the master answers.
 
     cfg = SystemConfig(request_tokens=11, step_tokens=6, answer_tokens=2)
-    out = run_system(graphdef, states, req, hints, key, config=cfg)               # greedy
+    tok = CharTokenizer()                                                         # the presets' tokenizer
+    out = run_system(graphdef, states, req, hints, key, config=cfg, tokenizer=tok)   # greedy
     out.answer [B, A], out.answer_lens [B], out.route [B] (route index, -1 = invalid), out.record (NodeRecord)
     out = run_system(..., temperature=1.0, start=k, fixed=record)   # resample from node k on, prefix fixed
     out = run_system(..., temperature=1.0, start=k, fixed=record, continuation_temperature=0.0)  # greedy after k
@@ -28,21 +29,36 @@ inactive and the trajectory's reward 0. Every node is one call of the KV-cache s
 prefix stays exactly as sampled) and samples nodes >= k: node-wise Monte Carlo continuations. The
 nodes are one ``lax.scan`` and ``start`` is a traced value, so the sampler compiles once for every
 node and every ``start``.
+
+Token ids come from the tokenizer handed to every entry point (``run_system``, ``SystemConfig.check_model``,
+``render``, ...): ``SystemIds.from_tokenizer`` collects them (pad / bos / eos, the route, role and "?"
+tokens, the tool's ids) as static Python ints for the jitted code. The system is character-level (the
+presets use ``CharTokenizer``): route, role and hint characters and every character of the task's text
+must be single tokens, and data text (requests, answers, steps) is spelled one token per character
+(``tasks.assistant.spell``; for a byte-level BPE checkpoint tokenizer -- Qwen2/3, Llama 3 -- valid ids
+that are not its canonical merged tokenization; other tokenizers are refused with a ValueError naming
+the first character that is not one token). Generated ids are read in jit through those per-character
+tables only: a multi-character token a checkpoint model emits (a merged "13", "do") is not a route,
+digit or answer character, so that output does not parse (invalid route, malformed call, wrong answer).
+Template text is our own: it is encoded with special tokens allowed (a checkpoint tokenizer may merge
+it: fewer tokens), and counts one token per character in the static prompt width (``prompt_len``).
+The pad id may equal the eos id (Qwen2.5 base checkpoints): every length is explicit.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import flax
 import jax
 import jax.numpy as jnp
 
-from jaxrl_reason.agents.memagent.agent import build_prompt, parse_template
+from jaxrl_reason.agents.memagent.agent import prompt_from_parts, render_parts, template_parts
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
-from jaxrl_reason.tasks.assistant import ROUTES, check_answers, encode_int, execute_call
-from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.tasks.assistant import ROUTES, AssistantIds, char_ids, check_answers, encode_int, execute_call
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 AGENTS = ("master", "math", "qa", "call")
@@ -52,9 +68,67 @@ NUM_NODES = len(NODES)
 ROUTE_AGENTS = ((MATH, -1), (QA, -1), (CALL, -1), (QA, MATH))  # per route index (ROUTES order)
 ROLE_CHARS = "RMQC"  # role token of each agent at a step node (R: master's route node); final node: F
 NO_HINT = "?"
-_tok = lambda c: VOCAB.encode(c)[0]
-ROUTE_TOKENS = tuple(_tok(r) for r in ROUTES)
-_ERROR = _tok("?")
+ERROR = "?"  # what a malformed call returns
+ROUTE_FIELDS, STEP_FIELDS, FINAL_FIELDS = ("hint", "request"), ("role", "request", "prev"), ("request", "prev")
+
+
+class SystemIds(NamedTuple):
+    """The token ids the jitted system needs, from a tokenizer (static Python ints, hashable)."""
+
+    pad: int
+    bos: int
+    eos: int
+    routes: tuple[int, ...]  # the routing token of each route (ROUTES order)
+    roles: tuple[int, ...]  # the role token of each agent (ROLE_CHARS)
+    no_hint: int  # the hint token when the memory has no strategy (NO_HINT)
+    error: int  # the result of a malformed call (ERROR)
+    tool: AssistantIds
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Tokenizer) -> "SystemIds":
+        return _system_ids(tokenizer)
+
+    def route_token(self, route: str) -> int:
+        return self.routes[ROUTES.index(route)]
+
+
+@functools.lru_cache(maxsize=32)
+def _system_ids(tokenizer: Tokenizer) -> SystemIds:
+    one = lambda chars: char_ids(tokenizer, "".join(chars), "SystemIds")
+    return SystemIds(pad=tokenizer.pad_id, bos=tokenizer.bos_id, eos=tokenizer.eos_id, routes=one(ROUTES),
+                     roles=one(ROLE_CHARS), no_hint=one(NO_HINT)[0], error=one(ERROR)[0],
+                     tool=AssistantIds.from_tokenizer(tokenizer))
+
+
+def parse_template(template: str, fields: tuple[str, ...], tokenizer: Tokenizer) -> tuple:
+    """``memagent.agent.template_parts`` with each literal as its ids (our own text: special tokens allowed):
+    (("field", name), ("lit", ids), ...), the parts ``render`` and ``build_prompt`` take.
+    ValueError when a literal does not round-trip through ``tokenizer`` (characters outside its vocabulary)
+    or needs more tokens than characters (the static prompt width counts one token per character)."""
+    out = []
+    for kind, x in template_parts(template, fields):
+        if kind == "text":
+            ids = tuple(tokenizer.encode(x, allow_special=True))
+            if tokenizer.decode(ids) != x:
+                raise ValueError(f"template {template!r}: {type(tokenizer).__name__} cannot spell {x!r} "
+                                 f"(characters outside its vocabulary)")
+            if len(ids) > len(x):
+                raise ValueError(f"template {template!r}: {x!r} is {len(ids)} tokens of {type(tokenizer).__name__}, "
+                                 f"more than its {len(x)} characters (the prompt width counts one per character)")
+            kind, x = "lit", ids
+        out.append((kind, x))
+    return tuple(out)
+
+
+def render(template: str, fields: tuple[str, ...], values: dict[str, list[int]], tokenizer: Tokenizer) -> list[int]:
+    """Host-side prompt: <bos> + template with each field replaced by its token ids (as ``build_prompt`` in jit)."""
+    return render_parts(parse_template(template, fields, tokenizer), values, tokenizer.bos_id)
+
+
+def build_prompt(parsed: tuple, values: dict, width: int, ids: SystemIds):
+    """``parse_template`` output, values {field: (tokens [B, L], lens [B])} -> prompt (tokens [B, width], lens [B]),
+    <bos> first. Jittable."""
+    return prompt_from_parts(parsed, values, width, bos_id=ids.bos, pad_id=ids.pad)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,9 +151,18 @@ class SystemConfig:
         if self.step_tokens < self.answer_tokens:
             raise ValueError(f"SystemConfig: step_tokens ({self.step_tokens}) must be >= answer_tokens "
                              f"({self.answer_tokens}): a step's result may be the final answer")
-        parse_template(self.route_template, ("hint", "request"))
-        parse_template(self.step_template, ("role", "request", "prev"))
-        parse_template(self.final_template, ("request", "prev"))
+        self.split_templates()
+
+    def split_templates(self) -> tuple:
+        """(route, step, final) templates as ``memagent.agent.template_parts`` (no tokenizer)."""
+        return (template_parts(self.route_template, ROUTE_FIELDS), template_parts(self.step_template, STEP_FIELDS),
+                template_parts(self.final_template, FINAL_FIELDS))
+
+    def templates(self, tokenizer: Tokenizer) -> tuple:
+        """(route, step, final) templates as ``parse_template`` parts (literal ids of ``tokenizer``)."""
+        return (parse_template(self.route_template, ROUTE_FIELDS, tokenizer),
+                parse_template(self.step_template, STEP_FIELDS, tokenizer),
+                parse_template(self.final_template, FINAL_FIELDS, tokenizer))
 
     @property
     def num_models(self) -> int:
@@ -87,12 +170,9 @@ class SystemConfig:
 
     @property
     def prompt_len(self) -> int:
-        """Widest node prompt (with <bos>)."""
+        """Widest node prompt (with <bos>; template text counts one token per character)."""
         width = {"hint": 1, "request": self.request_tokens, "role": 1, "prev": self.step_tokens}
-        lens = [1 + sum(len(x) if k == "lit" else width[x] for k, x in parse_template(t, f))
-                for t, f in ((self.route_template, ("hint", "request")), (self.step_template, ("role", "request", "prev")),
-                             (self.final_template, ("request", "prev")))]
-        return max(lens)
+        return max(1 + sum(len(x) if k == "text" else width[x] for k, x in parts) for parts in self.split_templates())
 
     @property
     def response_len(self) -> int:
@@ -106,8 +186,12 @@ class SystemConfig:
         """Content tokens each node may emit (route: one token)."""
         return (1, self.step_tokens, self.step_tokens, self.answer_tokens)
 
-    def check_model(self, model_cfg) -> None:
-        VOCAB.check_model(model_cfg, self.seq_len, "SystemConfig")
+    def check_model(self, model_cfg, tokenizer: Tokenizer) -> None:
+        """ValueError unless the model (``LMConfig``) holds a node of ``tokenizer``'s ids and the templates and the
+        system's tokens are spelled by ``tokenizer``."""
+        tokenizer.check_model(model_cfg, self.seq_len, "SystemConfig")
+        self.templates(tokenizer)
+        SystemIds.from_tokenizer(tokenizer)
 
 
 @flax.struct.dataclass
@@ -155,30 +239,31 @@ class SystemOutput:
     record: NodeRecord
 
 
-def content(tokens: jax.Array, lengths: jax.Array, limit) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Sampled response tokens [B, T] -> (content [B, T-1] before the first <eos>, at most ``limit`` tokens;
-    lens [B]; ended [B]: False when no <eos> came within limit+1 tokens, an overlong, malformed output).
-    ``limit`` may be traced."""
+def content(tokens: jax.Array, lengths: jax.Array, limit, eos_id: int, pad_id: int
+            ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Sampled response tokens [B, T] -> (content [B, T-1] before the first eos, at most ``limit`` tokens,
+    pad after; lens [B]; ended [B]: False when no eos came within limit+1 tokens, an overlong, malformed
+    output). ``limit`` may be traced."""
     w = tokens.shape[1] - 1
     pos = jnp.arange(tokens.shape[1])[None]
-    is_eos = (tokens == VOCAB.eos) & (pos < lengths[:, None])
+    is_eos = (tokens == eos_id) & (pos < lengths[:, None])
     has = jnp.any(is_eos, axis=1)
     n = jnp.where(has, jnp.argmax(is_eos, axis=1), lengths)
     ended = has & (n <= limit)
     n = jnp.minimum(n, limit)
-    out = jnp.where(pos[:, :w] < n[:, None], tokens[:, :w], VOCAB.pad)
+    out = jnp.where(pos[:, :w] < n[:, None], tokens[:, :w], pad_id)
     return out, n.astype(jnp.int32), ended
 
 
-def _sample(graphdef, states, agent, prompts, plens, key, budget, temperature: float, t: int):
+def _sample(graphdef, states, agent, prompts, plens, key, budget, temperature: float, t: int, ids: SystemIds):
     """One node for all rows: rows with budget 0 stay empty; ``agent`` [B] picks the model per row
     (shared weights: one sampler call; separate models: one call per model, rows selected)."""
-    cfg = SamplerConfig(max_new_tokens=t, temperature=temperature, pad_id=VOCAB.pad)
-    stop = jnp.full((prompts.shape[0], 1), VOCAB.eos, jnp.int32)
+    cfg = SamplerConfig(max_new_tokens=t, temperature=temperature, pad_id=ids.pad)
+    stop = jnp.full((prompts.shape[0], 1), ids.eos, jnp.int32)
     if len(states) == 1:
         out = generate(graphdef, states[0], prompts, plens, key, stop, budget, config=cfg)
         return out.tokens, out.lengths
-    toks = jnp.full((prompts.shape[0], t), VOCAB.pad, jnp.int32)
+    toks = jnp.full((prompts.shape[0], t), ids.pad, jnp.int32)
     lens = jnp.zeros((prompts.shape[0],), jnp.int32)
     for i, st in enumerate(states):
         mine = agent == i
@@ -197,29 +282,41 @@ def empty_record(b: int, config: SystemConfig) -> NodeRecord:
                       active=z.astype(bool), agent=z - 1)
 
 
-def _step_result(a, out, lens, ended, width: int):
+def _step_result(a, out, lens, ended, width: int, ids: SystemIds):
     """What a step returns: its output, or the tool's value for a call ("?" when malformed).
     -> (tokens [B, width], lens [B], well-formed call [B])."""
-    value, valid = execute_call(out, lens)
+    value, valid = execute_call(out, lens, ids.tool)
     valid = valid & ended
-    v_tok, v_len = encode_int(value, width)
-    err_tok = jnp.zeros_like(out).at[:, 0].set(_ERROR)
+    v_tok, v_len = encode_int(value, width, ids.tool)
+    err_tok = jnp.full_like(out, ids.pad).at[:, 0].set(ids.error)
     is_call = a == CALL
     tok = jnp.where((is_call & valid)[:, None], v_tok, jnp.where(is_call[:, None], err_tok, out))
     return tok, jnp.where(is_call, jnp.where(valid, v_len, 1), lens), is_call & valid
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "config", "temperature", "continuation_temperature"))
 def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *, config: SystemConfig,
-               temperature: float = 0.0, start=0, fixed: NodeRecord | None = None,
+               tokenizer: Tokenizer, temperature: float = 0.0, start=0, fixed: NodeRecord | None = None,
                continuation_temperature: float | None = None) -> SystemOutput:
-    """All four nodes for a batch of requests; hints [B] (a route token or the "?" token). See the module
-    docstring. ``start`` (int, may be traced) > 0 needs ``fixed``; nodes < start are replayed from it.
-    ``continuation_temperature`` (None: ``temperature``) is the temperature of the nodes after ``start``
-    (0: the continuation is the current policy's greedy one, as at evaluation).
+    """All four nodes for a batch of requests; hints [B] (a route token or the "?" token of ``tokenizer``).
+    See the module docstring. ``start`` (int, may be traced) > 0 needs ``fixed``; nodes < start are replayed
+    from it. ``continuation_temperature`` (None: ``temperature``) is the temperature of the nodes after
+    ``start`` (0: the continuation is the current policy's greedy one, as at evaluation).
 
     The nodes run in one ``lax.scan`` (one compiled sampler for all of them): the node index selects the
-    prompt, the acting agent and the token limit; replayed nodes get a zero budget (no decoding)."""
+    prompt, the acting agent and the token limit; replayed nodes get a zero budget (no decoding). Jitted
+    (the tokenizer's ids and templates are static)."""
+    # a plain start=0 without a fixed record stays a Python int (the replay machinery is traced out)
+    replay = {} if fixed is None and isinstance(start, int) and start == 0 else {"start": start, "fixed": fixed}
+    return _run_system(graphdef, states, req, hints, key, config=config, ids=SystemIds.from_tokenizer(tokenizer),
+                       templates=config.templates(tokenizer), temperature=temperature,
+                       continuation_temperature=continuation_temperature, **replay)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "config", "ids", "templates", "temperature",
+                                             "continuation_temperature"))
+def _run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *, config: SystemConfig,
+                ids: SystemIds, templates: tuple, temperature: float = 0.0, start=0, fixed: NodeRecord | None = None,
+                continuation_temperature: float | None = None) -> SystemOutput:
     if isinstance(start, int) and not 0 <= start < NUM_NODES:
         raise ValueError(f"start must be in [0, {NUM_NODES}), got {start}")
     if fixed is None and not (isinstance(start, int) and start == 0):
@@ -235,23 +332,22 @@ def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *,
     ones = jnp.ones((b,), jnp.int32)
     hint = (hints[:, None].astype(jnp.int32), ones)
     empty = (jnp.zeros((b, 1), jnp.int32), jnp.zeros((b,), jnp.int32))
-    roles = jnp.asarray([_tok(c) for c in ROLE_CHARS], jnp.int32)
+    roles = jnp.asarray(ids.roles, jnp.int32)
     role = lambda a: (roles[jnp.maximum(a, 0)][:, None], ones)
     table = jnp.asarray(ROUTE_AGENTS, jnp.int32)
     limits = jnp.asarray(config.limits(), jnp.int32)
     master = jnp.full((b,), MASTER, jnp.int32)
     everyone = jnp.ones((b,), bool)
-    step_fields = ("role", "request", "prev")
+    route_t, step_t, final_t = templates
 
     def node(carry, n):
         route, res1, res1_len, res, res_len, call1 = carry
         a1 = jnp.where(route >= 0, table[jnp.maximum(route, 0), 0], -1)
         a2 = jnp.where(route >= 0, table[jnp.maximum(route, 0), 1], -1)
-        built = [build_prompt(config.route_template, ("hint", "request"), {"hint": hint, "request": request}, p),
-                 build_prompt(config.step_template, step_fields, {"role": role(a1), "request": request, "prev": empty}, p),
-                 build_prompt(config.step_template, step_fields,
-                              {"role": role(a2), "request": request, "prev": (res1, res1_len)}, p),
-                 build_prompt(config.final_template, ("request", "prev"), {"request": request, "prev": (res, res_len)}, p)]
+        built = [build_prompt(route_t, {"hint": hint, "request": request}, p, ids),
+                 build_prompt(step_t, {"role": role(a1), "request": request, "prev": empty}, p, ids),
+                 build_prompt(step_t, {"role": role(a2), "request": request, "prev": (res1, res1_len)}, p, ids),
+                 build_prompt(final_t, {"request": request, "prev": (res, res_len)}, p, ids)]
         prompts = jnp.stack([x[0] for x in built])[n]
         plens = jnp.stack([x[1] for x in built])[n]
         agent = jnp.stack([master, a1, a2, master])[n]
@@ -261,17 +357,17 @@ def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *,
         budget = jnp.where(active & sampled, limit + 1, 0)
         model_of = jnp.zeros_like(agent) if config.shared else jnp.maximum(agent, 0)
         sample = lambda temp: _sample(graphdef, states, model_of, prompts, plens, jax.random.fold_in(key, n), budget,
-                                      temp, t)
+                                      temp, t, ids)
         if continuation_temperature is None or continuation_temperature == temperature:
             toks, lens = sample(temperature)
         else:
             toks, lens = jax.lax.cond(n > start, lambda: sample(continuation_temperature), lambda: sample(temperature))
         toks = jnp.where(sampled, toks, fixed.tokens[n])
         lens = jnp.where(sampled, lens, fixed.lengths[n])
-        out, olen, ended = content(toks, lens, limit)
-        hit = out[:, :1] == jnp.asarray(ROUTE_TOKENS)[None]
+        out, olen, ended = content(toks, lens, limit, ids.eos, ids.pad)
+        hit = out[:, :1] == jnp.asarray(ids.routes, jnp.int32)[None]
         new_route = jnp.where(ended & (olen == 1) & jnp.any(hit, 1), jnp.argmax(hit, 1), -1).astype(jnp.int32)
-        r_tok, r_len, r_call = _step_result(agent, out, olen, ended, w)
+        r_tok, r_len, r_call = _step_result(agent, out, olen, ended, w, ids)
         route = jnp.where(n == 0, new_route, route)
         res1, res1_len = jnp.where(n == 1, r_tok, res1), jnp.where(n == 1, r_len, res1_len)
         take = (n == 1) | ((n == 2) & (a2 >= 0))
@@ -295,6 +391,7 @@ def requests_from_arrays(arrays: dict) -> Requests:
     return Requests(**{k: jnp.asarray(v) for k, v in arrays.items()})
 
 
-__all__ = ["AGENTS", "CALL", "MASTER", "MATH", "NODES", "NO_HINT", "NUM_NODES", "NodeRecord", "QA", "ROLE_CHARS",
-           "ROUTE_AGENTS", "ROUTE_TOKENS", "Requests", "SystemConfig", "SystemOutput", "content", "empty_record", "requests_from_arrays",
-           "run_system"]
+__all__ = ["AGENTS", "CALL", "ERROR", "FINAL_FIELDS", "MASTER", "MATH", "NODES", "NO_HINT", "NUM_NODES", "NodeRecord", "QA",
+           "ROLE_CHARS", "ROUTE_AGENTS", "ROUTE_FIELDS", "Requests", "STEP_FIELDS", "SystemConfig", "SystemIds",
+           "SystemOutput", "build_prompt", "content", "empty_record", "parse_template", "render",
+           "requests_from_arrays", "run_system"]

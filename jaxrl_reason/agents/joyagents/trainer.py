@@ -2,9 +2,11 @@
 (whole-trajectory groups) or node-wise Monte Carlo with marginal-benefit (top-K) selection, with or
 without memory evolution; greedy evaluation per request type.
 
-    models = build_models(lm, cfg, seed)                                # 1 (shared) or 4 LMs
-    sft_warm_start(models, requests, cfg, TraceNoise(...), SFTConfig())
-    trainer = JoyTrainer(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models)
+    tok = CharTokenizer()                                               # every id comes from it
+    models = build_models(lm, cfg, seed, tokenizer=tok)                 # 1 (shared) or 4 LMs, from scratch
+    # or: tok = HFTokenizer.from_pretrained(ckpt); models = load_models(ckpt, cfg, tokenizer=tok)
+    sft_warm_start(models, requests, cfg, TraceNoise(...), SFTConfig(), tokenizer=tok)
+    trainer = JoyTrainer(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models, tokenizer=tok)
     state = trainer.init()
     state, metrics = trainer.step(state, req, key)        # req: Requests of Q training requests
     evaluate(trainer, state, req_heldout) -> {"accuracy", "accuracy/<type>", "route_accuracy", ...}
@@ -21,9 +23,15 @@ the nodes after k greedily, so each resampled action is scored by what the curre
 Each (request, node) group gives group advantages for the G resampled actions of node k only.
 Marginal-benefit selection keeps, per request, the ``top_k`` active nodes whose groups have the largest
 reward variance; only those rows enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the shared
-``minibatch_epochs``) per RL step, so "updates" are comparable; the node-wise step samples 4G
+``minibatch_epochs``; ``minibatches`` > 1: that many, for a large model's memory) per RL step, so
+"updates" are comparable; the node-wise step samples 4G
 trajectories (G full + 3 x G continuations) per request against G for the plain one, which the
 metrics report (``trajectories``).
+
+Checkpoints (``load_models``): every agent starts from the same checkpoint weights (one copy per model,
+each trained separately, as ``build_models`` seeds one fresh LM per model); the SFT warm start still
+runs on them (it teaches the system's protocol: templates, routing tokens, calls and text spelled one
+token per character, ``tasks.assistant.spell``).
 
 Memory (``memory=True``): the route hint of every request is retrieved from the shared memory
 (``memory.retrieve``) and after each step the route groups (the plain groups, or the node-0 groups of
@@ -47,16 +55,17 @@ from flax import nnx
 from jaxrl_reason.agents.joyagents.data import TraceNoise, scripted_conversations
 from jaxrl_reason.agents.joyagents.memory import Memory, init_memory, retrieve, write
 from jaxrl_reason.agents.joyagents.system import (
-    NO_HINT, NUM_NODES, NodeRecord, Requests, SystemConfig, empty_record, run_system)
+    NUM_NODES, NodeRecord, Requests, SystemConfig, SystemIds, empty_record, run_system)
 from jaxrl_reason.agents.memagent.data import conversation_arrays
 from jaxrl_reason.agents.memagent.trainer import SFTConfig, train_conversations
+from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
-from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -64,25 +73,41 @@ MODES = ("joint", "nodewise")
 CONTINUATIONS = ("sample", "greedy")
 
 
-def build_models(lm: TinyLM, config: SystemConfig, seed: int) -> list:
-    """One LM (shared weights) or one per agent, each seeded differently."""
-    models = [build_model(lm, seed + i) for i in range(config.num_models)]
-    config.check_model(models[0].cfg)
+def build_models(lm: TinyLM | LMConfig, config: SystemConfig, seed: int, *, tokenizer: Tokenizer) -> list:
+    """One LM (shared weights) or one per agent, each seeded differently, from scratch: a ``TinyLM`` sized
+    for ``tokenizer``, or an ``LMConfig`` as is (e.g. ``config_from_hf(recipes.ARCHS[name], ...)``)."""
+    if isinstance(lm, LMConfig):
+        models = [Transformer(lm, rngs=nnx.Rngs(seed + i)) for i in range(config.num_models)]
+    else:
+        models = [build_model(lm, seed + i, tokenizer) for i in range(config.num_models)]
+    config.check_model(models[0].cfg, tokenizer)
     return models
 
 
+def load_models(path, config: SystemConfig, *, tokenizer: Tokenizer, max_seq_len: int | None = None) -> list:
+    """One LM (shared weights) or one per agent, every one the HF checkpoint at ``path`` (fp32; loaded once,
+    copied: the same initial weights, trained separately). ``max_seq_len`` (default ``config.seq_len``):
+    the models' window (KV cache and RoPE table). ``tokenizer``: the checkpoint's (``HFTokenizer``)."""
+    from jaxrl_reason.models.lm.hf_import import load_hf_model
+
+    model = load_hf_model(path, max_seq_len=config.seq_len if max_seq_len is None else max_seq_len)
+    config.check_model(model.cfg, tokenizer)
+    return [model] + [nnx.clone(model) for _ in range(config.num_models - 1)]
+
+
 def sft_warm_start(models: Sequence, requests: Sequence[AssistantRequest], config: SystemConfig, noise: TraceNoise,
-                   sft: SFTConfig, seed: int = 0) -> list[np.ndarray]:
+                   sft: SFTConfig, seed: int = 0, *, tokenizer: Tokenizer) -> list[np.ndarray]:
     """Train the model(s) in place on scripted conversations; separate models see their own agent's
     conversations only. Returns the per-step loss of each model."""
     if len(models) != config.num_models:
         raise ValueError(f"sft_warm_start: config.shared={config.shared} needs {config.num_models} model(s), "
                          f"got {len(models)}")
-    convs = scripted_conversations(requests, config, noise, np.random.default_rng([seed, 2001]))
+    convs = scripted_conversations(requests, config, noise, np.random.default_rng([seed, 2001]), tokenizer=tokenizer)
     losses = []
     for i, model in enumerate(models):
         mine = [(p, r) for p, r, a in convs if config.shared or a == i]
-        losses.append(train_conversations(model, conversation_arrays(mine, config.seq_len), sft, seed + i))
+        losses.append(train_conversations(model, conversation_arrays(mine, config.seq_len, tokenizer=tokenizer), sft,
+                                          seed + i))
     return losses
 
 
@@ -104,6 +129,10 @@ class JoyConfig:
     advantage: str = "grpo"
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
     logprob_chunk: int = 8
+    # the RL step's rows (every node of every sampled trajectory) in this many gradient steps: 1 = one
+    # optimiser update per RL step (the cpu preset); > 1 bounds the activations of a large model's update
+    # (each RL step is then that many optimiser updates, in both modes alike)
+    minibatches: int = 1
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -122,6 +151,7 @@ class JoyConfig:
         need(self.continuation in CONTINUATIONS, f"continuation must be one of {CONTINUATIONS}, got {self.continuation!r}")
         need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
         need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
+        need(self.minibatches >= 1 and self.logprob_chunk >= 1, "minibatches and logprob_chunk must be >= 1")
 
 
 @flax.struct.dataclass
@@ -133,12 +163,13 @@ class JoyState:
     step: jax.Array
 
 
-def _no_hint(n: int) -> jax.Array:
-    return jnp.full((n,), VOCAB.encode(NO_HINT)[0], jnp.int32)
+def no_hints(n: int, tokenizer: Tokenizer) -> jax.Array:
+    """[n] no-hint tokens (route prompts without a memory)."""
+    return jnp.full((n,), SystemIds.from_tokenizer(tokenizer).no_hint, jnp.int32)
 
 
-def hints_for(cfg: JoyConfig, memory: Memory, kinds: jax.Array) -> jax.Array:
-    return retrieve(memory, kinds) if cfg.memory else _no_hint(kinds.shape[0])
+def hints_for(cfg: JoyConfig, memory: Memory, kinds: jax.Array, *, tokenizer: Tokenizer) -> jax.Array:
+    return retrieve(memory, kinds, tokenizer=tokenizer) if cfg.memory else no_hints(kinds.shape[0], tokenizer)
 
 
 def flat_nodes(rec: NodeRecord, nodes: Sequence[int] | None = None) -> dict:
@@ -158,18 +189,18 @@ def select_top_k(variance: jax.Array, active: jax.Array, k: int) -> jax.Array:
 
 
 class JoyTrainer:
-    def __init__(self, config: JoyConfig, system: SystemConfig, models: Sequence):
+    def __init__(self, config: JoyConfig, system: SystemConfig, models: Sequence, *, tokenizer: Tokenizer):
         if len(models) != system.num_models:
             raise ValueError(f"JoyTrainer: system.shared={system.shared} needs {system.num_models} model(s), "
                              f"got {len(models)}")
-        system.check_model(models[0].cfg)
-        self.config, self.system = config, system
+        system.check_model(models[0].cfg, tokenizer)
+        self.config, self.system, self.tokenizer = config, system, tokenizer
         splits = [nnx.split(m, nnx.Param, ...) for m in models]
         self.graphdef = splits[0][0]
         self._params = tuple(s[1] for s in splits)
         self._rest = tuple(s[2] for s in splits)
         self.optimizer = _optimizer(config)
-        self._step = _step_fn(self.graphdef, config, system)
+        self._step = _step_fn(self.graphdef, config, system, tokenizer)
 
     def init(self, params: tuple | None = None) -> JoyState:
         params = jax.tree.map(jnp.array, self._params if params is None else params)
@@ -188,17 +219,19 @@ def _optimizer(cfg: JoyConfig):
 
 
 @functools.lru_cache(maxsize=None)
-def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
+def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenizer):
     optimizer = _optimizer(cfg)
     g = cfg.group_size
+    pad_id = SystemIds.from_tokenizer(tokenizer).pad
 
     def step(state: JoyState, req: Requests, key):
         k_roll, k_perm = jax.random.split(key)
         states = tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
         q = len(req)
-        hints = hints_for(cfg, state.memory, req.kind)
+        hints = hints_for(cfg, state.memory, req.kind, tokenizer=tokenizer)
         rep, rep_hints = req.repeat(g), jnp.repeat(hints, g)
-        roll = functools.partial(run_system, graphdef, states, config=system, temperature=cfg.temperature)
+        roll = functools.partial(run_system, graphdef, states, config=system, tokenizer=tokenizer,
+                                 temperature=cfg.temperature)
         if cfg.mode == "joint":
             out = roll(rep, rep_hints, k_roll)
             reward = out.reward.reshape(q, g)
@@ -236,7 +269,7 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
                      **{f"variance/{n}": jnp.where(active[:, i], variances[:, i], 0).mean() for i, n in enumerate(names)}}
             final_reward = rewards[0]
         n_resp = rows["tokens"].shape[1]
-        seqs = join(rows["prompts"], rows["prompt_lens"], rows["tokens"])
+        seqs = join(rows["prompts"], rows["prompt_lens"], rows["tokens"], pad_id)
         mask = ((jnp.arange(n_resp)[None] < rows["lengths"][:, None]) & rows["use"][:, None]).astype(jnp.float32)
         model_of = jnp.zeros_like(rows["agent"]) if system.shared else jnp.maximum(rows["agent"], 0)
 
@@ -255,7 +288,8 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
             logp, ent = logp_fn(params, mb["seqs"], mb["plens"], mb["model"])
             return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], entropy=ent, config=cfg.loss)
 
-        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm, 1, 1)
+        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm, 1,
+                                                   cfg.minibatches)
         memory = (write(state.memory, req.kind, route_groups, route_rewards, cfg.memory_rate) if cfg.memory
                   else state.memory)
         metrics = {k: v.mean() for k, v in m.items()}
@@ -271,8 +305,10 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig):
 def evaluate(trainer: JoyTrainer, state: JoyState, req: Requests, use_memory: bool | None = None) -> dict:
     """Greedy accuracy overall and per request type; route accuracy needs the correct route = the type."""
     use = trainer.config.memory if use_memory is None else use_memory
-    hints = retrieve(state.memory, req.kind) if use else _no_hint(len(req))
-    out = run_system(trainer.graphdef, trainer.states(state), req, hints, jax.random.key(0), config=trainer.system)
+    tok = trainer.tokenizer
+    hints = retrieve(state.memory, req.kind, tokenizer=tok) if use else no_hints(len(req), tok)
+    out = run_system(trainer.graphdef, trainer.states(state), req, hints, jax.random.key(0), config=trainer.system,
+                     tokenizer=tok)
     reward, route, kind = (np.asarray(x) for x in (out.reward, out.route, req.kind))
     res = {"accuracy": float(reward.mean()), "route_accuracy": float((route == kind).mean())}
     for i, name in enumerate(TYPES):
@@ -284,4 +320,4 @@ def evaluate(trainer: JoyTrainer, state: JoyState, req: Requests, use_memory: bo
 
 
 __all__ = ["JoyConfig", "JoyState", "JoyTrainer", "MODES", "build_models", "evaluate", "flat_nodes", "hints_for",
-           "select_top_k", "sft_warm_start"]
+           "load_models", "no_hints", "select_top_k", "sft_warm_start"]

@@ -1,9 +1,15 @@
 """MemAgent as one jitted transform: read a document chunk by chunk, overwriting a bounded memory.
 
-    cfg = MemAgentConfig(chunk_tokens=28, memory_tokens=8, question_tokens=8, answer_tokens=6)
-    out = run_agent(graphdef, state, batch, key, config=cfg)                    # greedy
+    tok = CharTokenizer()                                   # models.tokenizer; the presets' vocabulary
+    agent = MemAgent(MemAgentConfig(chunk_tokens=28, memory_tokens=8, question_tokens=8, answer_tokens=6), tok)
+    out = run_agent(graphdef, state, batch, key, agent=agent)                  # greedy
     out.answer [B, A], out.answer_lens [B], out.memory [B, M], out.overflow [B] (truncated updates)
     out = run_agent(..., temperature=1.0, record=True)   # + every conversation, for Multi-Conv RL
+
+``MemAgentConfig`` holds the hyperparameters (shapes, template strings: a preset field); ``MemAgent``
+binds it to a tokenizer and holds, as static Python ints and tuples, every id the jitted agent uses
+(pad, bos, eos, the templates' literal ids, the initial memory), so it is the jit static argument: two
+agents with equal ids share compiled programs whichever tokenizer object built them.
 
 The document [B, L] is cut into n = ceil(L / C) chunks of C tokens (at least one; an empty or short
 document gives one partial chunk). A ``lax.scan`` over chunks runs one *memory-update conversation*
@@ -16,9 +22,16 @@ starts as the fixed ``initial_memory`` text. A last *final-answer conversation* 
 static shape, so memory and compute per chunk are constant: the working set does not grow with the
 document and time is linear in its length.
 
-Templates are plain strings (vocabulary characters only) with ``{question}``, ``{chunk}``, ``{memory}`` fields (special tags
-like ``<think>`` allowed); each prompt starts with <bos>. ``render`` builds the same prompt on the
-host (SFT data); ``pack`` builds it inside jit from right-padded segments.
+Templates are strings with ``{question}``, ``{chunk}``, ``{memory}`` fields; their literal text is our
+own, encoded with control tokens allowed (``<think>`` is one token), and must not contain text the
+tokenizer maps to <unk>; field values are data (plain text, one token per character:
+``tasks.longcontext.encode_plain``; the initial memory too). With a checkpoint tokenizer (``HFTokenizer``,
+byte-level BPE) the literals are its canonical tokens and the data are spelled one single-character
+token per character (valid ids, not the canonical tokenization); the memory the model writes and
+reads back is whatever tokens it emits, multi-character ones included, and answers are scored on
+decoded text in evaluation (``trainer.evaluate_agent``), on ids in the RL reward. Each prompt starts with <bos>. ``render``
+builds the same prompt on the host (SFT data); ``build_prompt`` builds it inside jit from right-padded
+segments.
 """
 
 from __future__ import annotations
@@ -34,14 +47,18 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
-from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.tasks.longcontext import encode_plain
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 _FIELD = re.compile(r"\{(\w+)\}")
+UPDATE_FIELDS = ("question", "chunk", "memory")
+FINAL_FIELDS = ("question", "memory")
 
 
-def parse_template(template: str, fields: tuple[str, ...]) -> tuple:
-    """'{question}|{chunk}>' -> (("field", "question"), ("lit", (ids...)), ...); each field exactly once."""
+def template_parts(template: str, fields: tuple[str, ...]) -> tuple:
+    """'{question}|{chunk}>' -> (("field", "question"), ("text", "|"), ...): the structure of a template,
+    without a tokenizer; ValueError unless each of ``fields`` occurs exactly once and no other field does."""
     parts, names = [], []
     for i, piece in enumerate(_FIELD.split(template)):
         if i % 2:
@@ -50,19 +67,37 @@ def parse_template(template: str, fields: tuple[str, ...]) -> tuple:
             names.append(piece)
             parts.append(("field", piece))
         elif piece:
-            ids = tuple(VOCAB.encode(piece))
-            if VOCAB.unk in ids:
-                raise ValueError(f"template {template!r}: {piece!r} has characters outside the vocabulary")
-            parts.append(("lit", ids))
+            parts.append(("text", piece))
     for f in fields:
         if names.count(f) != 1:
             raise ValueError(f"template {template!r} must contain {{{f}}} exactly once (found {names.count(f)})")
     return tuple(parts)
 
 
+def parse_template(template: str, fields: tuple[str, ...], tokenizer: Tokenizer) -> tuple:
+    """'{question}|{chunk}>' -> (("field", "question"), ("lit", (ids...)), ...): ``template_parts`` with
+    the literal text encoded by ``tokenizer`` (control tokens allowed: the template is our own text);
+    ValueError if a literal has text the tokenizer maps to <unk>."""
+    unk = tokenizer.single_token_id("<unk>")
+    out = []
+    for kind, x in template_parts(template, fields):
+        if kind == "text":
+            ids = tuple(tokenizer.encode(x, allow_special=True))
+            if unk is not None and unk in ids:
+                raise ValueError(f"template {template!r}: {x!r} has characters outside the vocabulary")
+            kind, x = "lit", ids
+        out.append((kind, x))
+    return tuple(out)
+
+
+def _prompt_len(parts: tuple, width: dict[str, int]) -> int:
+    """<bos> + literals + each field at its full width."""
+    return 1 + sum(len(x) if kind == "lit" else width[x] for kind, x in parts)
+
+
 @dataclasses.dataclass(frozen=True)
 class MemAgentConfig:
-    """Static shapes and templates of the agent (hashable: a jit static argument)."""
+    """Static shapes and templates of the agent (hyperparameters, no tokenizer: ``MemAgent`` binds one)."""
 
     chunk_tokens: int = 28  # C
     memory_tokens: int = 8  # M
@@ -77,32 +112,63 @@ class MemAgentConfig:
         for f in ("chunk_tokens", "memory_tokens", "question_tokens", "answer_tokens"):
             if getattr(self, f) < 1:
                 raise ValueError(f"MemAgentConfig: {f} must be >= 1, got {getattr(self, f)}")
-        parse_template(self.update_template, ("question", "chunk", "memory"))
-        parse_template(self.final_template, ("question", "memory"))
-        n = len(VOCAB.encode(self.initial_memory))
-        if n > self.memory_tokens:
-            raise ValueError(f"MemAgentConfig: initial_memory {self.initial_memory!r} has {n} tokens > "
-                             f"memory_tokens {self.memory_tokens}")
+        template_parts(self.update_template, UPDATE_FIELDS)
+        template_parts(self.final_template, FINAL_FIELDS)
 
-    def _prompt_len(self, template: str, fields: tuple[str, ...]) -> int:
-        width = {"question": self.question_tokens, "chunk": self.chunk_tokens, "memory": self.memory_tokens}
-        return 1 + sum(len(p[1]) if p[0] == "lit" else width[p[1]] for p in parse_template(template, fields))
+
+def _static(obj, **values) -> None:
+    for k, v in values.items():
+        object.__setattr__(obj, k, v)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemAgent:
+    """A ``MemAgentConfig`` bound to a tokenizer: the ids the jitted agent uses, as static Python values.
+
+    Hashable and compared on the config and these ids, not on the tokenizer object (a jit static
+    argument). ``tokenizer`` stays available for host-side encoding and decoding."""
+
+    config: MemAgentConfig
+    tokenizer: Tokenizer = dataclasses.field(compare=False, repr=False)
+    pad_id: int = dataclasses.field(init=False)
+    bos_id: int = dataclasses.field(init=False)
+    eos_id: int = dataclasses.field(init=False)
+    update_parts: tuple = dataclasses.field(init=False)  # parse_template of update_template
+    final_parts: tuple = dataclasses.field(init=False)  # parse_template of final_template
+    initial_ids: tuple[int, ...] = dataclasses.field(init=False)  # initial_memory as plain text
+
+    def __post_init__(self):
+        cfg, tok = self.config, self.tokenizer
+        # plain text like the oracle memories (one token per character); checks the tokenizer (byte_table)
+        initial = tuple(encode_plain([cfg.initial_memory], tokenizer=tok)[0][0].tolist())
+        if len(initial) > cfg.memory_tokens:
+            raise ValueError(f"MemAgent: initial_memory {cfg.initial_memory!r} has {len(initial)} tokens > "
+                             f"memory_tokens {cfg.memory_tokens}")
+        _static(self, pad_id=int(tok.pad_id), bos_id=int(tok.bos_id), eos_id=int(tok.eos_id), initial_ids=initial,
+                update_parts=parse_template(cfg.update_template, UPDATE_FIELDS, tok),
+                final_parts=parse_template(cfg.final_template, FINAL_FIELDS, tok))
+        check_hyperparameters(self)  # the config's floats (no float of its own)
+
+    def _widths(self) -> dict[str, int]:
+        c = self.config
+        return {"question": c.question_tokens, "chunk": c.chunk_tokens, "memory": c.memory_tokens}
 
     @property
     def update_prompt_len(self) -> int:
-        return self._prompt_len(self.update_template, ("question", "chunk", "memory"))
+        return _prompt_len(self.update_parts, self._widths())
 
     @property
     def final_prompt_len(self) -> int:
-        return self._prompt_len(self.final_template, ("question", "memory"))
+        return _prompt_len(self.final_parts, self._widths())
 
     @property
     def seq_len(self) -> int:
         """Longest conversation (prompt + response + <eos>) the model must hold."""
-        return max(self.update_prompt_len + self.memory_tokens + 1, self.final_prompt_len + self.answer_tokens + 1)
+        c = self.config
+        return max(self.update_prompt_len + c.memory_tokens + 1, self.final_prompt_len + c.answer_tokens + 1)
 
     def check_model(self, model_cfg) -> None:
-        VOCAB.check_model(model_cfg, self.seq_len, "MemAgentConfig")
+        self.tokenizer.check_model(model_cfg, self.seq_len, "MemAgent")
 
 
 @flax.struct.dataclass
@@ -136,18 +202,23 @@ class AgentOutput:
     final: dict | None = None  # record=True: {"prompts" [B,Pf], "prompt_lens", "tokens" [B,A+1], "lengths"}
 
 
-def render(template: str, fields: tuple[str, ...], values: dict[str, list[int]]) -> list[int]:
+def render(template: str, fields: tuple[str, ...], values: dict[str, list[int]], tokenizer: Tokenizer) -> list[int]:
     """Host-side prompt: <bos> + template with each field replaced by its token ids."""
-    out = [VOCAB.bos]
-    for kind, x in parse_template(template, fields):
+    return render_parts(parse_template(template, fields, tokenizer), values, tokenizer.bos_id)
+
+
+def render_parts(parts: tuple, values: dict[str, list[int]], bos_id: int) -> list[int]:
+    """``render`` from a parsed template (``parse_template``)."""
+    out = [bos_id]
+    for kind, x in parts:
         out.extend(x if kind == "lit" else values[x])
     return out
 
 
-def pack(segments: list[tuple[jax.Array, jax.Array]], width: int) -> tuple[jax.Array, jax.Array]:
+def pack(segments: list[tuple[jax.Array, jax.Array]], width: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
     """Concatenate right-padded segments [(tokens [B, Ls], lens [B]), ...] -> (tokens [B, width], lens [B])."""
     b = segments[0][0].shape[0]
-    out = jnp.full((b, width), VOCAB.pad, jnp.int32)
+    out = jnp.full((b, width), pad_id, jnp.int32)
     offset = jnp.zeros((b,), jnp.int32)
     rows = jnp.arange(b)[:, None]
     for toks, lens in segments:
@@ -158,67 +229,78 @@ def pack(segments: list[tuple[jax.Array, jax.Array]], width: int) -> tuple[jax.A
     return out, offset
 
 
-def build_prompt(template: str, fields: tuple[str, ...], values: dict, width: int):
+def build_prompt(template: str, fields: tuple[str, ...], values: dict, width: int, tokenizer: Tokenizer):
     """values: {field: (tokens [B, L], lens [B])} -> prompt (tokens [B, width], lens [B]), <bos> first."""
+    return prompt_from_parts(parse_template(template, fields, tokenizer), values, width,
+                             bos_id=tokenizer.bos_id, pad_id=tokenizer.pad_id)
+
+
+def prompt_from_parts(parts: tuple, values: dict, width: int, *, bos_id: int, pad_id: int):
+    """``build_prompt`` from a parsed template and static ids (what jitted code holds)."""
     b = next(iter(values.values()))[0].shape[0]
     const = lambda ids: (jnp.broadcast_to(jnp.asarray(ids, jnp.int32), (b, len(ids))), jnp.full((b,), len(ids), jnp.int32))
-    segs = [const((VOCAB.bos,))]
-    for kind, x in parse_template(template, fields):
+    segs = [const((bos_id,))]
+    for kind, x in parts:
         segs.append(const(x) if kind == "lit" else values[x])
-    return pack(segs, width)
+    return pack(segs, width, pad_id)
 
 
-def _respond(graphdef, state, prompts, prompt_lens, key, limit: int, temperature: float):
+def _respond(graphdef, state, prompts, prompt_lens, key, limit: int, temperature: float, *, pad_id: int,
+             eos_id: int):
     """One conversation turn for every row: sample up to ``limit`` content tokens + <eos>.
 
     -> (content [B, limit], content_lens [B], overflow [B] bool, raw tokens [B, limit+1], raw lengths [B]).
     """
     b = prompts.shape[0]
-    scfg = SamplerConfig(max_new_tokens=limit + 1, temperature=temperature, pad_id=VOCAB.pad)
-    out = generate(graphdef, state, prompts, prompt_lens, key, jnp.full((b, 1), VOCAB.eos, jnp.int32),
+    scfg = SamplerConfig(max_new_tokens=limit + 1, temperature=temperature, pad_id=pad_id)
+    out = generate(graphdef, state, prompts, prompt_lens, key, jnp.full((b, 1), eos_id, jnp.int32),
                    jnp.full((b,), limit + 1, jnp.int32), config=scfg)
     pos = jnp.arange(limit + 1)[None]
-    is_eos = (out.tokens == VOCAB.eos) & (pos < out.lengths[:, None])
+    is_eos = (out.tokens == eos_id) & (pos < out.lengths[:, None])
     has_eos = jnp.any(is_eos, axis=1)
     n = jnp.where(has_eos, jnp.argmax(is_eos, axis=1), out.lengths)
     overflow = n > limit
     n = jnp.minimum(n, limit)
-    content = jnp.where(pos[:, :limit] < n[:, None], out.tokens[:, :limit], VOCAB.pad)
+    content = jnp.where(pos[:, :limit] < n[:, None], out.tokens[:, :limit], pad_id)
     return content, n.astype(jnp.int32), overflow, out.tokens, out.lengths
 
 
-def initial_memory(config: MemAgentConfig, b: int) -> tuple[jax.Array, jax.Array]:
-    ids = VOCAB.encode(config.initial_memory)
-    mem = jnp.zeros((b, config.memory_tokens), jnp.int32).at[:, : len(ids)].set(jnp.asarray(ids, jnp.int32))
+def initial_memory(agent: MemAgent, b: int) -> tuple[jax.Array, jax.Array]:
+    ids = agent.initial_ids
+    mem = jnp.full((b, agent.config.memory_tokens), agent.pad_id, jnp.int32)
+    mem = mem.at[:, : len(ids)].set(jnp.asarray(ids, jnp.int32).reshape(-1))
     return mem, jnp.full((b,), len(ids), jnp.int32)
 
 
-def num_chunks(doc_width: int, config: MemAgentConfig) -> int:
-    return max(1, -(-doc_width // config.chunk_tokens))
+def num_chunks(doc_width: int, agent: MemAgent) -> int:
+    return max(1, -(-doc_width // agent.config.chunk_tokens))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "config", "temperature", "record"))
-def run_agent(graphdef, state, batch: DocBatch, key, *, config: MemAgentConfig, temperature: float = 0.0,
+@functools.partial(jax.jit, static_argnames=("graphdef", "agent", "temperature", "record"))
+def run_agent(graphdef, state, batch: DocBatch, key, *, agent: MemAgent, temperature: float = 0.0,
               record: bool = False) -> AgentOutput:
     """The whole agent (all chunks + final answer) for a batch of documents; see the module docstring."""
+    config = agent.config
     b, width = batch.doc.shape
     c, m = config.chunk_tokens, config.memory_tokens
     if batch.question.shape[1] > config.question_tokens:
         raise ValueError(f"questions are {batch.question.shape[1]} tokens wide > question_tokens {config.question_tokens}")
-    n = num_chunks(width, config)
-    doc = batch.doc if width else jnp.zeros((b, 1), jnp.int32)  # the empty document: one empty chunk
+    n = num_chunks(width, agent)
+    doc = batch.doc if width else jnp.full((b, 1), agent.pad_id, jnp.int32)  # the empty document: one empty chunk
     question = (batch.question, batch.question_lens)
-    fields = ("question", "chunk", "memory")
+    ids = dict(bos_id=agent.bos_id, pad_id=agent.pad_id)
+    respond = functools.partial(_respond, temperature=temperature, pad_id=agent.pad_id, eos_id=agent.eos_id)
 
     def update(carry, _):
         i, key, mem, mem_lens, overflow = carry
         key, sub = jax.random.split(key)
         # gather the chunk in place (no [n, B, C] copy of the document: the working set stays flat)
-        chunk = jnp.take(doc, i * c + jnp.arange(c), axis=1, mode="fill", fill_value=VOCAB.pad)
+        chunk = jnp.take(doc, i * c + jnp.arange(c), axis=1, mode="fill", fill_value=agent.pad_id)
         chunk_lens = jnp.clip(batch.doc_lens - i * c, 0, c).astype(jnp.int32)
-        prompts, plens = build_prompt(config.update_template, fields, {
-            "question": question, "chunk": (chunk, chunk_lens), "memory": (mem, mem_lens)}, config.update_prompt_len)
-        new, new_lens, over, toks, lens = _respond(graphdef, state, prompts, plens, sub, m, temperature)
+        prompts, plens = prompt_from_parts(agent.update_parts, {
+            "question": question, "chunk": (chunk, chunk_lens), "memory": (mem, mem_lens)},
+            agent.update_prompt_len, **ids)
+        new, new_lens, over, toks, lens = respond(graphdef, state, prompts, plens, sub, m)
         active = chunk_lens > 0
         mem = jnp.where(active[:, None], new, mem)
         mem_lens = jnp.where(active, new_lens, mem_lens)
@@ -227,13 +309,12 @@ def run_agent(graphdef, state, batch: DocBatch, key, *, config: MemAgentConfig, 
         return (i + 1, key, mem, mem_lens, overflow), rec
 
     key, k_final = jax.random.split(key)
-    mem, mem_lens = initial_memory(config, b)
+    mem, mem_lens = initial_memory(agent, b)
     (_, _, mem, mem_lens, overflow), updates = jax.lax.scan(  # counter in the carry: no [n] inputs
         update, (jnp.int32(0), key, mem, mem_lens, jnp.zeros((b,), jnp.int32)), None, length=n)
-    fprompts, fplens = build_prompt(config.final_template, ("question", "memory"),
-                                    {"question": question, "memory": (mem, mem_lens)}, config.final_prompt_len)
-    ans, ans_lens, ans_over, ftoks, flens = _respond(graphdef, state, fprompts, fplens, k_final,
-                                                     config.answer_tokens, temperature)
+    fprompts, fplens = prompt_from_parts(agent.final_parts, {"question": question, "memory": (mem, mem_lens)},
+                                         agent.final_prompt_len, **ids)
+    ans, ans_lens, ans_over, ftoks, flens = respond(graphdef, state, fprompts, fplens, k_final, config.answer_tokens)
     final = dict(prompts=fprompts, prompt_lens=fplens, tokens=ftoks, lengths=flens) if record else None
     return AgentOutput(answer=ans, answer_lens=ans_lens, answer_overflow=ans_over, memory=mem, memory_lens=mem_lens,
                        overflow=overflow, updates=updates, final=final)
@@ -244,10 +325,12 @@ def model_state(model) -> tuple:
     return nnx.split(model)
 
 
-def decode_rows(tokens, lens) -> list[str]:
+def decode_rows(tokens, lens, tokenizer: Tokenizer) -> list[str]:
+    """Right-padded rows -> text (control tokens spelled out)."""
     tokens, lens = np.asarray(tokens), np.asarray(lens)
-    return [VOCAB.decode(t[: int(n)], stop_at_pad=False) for t, n in zip(tokens, lens)]
+    return [tokenizer.decode(t[: int(n)].tolist()) for t, n in zip(tokens, lens)]
 
 
-__all__ = ["AgentOutput", "DocBatch", "MemAgentConfig", "build_prompt", "decode_rows", "initial_memory", "model_state",
-           "num_chunks", "pack", "parse_template", "render", "run_agent"]
+__all__ = ["AgentOutput", "DocBatch", "FINAL_FIELDS", "MemAgent", "MemAgentConfig", "UPDATE_FIELDS", "build_prompt",
+           "decode_rows", "initial_memory", "model_state", "num_chunks", "pack", "parse_template", "prompt_from_parts",
+           "render", "render_parts", "run_agent", "template_parts"]

@@ -1,11 +1,12 @@
 """MemAgent training: SFT warm start on oracle memory updates, then Multi-Conv RL; evaluation and cost.
 
-    sft_warm_start(model, task, agent_cfg, SFTConfig())                    # tiny LM from scratch
-    trainer = MultiConvTrainer(MultiConvConfig(), agent_cfg, model)
+    agent = MemAgent(agent_cfg, tokenizer)                                  # config bound to a tokenizer
+    sft_warm_start(model, task, agent, SFTConfig())                         # tiny LM from scratch
+    trainer = MultiConvTrainer(MultiConvConfig(), agent, model)
     state = trainer.init()
     state, metrics = trainer.step(state, batch, key)      # batch: DocBatch of Q questions
-    evaluate_agent(graphdef, model_state, batch, agent_cfg) -> {"accuracy", "overflow_rate", ...}
-    agent_memory(graphdef, model_state, batch, agent_cfg)   -> compiled memory analysis (bytes)
+    evaluate_agent(graphdef, model_state, batch, agent) -> {"accuracy", "overflow_rate", ...}
+    agent_memory(graphdef, model_state, batch, agent)   -> compiled memory analysis (bytes)
 
 Multi-Conv RL (MemAgent, arXiv 2507.02259): each of the Q questions is rolled out G times with
 sampling; a rollout is n memory-update conversations plus one final-answer conversation. The
@@ -15,6 +16,12 @@ that rollout (``broadcast_advantages``); all conversations then enter one clippe
 (``grpo_loss`` with ``LossConfig``: DAPO clip-higher ``eps_high`` and token-mean aggregation).
 Rollout, reward, advantages and ``epochs`` x ``minibatches`` optimiser steps are one jitted program.
 Old log-probs are recomputed under the sampling temperature (as the GRPO trainer does).
+
+The RL reward is exact match on token ids inside the jitted step: the answer must be spelled as the
+targets are, one token per character (what the oracle SFT teaches), so with a checkpoint tokenizer a
+multi-character token in the answer scores 0 there. ``evaluate_agent`` scores the decoded text
+(``tasks.longcontext.exact_match_text``), where such an answer counts when its text is right; with
+the character tokenizers of the presets the two agree.
 """
 
 from __future__ import annotations
@@ -30,14 +37,14 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgentConfig, run_agent
+from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, num_chunks, run_agent
 from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import minibatch_epochs
-from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match
+from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match, exact_match_text
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 from jaxrl_reason.utils.guard import check_trained
@@ -59,14 +66,15 @@ class SFTConfig:
             raise ValueError(f"SFTConfig: problems, steps, batch_size must be >= 1 and lr > 0, got {self}")
 
 
-def sft_warm_start(model, task: LongContextTask, agent: MemAgentConfig, config: SFTConfig, seed: int = 0,
+def sft_warm_start(model, task: LongContextTask, agent: MemAgent, config: SFTConfig, seed: int = 0,
                    seq_len: int | None = None) -> np.ndarray:
     """Train ``model`` in place on oracle conversations of ``config.problems`` fresh problems.
 
     Returns the per-step training loss [steps]."""
     agent.check_model(model.cfg)
     problems = task.generate_batch(np.random.default_rng([seed, 1001]), config.problems)
-    data = conversation_arrays(oracle_conversations(task, problems, agent), seq_len or agent.seq_len)
+    data = conversation_arrays(oracle_conversations(task, problems, agent), seq_len or agent.seq_len,
+                               tokenizer=agent.tokenizer)
     return train_conversations(model, data, config, seed)
 
 
@@ -126,10 +134,11 @@ def _optimizer(cfg: MultiConvConfig):
     return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
 
 
-def conversations(out, rewards_adv: jax.Array):
+def conversations(out, rewards_adv: jax.Array, *, pad_id: int):
     """Flatten a recorded rollout into one batch of conversations with their broadcast advantages.
 
-    out: AgentOutput(record=True) for R rollouts with n chunks; rewards_adv [R] (one per rollout).
+    out: AgentOutput(record=True) for R rollouts with n chunks; rewards_adv [R] (one per rollout);
+    rows are right-padded with ``pad_id``.
     -> dict(prompts [C, P], prompt_lens [C], tokens [C, N], mask [C, N], adv [C], index [C]) with
     C = n*R + R rows (all memory updates, then the final answers), P / N the larger prompt / response.
     """
@@ -137,7 +146,7 @@ def conversations(out, rewards_adv: jax.Array):
     n, r = up["prompts"].shape[:2]
     p = max(up["prompts"].shape[-1], fin["prompts"].shape[-1])
     t = max(up["tokens"].shape[-1], fin["tokens"].shape[-1])
-    padw = lambda x, w: jnp.pad(x, ((0, 0), (0, w - x.shape[1])))
+    padw = lambda x, w: jnp.pad(x, ((0, 0), (0, w - x.shape[1])), constant_values=pad_id)
     flat = lambda x: x.reshape((n * r,) + x.shape[2:])
     prompts = jnp.concatenate([padw(flat(up["prompts"]), p), padw(fin["prompts"], p)])
     tokens = jnp.concatenate([padw(flat(up["tokens"]), t), padw(fin["tokens"], t)])
@@ -153,7 +162,7 @@ def conversations(out, rewards_adv: jax.Array):
 class MultiConvTrainer:
     """Multi-Conv RL on a MemAgent (see the module docstring)."""
 
-    def __init__(self, config: MultiConvConfig, agent: MemAgentConfig, model):
+    def __init__(self, config: MultiConvConfig, agent: MemAgent, model):
         agent.check_model(model.cfg)
         self.config, self.agent = config, agent
         self.graphdef, self._params, self._rest = nnx.split(model, nnx.Param, ...)
@@ -167,7 +176,7 @@ class MultiConvTrainer:
     def step(self, state: RLState, batch: DocBatch, key: jax.Array) -> tuple[RLState, dict]:
         """One RL step on Q questions (``batch``), each rolled out ``group_size`` times."""
         rows = len(batch) * self.config.group_size
-        n_conv = rows * (1 + _chunks(batch, self.agent))
+        n_conv = rows * (1 + num_chunks(batch.doc.shape[1], self.agent))
         if n_conv % self.config.minibatches:
             raise ValueError(f"{n_conv} conversations per step are not divisible by minibatches "
                              f"{self.config.minibatches}")
@@ -177,25 +186,21 @@ class MultiConvTrainer:
         return nnx.merge(self.graphdef, state.params, state.rest)
 
 
-def _chunks(batch: DocBatch, agent: MemAgentConfig) -> int:
-    return max(1, -(-batch.doc.shape[1] // agent.chunk_tokens))
-
-
 @functools.lru_cache(maxsize=None)
-def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgentConfig):
+def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent):
     optimizer = _optimizer(cfg)
 
     def step(state: RLState, batch: DocBatch, key):
         k_roll, k_perm = jax.random.split(key)
         g = cfg.group_size
         rb = batch.repeat(g)
-        out = run_agent(graphdef, nnx.merge_state(state.params, state.rest), rb, k_roll, config=agent,
+        out = run_agent(graphdef, nnx.merge_state(state.params, state.rest), rb, k_roll, agent=agent,
                         temperature=cfg.temperature, record=True)
         reward = exact_match(out.answer, out.answer_lens, rb.answer, rb.answer_lens)  # [Q*G]
         adv = group_advantages(reward.reshape(-1, g), cfg.advantage).reshape(-1)
-        conv = conversations(out, adv)
+        conv = conversations(out, adv, pad_id=agent.pad_id)
         n_resp = conv["tokens"].shape[1]
-        seqs = join(conv["prompts"], conv["prompt_lens"], conv["tokens"])
+        seqs = join(conv["prompts"], conv["prompt_lens"], conv["tokens"], agent.pad_id)
 
         def logp_fn(params, seqs, plens):
             return response_logprobs(nnx.merge(graphdef, params, state.rest), seqs, plens, n_resp,
@@ -224,11 +229,11 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgentConfig):
 
 
 # ---------------------------------------------------------------------------------------- evaluation
-def evaluate_agent(graphdef, state, batch: DocBatch, agent: MemAgentConfig, key=None, timed: bool = False) -> dict:
-    """Greedy accuracy (exact match), memory-overflow rate; ``timed``: seconds per document of the
-    fastest of three compiled calls."""
+def evaluate_agent(graphdef, state, batch: DocBatch, agent: MemAgent, key=None, timed: bool = False) -> dict:
+    """Greedy accuracy (exact match of the decoded answer text, ``exact_match_text`` with the agent's
+    tokenizer), memory-overflow rate; ``timed``: seconds per document of the fastest of three compiled calls."""
     key = jax.random.key(0) if key is None else key
-    call = lambda: run_agent(graphdef, state, batch, key, config=agent)
+    call = lambda: run_agent(graphdef, state, batch, key, agent=agent)
     out = jax.block_until_ready(call())
     res = {}
     if timed:  # best of 3 compiled calls: the least disturbed by other load on the machine
@@ -238,19 +243,19 @@ def evaluate_agent(graphdef, state, batch: DocBatch, agent: MemAgentConfig, key=
             out = jax.block_until_ready(call())
             times.append(time.perf_counter() - t0)
         res["seconds_per_doc"] = min(times) / len(batch)
-    acc = exact_match(out.answer, out.answer_lens, batch.answer, batch.answer_lens)
+    acc = exact_match_text(out.answer, out.answer_lens, batch.answer, batch.answer_lens, agent.tokenizer)
     res.update(accuracy=float(acc.mean()), overflow_rate=float((out.overflow > 0).mean()),
                answer_overflow_rate=float(out.answer_overflow.mean()))
     return res
 
 
-def agent_memory(graphdef, state, batch: DocBatch, agent: MemAgentConfig) -> dict:
+def agent_memory(graphdef, state, batch: DocBatch, agent: MemAgent) -> dict:
     """XLA's compiled memory analysis of the greedy agent on this batch shape (bytes).
 
     ``temp``: working buffers (activations, KV caches, scan carry) -- the part that must not grow
     with the document; ``argument``: parameters + the document itself; ``peak`` = temp + argument + output.
     """
-    compiled = run_agent.lower(graphdef, state, batch, jax.random.key(0), config=agent).compile()
+    compiled = run_agent.lower(graphdef, state, batch, jax.random.key(0), agent=agent).compile()
     ma = compiled.memory_analysis()
     temp, arg, out = int(ma.temp_size_in_bytes), int(ma.argument_size_in_bytes), int(ma.output_size_in_bytes)
     return {"temp": temp, "argument": arg, "output": out, "peak": temp + arg + out,

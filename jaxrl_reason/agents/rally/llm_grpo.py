@@ -7,7 +7,7 @@ into advantages. Every decision (episode, step, UAV) is one "sequence" whose two
 tokens are the proposal and the revised answer letters; it carries its episode's advantage.
 ``updates`` minibatch steps of ``rl.grpo.grpo_loss`` (clipped ratio, k3 KL to the SFT model)
 follow. Log-probabilities are those of the policy as it samples: the softmax over the
-action letters only.
+action letters only. Prompts are ids of the policy's tokenizer (``LLMIntentPolicy.tokenizer``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 
 from jaxrl_reason.agents.rally import llm
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.rl.grpo.advantages import grpo_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.update import gradient_step
@@ -51,23 +52,23 @@ class GRPOConfig:
         return self.num_groups * self.group_size
 
 
-def answer_logp(model, env, seqs: jax.Array, prompt_len: int) -> jax.Array:
-    """``seqs [U, L]`` (consensus prompt + final letter) -> ``[U, 2]`` log-probs of the proposal
-    and final letters under the letter-restricted softmax."""
+def answer_logp(model, env, seqs: jax.Array, prompt_len: int, tokenizer: Tokenizer) -> jax.Array:
+    """``seqs [U, L]`` (consensus prompt + final letter, ids of ``tokenizer``) -> ``[U, 2]`` log-probs of the
+    proposal and final letters under the letter-restricted softmax."""
     L = seqs.shape[1]
     h, _, _ = model.hidden(seqs)
     pos = jnp.array([prompt_len - 1, L - 2])
-    logits = model.logits(h[:, pos])[..., llm._letter(jnp.arange(env.num_actions))]  # [U, 2, n]
-    answers = seqs[:, pos + 1] - llm._letter(jnp.int32(0))
+    logits = model.logits(h[:, pos])[..., llm._letter(jnp.arange(env.num_actions), tokenizer)]  # [U, 2, n]
+    answers = llm.letter_action(seqs[:, pos + 1], tokenizer)
     return jnp.take_along_axis(jax.nn.log_softmax(logits), answers[..., None], -1)[..., 0]
 
 
-def rollout(env, graphdef, params, rest, key, num_groups: int, group_size: int):
+def rollout(env, graphdef, params, rest, key, num_groups: int, group_size: int, tokenizer: Tokenizer):
     """``(seqs [T, B, A, L], valid [T, B] bool, returns [B])`` for ``B = num_groups * group_size``
-    sampled episodes; episodes of a group share their start state."""
+    sampled episodes (prompts: ids of ``tokenizer``); episodes of a group share their start state."""
     model = nnx.merge(graphdef, params, rest)
     B, A = num_groups * group_size, env.num_agents
-    letters = llm._letter(jnp.arange(env.num_actions))
+    letters = llm._letter(jnp.arange(env.num_actions), tokenizer)
     k_reset, k_play = jax.random.split(key)
     starts = jnp.repeat(jax.random.split(k_reset, num_groups), group_size, axis=0)
     state, ts = jax.vmap(env.reset)(starts)
@@ -79,13 +80,13 @@ def rollout(env, graphdef, params, rest, key, num_groups: int, group_size: int):
     def body(carry, key):
         state, ts, alive, ret = carry
         k1, k2, k3 = jax.random.split(key, 3)
-        prompt = jax.vmap(functools.partial(llm.render_prompt, env))(ts.obs)
+        prompt = jax.vmap(functools.partial(llm.render_prompt, env, tokenizer=tokenizer))(ts.obs)
         prop = choose(k1, prompt)
-        seq = jax.vmap(llm.render_consensus)(prompt, prop, ts.info["neighbors"])
+        seq = jax.vmap(functools.partial(llm.render_consensus, tokenizer=tokenizer))(prompt, prop, ts.info["neighbors"])
         final = choose(k2, seq)
         state, nts = jax.vmap(env.step)(jax.random.split(k3, B), state, final)
         ret = ret + alive * nts.reward.mean(-1)
-        full = jnp.concatenate([seq, llm._letter(final)[..., None]], -1)
+        full = jnp.concatenate([seq, llm._letter(final, tokenizer)[..., None]], -1)
         return (state, nts, alive & ~nts.done, ret), (full, alive)
 
     init = (state, ts, jnp.ones((B,), bool), jnp.zeros((B,)))
@@ -97,21 +98,21 @@ def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: GRPOConfi
                   run_dir=None, log_offset: int = 0) -> tuple[llm.LLMIntentPolicy, dict]:
     """GRPO on episode return, starting from (and KL-regularised towards) ``policy``'s LM.
     Returns the greedy fine-tuned policy and ``{"env_steps", "mean_return" [iterations]}``."""
-    env = policy.env
+    env, tokenizer = policy.env, policy.tokenizer
     model = nnx.merge(policy.graphdef, policy.params)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     ref_params = params
-    p1 = llm.render_prompt(env, jnp.zeros((1, *env.obs_shape))).shape[1]
+    p1 = llm.render_prompt(env, jnp.zeros((1, *env.obs_shape)), tokenizer).shape[1]
     tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.lr)))
     opt_state = tx.init(params)
 
     def logp_fn(params, seqs):
-        return answer_logp(nnx.merge(graphdef, params, rest), env, seqs, p1)
+        return answer_logp(nnx.merge(graphdef, params, rest), env, seqs, p1, tokenizer)
 
     @jax.jit
     def iteration(params, opt_state, key):
         k_roll, k_upd = jax.random.split(key)
-        seqs, valid, ret = rollout(env, graphdef, params, rest, k_roll, config.num_groups, config.group_size)
+        seqs, valid, ret = rollout(env, graphdef, params, rest, k_roll, config.num_groups, config.group_size, tokenizer)
         adv = grpo_advantages(ret.reshape(config.num_groups, config.group_size)).reshape(-1)  # [B]
         T, B, A, L = seqs.shape
         seqs = seqs.reshape(-1, L)
@@ -144,7 +145,7 @@ def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: GRPOConfi
         if run_dir is not None:
             run_dir.log(log_offset + i, {f"llm/grpo_{k}": float(v) for k, v in metrics.items()})
     tuned = nnx.merge(graphdef, params, rest)
-    out = llm.LLMIntentPolicy(env, nnx.graphdef(tuned), nnx.state(tuned), greedy=True)
+    out = llm.LLMIntentPolicy(env, nnx.graphdef(tuned), nnx.state(tuned), greedy=True, tokenizer=tokenizer)
     return out, {"env_steps": steps, "mean_return": returns}
 
 

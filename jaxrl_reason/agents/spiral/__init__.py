@@ -1,7 +1,8 @@
 """SPIRAL: one language model plays both seats of zero-sum text games, trained with
 Role-conditioned Advantage Estimation (arXiv 2506.24119), fully on device.
 
-- ``vocab``: the LM's token layout (task specials + bytes) and the task-vocabulary adapter.
+- ``tokenizer``: the LM's tokenizer (task specials + bytes for the presets, or a checkpoint's byte-level
+  BPE), the byte <-> id tables that render and parse game text in jit, and the task-id adapter.
 - ``rollout``: multi-turn, multi-agent episode batches in one jitted loop
   (render -> sample -> parse -> step), per-turn token sequences stored.
 - ``advantages``: RAE, plain self-play and fixed-opponent advantages per turn.

@@ -1,25 +1,32 @@
 """Evaluation of a SPIRAL LM: win rates vs fixed opponents, Kuhn exploitability, transfer to tasks.
 
-    win_rates(graphdef, params, "tictactoe", "minimax", 256, sampler, key, style="verbose")
+    tok, task_tok = spiral_tokenizer(), CharTokenizer()   # the LM's and the reasoning tasks' tokenizers
+    win_rates(graphdef, params, "tictactoe", "minimax", 256, sampler, key, style="verbose", tokenizer=tok)
         -> {"win", "draw", "loss", "forfeit", "format_error", "mean_return", "return_se"} of the LM
            (seats alternate; ``return_se`` is the standard error of ``mean_return``)
-    kuhn_lm_policy(graphdef, params, sampler, samples=64, key)  -> ([3, 4] bet/call table, valid rate)
-    kuhn_lm_exploitability(...)                                   -> exploitability of that table, and its
-                                                                     exact value against a uniformly random player
-    transfer_eval(model, num_problems, seed, max_new_tokens)     -> tasks.evaluation.greedy_eval per task
+    kuhn_lm_policy(graphdef, params, sampler, samples=64, key, tokenizer=tok)
+                                                       -> ([3, 4] bet/call table, valid rate)
+    kuhn_lm_exploitability(..., tokenizer=tok)         -> exploitability of that table, and its
+                                                          exact value against a uniformly random player
+    transfer_eval(model, num_problems, seed, max_new_tokens, tokenizer=tok, task_tokenizer=task_tok)
+                                                       -> tasks.evaluation.greedy_eval per task
+                                                          (task_tokenizer=None: a checkpoint's tokenizer)
 
-``style`` is the prompt style the LM was trained on (``envs.games.text.STYLES``).
+``style`` is the prompt style the LM was trained on (``envs.games.text.STYLES``); ``tokenizer`` the
+LM's (the games render and parse in its ids: ``agents.spiral.tokenizer``).
 Opponents: ``random`` (every game), ``minimax`` (TicTacToe, perfect play), ``nash`` (Kuhn Poker,
 Nash alpha = 1/6), ``heuristic`` (Negotiation). The LM's Kuhn table is estimated by sampling
 ``samples`` answers at each of the 12 information sets and counting the aggressive action among the
 parseable, legal ones (the valid rate is returned separately; a set with no valid answer counts
-as 0.5). ``TaskView`` wraps the LM so the task code (character vocabulary, ``tasks/evaluation.py``)
-runs it unchanged: token ids are mapped into the LM's byte layout on the way in and the logits
-restricted to the task characters on the way out.
+as 0.5). ``TaskView`` wraps the LM so the task code (``tasks/evaluation.py``, with the tasks'
+tokenizer, the character tokenizer for the presets) runs it unchanged: task token ids are mapped into
+the LM's ids on the way in (``agents.spiral.tokenizer.id_table``) and the logits restricted to the
+task tokens on the way out. A checkpoint's LM is evaluated on the tasks encoded with its own tokenizer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -27,13 +34,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral import vocab as V
-from jaxrl_reason.agents.spiral.rollout import GameSpec, make_rollout
+from jaxrl_reason.agents.spiral.rollout import GameSpec, _parse, _render, make_rollout
+from jaxrl_reason.agents.spiral.tokenizer import id_table
 from jaxrl_reason.agents.spiral.warmstart import KUHN_TEACHER_ALPHA, kuhn_policy_action
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.kuhn_poker import BET, CALL
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.models.tokenizer import Tokenizer
 
 OPPONENTS = {"tictactoe": ("random", "minimax"), "kuhn_poker": ("random", "nash"),
              "negotiation": ("random", "heuristic")}
@@ -52,8 +60,9 @@ def opponent_fn(game: GameSpec, name: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sampler: SamplerConfig, style: str):
-    game = GameSpec.make(game_name, style)
+def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sampler: SamplerConfig, style: str,
+              tokenizer: Tokenizer):
+    game = GameSpec.make(game_name, style, tokenizer=tokenizer)
     roll = make_rollout(graphdef, game, num_episodes, sampler, opponent_fn(game, opponent))
 
     @jax.jit
@@ -71,17 +80,17 @@ def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sample
 
 
 def win_rates(graphdef, params, game: str, opponent: str, num_episodes: int, sampler: SamplerConfig, key,
-              style: str = "verbose") -> dict:
+              style: str = "verbose", *, tokenizer: Tokenizer) -> dict:
     """LM vs ``opponent`` over ``num_episodes`` games (even: the LM takes each seat half the time)."""
     if num_episodes < 2 or num_episodes % 2:
         raise ValueError(f"num_episodes must be even and >= 2, got {num_episodes}")
-    out = _match_fn(graphdef, game, opponent, num_episodes, sampler, style)(params, key)
+    out = _match_fn(graphdef, game, opponent, num_episodes, sampler, style, tokenizer)(params, key)
     return {k: float(v) for k, v in jax.device_get(out).items()}
 
 
-def kuhn_infoset_prompts(style: str = "verbose") -> tuple[jax.Array, jax.Array]:
+def kuhn_infoset_prompts(style: str = "verbose", *, tokenizer: Tokenizer) -> tuple[jax.Array, jax.Array]:
     """Prompts ``[12, P]`` (card-major: J/Q/K x histories ``"", p, b, pb``) and legal masks ``[12, 4]``."""
-    game = GameSpec.make("kuhn_poker", style)
+    game = GameSpec.make("kuhn_poker", style, tokenizer=tokenizer)
     env = game.env
     cards, hists = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
     cards, hists = cards.reshape(-1), hists.reshape(-1)
@@ -90,26 +99,26 @@ def kuhn_infoset_prompts(style: str = "verbose") -> tuple[jax.Array, jax.Array]:
     deal = np.where(mover[:, None] == 0, np.stack([cards, other], 1), np.stack([other, cards], 1))
     states = jax.vmap(env.init_state)(jnp.asarray(deal))
     states = states.replace(hist=jnp.asarray(hists, jnp.int32))
-    body = jax.vmap(game.text.render, in_axes=(0, 0, None))(states, jnp.asarray(mover), V.OFFSET)
-    prompts = jnp.concatenate([jnp.full((12, 1), V.BOS, jnp.int32), body], 1)
+    prompts = _render(game, states, jnp.asarray(mover))
     facing = hists >= 2
     legal = np.where(facing[:, None], [False, False, True, True], [True, True, False, False])
     return prompts, jnp.asarray(legal)
 
 
 @functools.lru_cache(maxsize=None)
-def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int, style: str):
-    game = GameSpec.make("kuhn_poker", style)
-    prompts, legal = kuhn_infoset_prompts(style)
+def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int, style: str, tokenizer: Tokenizer):
+    game = GameSpec.make("kuhn_poker", style, tokenizer=tokenizer)
+    prompts, legal = kuhn_infoset_prompts(style, tokenizer=tokenizer)
+    sampler = dataclasses.replace(sampler, pad_id=tokenizer.pad_id)
     prompts, legal = jnp.repeat(prompts, samples, 0), jnp.repeat(legal, samples, 0)
     b = prompts.shape[0]
 
     @jax.jit
     def run(params, key):
         out = generate(graphdef, params, prompts, jnp.full((b,), prompts.shape[1], jnp.int32), key,
-                       jnp.full((b, 1), V.EOS, jnp.int32), jnp.full((b,), sampler.max_new_tokens, jnp.int32),
+                       jnp.full((b, 1), tokenizer.eos_id, jnp.int32), jnp.full((b,), sampler.max_new_tokens, jnp.int32),
                        config=sampler)
-        action, status = jax.vmap(game.text.parse, in_axes=(0, 0, None))(out.tokens, legal, V.OFFSET)
+        action, status = _parse(game, out.tokens, legal)
         ok = (status == gtext.OK).reshape(12, samples)
         aggressive = ((action == BET) | (action == CALL)).reshape(12, samples) & ok
         n_ok = ok.sum(1)
@@ -120,15 +129,15 @@ def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int, style: str):
 
 
 def kuhn_lm_policy(graphdef, params, sampler: SamplerConfig, samples: int, key,
-                   style: str = "verbose") -> tuple[jax.Array, float]:
+                   style: str = "verbose", *, tokenizer: Tokenizer) -> tuple[jax.Array, float]:
     """The LM's Kuhn Poker behaviour as a ``[3, 4]`` bet/call table, and its valid-answer rate."""
-    table, valid = _kuhn_policy_fn(graphdef, sampler, samples, style)(params, key)
+    table, valid = _kuhn_policy_fn(graphdef, sampler, samples, style, tokenizer)(params, key)
     return table, float(valid)
 
 
 def kuhn_lm_exploitability(graphdef, params, sampler: SamplerConfig, samples: int, key,
-                           style: str = "verbose") -> dict:
-    table, valid = kuhn_lm_policy(graphdef, params, sampler, samples, key, style)
+                           style: str = "verbose", *, tokenizer: Tokenizer) -> dict:
+    table, valid = kuhn_lm_policy(graphdef, params, sampler, samples, key, style, tokenizer=tokenizer)
     return {"exploitability": float(O.kuhn_exploitability(table)), "valid_rate": valid,
             "value_vs_nash_p0": float(O.kuhn_value(table, O.kuhn_nash_policy(KUHN_TEACHER_ALPHA))),
             "value_vs_random": float(O.kuhn_value_vs_uniform(table)),
@@ -137,37 +146,49 @@ def kuhn_lm_exploitability(graphdef, params, sampler: SamplerConfig, samples: in
 
 # ----------------------------------------------------------------------------- transfer
 class TaskView(nnx.Module):
-    """The LM seen through the task character vocabulary (``tasks.vocab``) for ``tasks/evaluation``."""
+    """The LM seen through the tasks' tokenizer for ``tasks/evaluation``: ``table`` maps task ids to LM ids
+    (``agents.spiral.tokenizer.id_table(task_tokenizer, lm_tokenizer)``); the logits are the LM's at those ids."""
 
-    def __init__(self, model):
+    def __init__(self, model, table):
         self.inner = model
         self.cfg = model.cfg
+        self.table = tuple(int(i) for i in np.asarray(table).reshape(-1))  # static: a constant in the trace
 
     def layer_states(self) -> list:
         return self.inner.layer_states()
 
     def hidden(self, tokens, positions=None, cache=None, layers=None):
-        return self.inner.hidden(V.to_lm(tokens), positions, cache, layers)
+        return self.inner.hidden(jnp.asarray(self.table, jnp.int32)[jnp.asarray(tokens)], positions, cache, layers)
 
     def logits(self, h):
-        return jnp.take(self.inner.logits(h), jnp.asarray(V._TO_LM), axis=-1)
+        return jnp.take(self.inner.logits(h), jnp.asarray(self.table, jnp.int32), axis=-1)
 
     def __call__(self, tokens, positions=None, cache=None, layers=None):
         h, cache, aux = self.hidden(tokens, positions, cache, layers)
         return self.logits(h), cache, aux
 
 
-def transfer_eval(model, num_problems: int = 64, seed: int = 1234, max_new_tokens: int = 32) -> dict:
-    """Greedy accuracy / format rate on RandomCalculation and Countdown (``tasks.evaluation``)."""
+def transfer_eval(model, num_problems: int = 64, seed: int = 1234, max_new_tokens: int = 32, *,
+                  tokenizer: Tokenizer, task_tokenizer: Tokenizer | None = None) -> dict:
+    """Greedy accuracy / format rate on RandomCalculation and Countdown (``tasks.evaluation``, scored on the
+    decoded text). With ``task_tokenizer`` (``CharTokenizer()`` for the presets: R1 tags single tokens) the
+    problems are encoded with it and the LM (``tokenizer``) is seen through ``TaskView``; without it (a
+    checkpoint's tokenizer: the tags may be several tokens, which text scoring allows) the problems are
+    encoded with ``tokenizer`` and the LM is evaluated as is."""
     from jaxrl_reason.tasks.base import make_batch
     from jaxrl_reason.tasks.countdown import Countdown
     from jaxrl_reason.tasks.evaluation import greedy_eval
     from jaxrl_reason.tasks.random_calculation import RandomCalculation
 
+    if task_tokenizer is None:
+        lm, tok, prompt_len = model, tokenizer, 64
+    else:
+        lm, tok, prompt_len = TaskView(model, id_table(task_tokenizer, tokenizer)), task_tokenizer, 32
     out = {}
     for task in (RandomCalculation(), Countdown()):
-        batch = make_batch(task, np.random.default_rng(seed), num_problems, prompt_len=32, answer_len=24)
-        r = greedy_eval(TaskView(model), [task], batch, max_new_tokens)
+        batch = make_batch(task, np.random.default_rng(seed), num_problems, prompt_len=prompt_len, answer_len=24,
+                           tokenizer=tok)
+        r = greedy_eval(lm, [task], batch, max_new_tokens, tok)
         out[task.name] = {"accuracy": r["accuracy"], "format_rate": r["format_rate"],
                           "response_length": r["response_length"]}
     return out

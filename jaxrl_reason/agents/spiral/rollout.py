@@ -1,13 +1,15 @@
 """Multi-turn, multi-agent LM episodes on device: render -> sample -> parse -> step, all turns of
 a batch of games in one ``lax.scan`` (no Python per turn).
 
-    game = GameSpec.make("kuhn_poker")
+    game = GameSpec.make("kuhn_poker", tokenizer=spiral_tokenizer())   # agents.spiral.tokenizer
     roll = make_rollout(graphdef, game, num_episodes=64, sampler=SamplerConfig(max_new_tokens=24))
     ep = jax.jit(roll)(params, key)          # params: nnx.State of the LM (nnx.split(model)[1])
 
-Each turn the player to move sees its own prompt (``[BOS] + text.render(state, player)``, static
-length ``P``), the LM samples a response (stopping at ``EOS``), ``text.parse`` reads the last
-``\\boxed{...}`` and the environment steps. An unparseable or illegal answer is passed to
+Each turn the player to move sees its own prompt (``[bos] + text.render(state, player)``, each byte
+mapped to the tokenizer's id of that character, ``agents.spiral.tokenizer.byte_ids``: byte + 8 for the
+presets' byte tokenizer; static length ``P``), the LM samples a response (stopping at the tokenizer's
+eos), the response ids become their bytes (``token_bytes``: multi-character tokens of a BPE included),
+``text.parse`` reads the last ``\\boxed{...}`` and the environment steps. An unparseable or illegal answer is passed to
 ``env.step`` as is, so the game's illegal-action rule applies: the game ends, the offender gets
 ``-penalty`` (a forfeit, as in SPIRAL). With ``opponent`` set, the LM plays only seat
 ``lm_seat[b]`` (alternating 0/1 over the batch) and the opponent function plays the other seat;
@@ -31,27 +33,39 @@ import numpy as np
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
-from jaxrl_reason.agents.spiral.vocab import BOS, EOS, OFFSET, PAD, encode
+from jaxrl_reason.agents.spiral.tokenizer import UNKNOWN, byte_ids, byte_offset, check_text, host_bytes, token_bytes
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
+from jaxrl_reason.models.tokenizer import Tokenizer
 
 GAMES = ("tictactoe", "kuhn_poker", "negotiation")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GameSpec:
-    """A game with its text interface. ``prompt_len`` counts the leading BOS."""
+    """A game with its text interface in the ids of ``tokenizer`` (``byte_ids``: byte -> id for the
+    prompts; ``token_bytes``: id -> bytes for the answers). ``prompt_len`` counts the leading bos."""
 
     name: str
     env: object
     text: gtext.GameText
+    tokenizer: Tokenizer
 
     @staticmethod
-    def make(name: str, style: str = "verbose", **env_kwargs) -> "GameSpec":
-        """``style``: the prompt style of the text interface (``envs.games.text.STYLES``)."""
+    def make(name: str, style: str = "verbose", *, tokenizer: Tokenizer, **env_kwargs) -> "GameSpec":
+        """``style``: the prompt style of the text interface (``envs.games.text.STYLES``); ``tokenizer``:
+        the LM's (``agents.spiral.tokenizer.spiral_tokenizer()`` for the presets), which must spell every
+        character of the game's text as one token (ValueError naming the first that is not)."""
         if name not in GAMES:
             raise ValueError(f"unknown SPIRAL game {name!r}; choose from {GAMES}")
         env = envs.make(name, **env_kwargs)
-        return GameSpec(name=name, env=env, text=gtext.game_text(env, style))
+        text = gtext.game_text(env, style)
+        check_text(tokenizer, _game_chars(text), f"{name} game text")
+        return GameSpec(name=name, env=env, text=text, tokenizer=tokenizer)
+
+    @property
+    def offset(self) -> int:
+        """Id of byte 0 of a ``ByteTokenizer`` (its prompt ids are ``text.render(..., offset)``)."""
+        return byte_offset(self.tokenizer)
 
     @property
     def prompt_len(self) -> int:
@@ -62,12 +76,43 @@ class GameSpec:
         return int(self.env.max_episode_steps)
 
 
+def _game_chars(text: gtext.GameText) -> str:
+    """Every character a game's prompts and canonical answers use, in order of first appearance."""
+    seen = dict.fromkeys(gtext.to_str(np.concatenate([t.reshape(-1) for _, t in text.template.parts])))
+    seen.update(dict.fromkeys(gtext.BOXED + "}" + "".join(text.action_strings)))
+    return "".join(seen)
+
+
+def response_bytes(tokenizer: Tokenizer, tokens: jax.Array) -> jax.Array:
+    """Generated ids ``[..., N]`` -> their bytes ``[..., N * K]`` (``token_bytes``: the ids' spellings
+    concatenated, then -1); an id outside the tokenizer's vocabulary is one unknown byte (-1)."""
+    table, lengths = token_bytes(tokenizer)
+    v, k = table.shape
+    tokens = jnp.asarray(tokens, jnp.int32)
+    inside = (tokens >= 0) & (tokens < v)
+    idx = jnp.clip(tokens, 0, v - 1)
+    if k == 1:  # one byte per id (the byte tokenizer): a lookup
+        return jnp.where(inside, jnp.asarray(table[:, 0])[idx].astype(jnp.int32), UNKNOWN)
+    spell = jnp.where(inside[..., None], jnp.asarray(table)[idx].astype(jnp.int32), UNKNOWN)  # [..., N, K]
+    count = jnp.where(inside, jnp.asarray(lengths)[idx], 1)  # [..., N] bytes per id
+    n = tokens.shape[-1]
+
+    def concat(spell, count):  # [N, K], [N] -> [N * K]
+        pos = (jnp.cumsum(count) - count)[:, None] + jnp.arange(k)
+        pos = jnp.where(jnp.arange(k) < count[:, None], pos, n * k)  # unused slots: dropped
+        return jnp.full((n * k,), UNKNOWN, jnp.int32).at[pos.reshape(-1)].set(spell.reshape(-1), mode="drop")
+
+    lead = tokens.shape[:-1]
+    out = jax.vmap(concat)(spell.reshape((-1, n, k)), count.reshape((-1, n)))
+    return out.reshape(lead + (n * k,))
+
+
 @flax.struct.dataclass
 class Turns:
-    prompts: jax.Array  # [T, B, P] int32 (BOS + rendered prompt)
-    tokens: jax.Array  # [T, B, N] int32 sampled response (pad after EOS)
+    prompts: jax.Array  # [T, B, P] int32 (bos + rendered prompt)
+    tokens: jax.Array  # [T, B, N] int32 sampled response (pad after eos)
     logprobs: jax.Array  # [T, B, N] float32 sampling log-probs
-    lengths: jax.Array  # [T, B] int32 response lengths (EOS included)
+    lengths: jax.Array  # [T, B] int32 response lengths (eos included)
     player: jax.Array  # [T, B] int32 seat that acted
     active: jax.Array  # [T, B] bool: the game was live and the LM acted
     status: jax.Array  # [T, B] int32 parse status (text.OK / NO_ANSWER / UNKNOWN / ILLEGAL)
@@ -87,8 +132,15 @@ def _mask_lm_seat(num_episodes: int, with_opponent: bool) -> jax.Array:
 
 
 def _render(game: GameSpec, state, player):
-    body = jax.vmap(game.text.render, in_axes=(0, 0, None))(state, player, OFFSET)
-    return jnp.concatenate([jnp.full((body.shape[0], 1), BOS, jnp.int32), body], axis=1)
+    """Batched prompts ``[B, P]``: bos + the rendered bytes, each mapped to its id (``byte_ids``)."""
+    body = jax.vmap(game.text.render, in_axes=(0, 0, None))(state, player, 0)  # bytes
+    body = jnp.asarray(byte_ids(game.tokenizer))[body]
+    return jnp.concatenate([jnp.full((body.shape[0], 1), game.tokenizer.bos_id, jnp.int32), body], axis=1)
+
+
+def _parse(game: GameSpec, tokens, legal):
+    """Batched device parse of response ids ``[B, N]`` -> (action [B], status [B])."""
+    return jax.vmap(game.text.parse, in_axes=(0, 0, None))(response_bytes(game.tokenizer, tokens), legal, 0)
 
 
 def _select(done, old, new):
@@ -96,11 +148,13 @@ def _select(done, old, new):
     return jax.tree.map(lambda a, b: jnp.where(done.reshape(done.shape + (1,) * (a.ndim - 1)), a, b), old, new)
 
 
-def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerConfig) -> Callable:
+def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerConfig, *,
+                 tokenizer: Tokenizer) -> Callable:
     """The LM as a responder: ``respond(params, prompts [B, P], key) -> SampleOutput`` (jitted sampler,
-    stops at EOS)."""
+    stops at the tokenizer's eos, pads with its pad)."""
     b = num_episodes
-    stops = jnp.full((b, 1), EOS, jnp.int32)
+    sampler = dataclasses.replace(sampler, pad_id=tokenizer.pad_id)
+    stops = jnp.full((b, 1), tokenizer.eos_id, jnp.int32)
     max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
     plens = jnp.full((b,), prompt_len, jnp.int32)
 
@@ -110,17 +164,14 @@ def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerC
     return respond
 
 
-def canned_answers(answers: tuple[str, ...], num_new: int, slots: int | None = None):
+def canned_answers(answers: tuple[str, ...], num_new: int, slots: int | None = None, *, tokenizer: Tokenizer):
     """Answer table for ``canned_responder``: ``(tokens [K, num_new], lengths [K])`` with the answers
-    (each + EOS) cycled to ``slots`` rows (default ``len(answers)``)."""
-    if not answers or max(len(a) for a in answers) + 1 > num_new:
+    (each encoded as plain text + eos, padded with pad) cycled to ``slots`` rows (default ``len(answers)``)."""
+    encoded = [tokenizer.encode(a) + [tokenizer.eos_id] for a in answers]
+    if not answers or max(map(len, encoded)) > num_new:
         raise ValueError(f"need at least one answer and num_new > the longest answer, got {num_new}")
     k = slots or len(answers)
-    table = np.full((k, num_new), PAD, np.int32)
-    lens = np.zeros(k, np.int32)
-    for i in range(k):
-        ids = np.concatenate([encode(answers[i % len(answers)]), [EOS]])
-        table[i, : len(ids)], lens[i] = ids, len(ids)
+    table, lens = tokenizer.pad_batch([encoded[i % len(answers)] for i in range(k)], num_new)
     return jnp.asarray(table), jnp.asarray(lens)
 
 
@@ -145,7 +196,7 @@ def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerCo
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     env, b = game.env, num_episodes
-    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler)
+    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler, tokenizer=game.tokenizer)
 
     def rollout(params, key) -> Episodes:
         k_reset, k_play = jax.random.split(key)
@@ -160,7 +211,7 @@ def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerCo
             _, legal = mover_view(ts)
             prompts = _render(game, state, player)
             out = respond(params, prompts, k_lm)
-            action, status = jax.vmap(game.text.parse, in_axes=(0, 0, None))(out.tokens, legal, OFFSET)
+            action, status = _parse(game, out.tokens, legal)
             lm_turn = (lm_seat < 0) | (player == lm_seat)
             if opponent is not None:
                 opp = jax.vmap(opponent)(jax.random.split(k_opp, b), state, ts)
@@ -208,7 +259,7 @@ def python_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: Sampler
                 continue
             lm_turn = lm_seat[i] < 0 or player[i] == lm_seat[i]
             if lm_turn:
-                a, status = parse_text(game.text, host_text(tokens[i]), legal[i])
+                a, status = parse_text(game.text, host_text(tokens[i], tokenizer=game.tokenizer), legal[i])
                 statuses[t, i] = status
                 if status != gtext.OK:
                     forfeit[i, player[i]] = True
@@ -220,9 +271,10 @@ def python_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: Sampler
     return {"returns": ret, "forfeit": forfeit, "status": statuses}
 
 
-def host_text(ids) -> str:
-    """LM ids -> a Python string, one character per id (specials -> ``"\\x00"``)."""
-    return "".join(chr(t - OFFSET) if t >= OFFSET else "\x00" for t in np.asarray(ids).tolist())
+def host_text(ids, *, tokenizer: Tokenizer) -> str:
+    """LM ids -> a Python string, byte by byte as the device parser reads them (``token_bytes``: bytes as
+    ``chr``, unknown bytes -- special tokens, non-ASCII tokens -- as ``"\\x00"``)."""
+    return "".join(chr(b) if b >= 0 else "\x00" for b in host_bytes(ids, tokenizer))
 
 
 def parse_text(text: gtext.GameText, answer: str, legal) -> tuple[int, int]:
@@ -244,7 +296,7 @@ def parse_text(text: gtext.GameText, answer: str, legal) -> tuple[int, int]:
 
 def _python_fns(graphdef, game: GameSpec, b: int, sampler: SamplerConfig, opponent, responder):
     env = game.env
-    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler)
+    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler, tokenizer=game.tokenizer)
 
     @jax.jit
     def reset(key):

@@ -1,6 +1,6 @@
 """SPIRAL trainer: multi-game LM self-play with RAE, one jitted step per batch.
 
-    trainer = SpiralTrainer(SpiralConfig(games=("tictactoe", "kuhn_poker")), model)
+    trainer = SpiralTrainer(SpiralConfig(games=("tictactoe", "kuhn_poker")), model, tokenizer=spiral_tokenizer())
     state = trainer.init(jax.random.key(0))
     state, metrics = trainer.step(state)        # jitted: all rollouts + advantages + update
 
@@ -26,10 +26,10 @@ from flax import nnx
 
 from jaxrl_reason.agents.spiral.advantages import MODES, episode_advantages, turn_advantages
 from jaxrl_reason.agents.spiral.rollout import GAMES, GameSpec, make_rollout
-from jaxrl_reason.agents.spiral.vocab import PAD
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import gradient_step
@@ -88,15 +88,21 @@ class SpiralState:
 
 
 class SpiralTrainer:
-    def __init__(self, config: SpiralConfig, model):
+    """``tokenizer``: the LM's (``agents.spiral.tokenizer``: the presets' byte tokenizer, or a checkpoint's
+    byte-level BPE): prompts, answer parsing, stops and padding."""
+
+    def __init__(self, config: SpiralConfig, model, *, tokenizer: Tokenizer):
         self.config = config
-        self.games = [GameSpec.make(g, config.prompt_style) for g in config.games]
+        self.tokenizer = tokenizer
+        self.games = [GameSpec.make(g, config.prompt_style, tokenizer=tokenizer) for g in config.games]
         self.prompt_len = max(g.prompt_len for g in self.games)
         model.cfg.check_cache(self.prompt_len, config.max_new_tokens, self.prompt_len + config.max_new_tokens)
+        tokenizer.check_model(model.cfg, self.prompt_len + config.max_new_tokens, "SpiralTrainer")
         self.graphdef, params, rest = nnx.split(model, nnx.Param, ...)
         self._params, self._rest = params, rest
         self.full_graphdef = nnx.graphdef(model)
-        self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature, pad_id=PAD)
+        self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                     pad_id=tokenizer.pad_id)
         self.optimizer = guard_optimizer(
             optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
         )
@@ -126,7 +132,7 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
     rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler, _opponent(cfg.opponent, g) if opp else None)
                 for g in games]
     p_max, n = trainer.prompt_len, cfg.max_new_tokens
-    optimizer = trainer.optimizer
+    optimizer, pad_id = trainer.optimizer, trainer.tokenizer.pad_id
 
     def step(state: SpiralState):
         key = jax.random.fold_in(state.key, state.step)
@@ -144,7 +150,7 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
             adv = turn_advantages(adv_ep[g * n_ep:(g + 1) * n_ep], t.player)  # [T, B]
             flat = lambda x: x.reshape((-1,) + x.shape[2:])
             pad = p_max - game.prompt_len
-            rows["prompts"].append(jnp.pad(flat(t.prompts), ((0, 0), (0, pad)), constant_values=PAD))
+            rows["prompts"].append(jnp.pad(flat(t.prompts), ((0, 0), (0, pad)), constant_values=pad_id))
             for k in ("tokens", "logprobs", "lengths", "active"):
                 rows[k].append(flat(getattr(t, k)))
             rows["adv"].append(flat(adv))
@@ -152,7 +158,7 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
         data = {k: jnp.concatenate(v) for k, v in rows.items()}
         plens = jnp.concatenate([jnp.full((game.max_turns * n_ep,), game.prompt_len, jnp.int32) for game in games])
         data["plens"] = plens
-        data["seqs"] = join(data.pop("prompts"), plens, data["tokens"])
+        data["seqs"] = join(data.pop("prompts"), plens, data["tokens"], pad_id)
         data["mask"] = ((jnp.arange(n)[None] < data["lengths"][:, None]) & data["active"][:, None]).astype(jnp.float32)
         num_rows = data["seqs"].shape[0]
         mb = -(-num_rows // cfg.minibatches)

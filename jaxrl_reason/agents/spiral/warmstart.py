@@ -13,11 +13,14 @@ imitation of the expert on the teacher's varied positions) or the move the teach
 (``labels="played"``: half of the targets are random moves, so the warm-started LM plays about as
 well as its mixed teacher).
 
-Each example is ``[BOS] prompt`` + ``"<rationale> \\boxed{<action>}"`` + ``EOS`` with the loss on the
-response only; the rationale is a short, state-derived sentence (free cells / own card / own
+Each example is ``[bos] prompt`` + ``"<rationale> \\boxed{<action>}"`` + ``[eos]`` (ids of the games'
+tokenizer: the prompt as the rollout renders it, one id per character; the response encoded as plain
+text, ``tokenizer.encode``: a BPE's canonical tokens, which the rollout's parser reads) with the loss on
+the response only; the rationale is a short, state-derived sentence (free cells / own card / own
 values) so that responses carry a little "reasoning" whose length RL can keep or collapse.
 
-    params, metrics = warm_start(model, ("tictactoe", "kuhn_poker"), WarmStartConfig(), seed=0, style="compact")
+    params, metrics = warm_start(model, ("tictactoe", "kuhn_poker"), WarmStartConfig(), seed=0, style="compact",
+                                 tokenizer=spiral_tokenizer())
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from jaxrl_reason.agents.spiral.rollout import GameSpec, _render, _select
-from jaxrl_reason.agents.spiral.vocab import EOS, PAD, encode
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.games.kuhn_poker import CARD_NAMES
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 from jaxrl_reason.utils.guard import check_trained
 
@@ -140,7 +143,11 @@ def teacher_games(game: GameSpec, num_games: int, expert_prob: float, key) -> di
 
 
 def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: int | None = None) -> dict:
-    """Teacher turns of every game as ``{"tokens" [M, L], "loss_mask" [M, L-1]}`` (numpy)."""
+    """Teacher turns of every game as ``{"tokens" [M, L], "loss_mask" [M, L-1]}`` (numpy), in the ids of
+    the games' tokenizer (one tokenizer for all of them)."""
+    tok = games[0].tokenizer
+    if any(g.tokenizer is not tok for g in games):
+        raise ValueError("sft_examples: every game must use the same tokenizer")
     seqs, starts = [], []
     for game, k in zip(games, jax.random.split(key, len(games))):
         rec = teacher_games(game, cfg.games_per_game, cfg.expert_prob, k)
@@ -148,29 +155,26 @@ def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: 
         for t, i in zip(*np.nonzero(rec["active"])):
             state = jax.tree.map(lambda x: x[t, i], rec["state"])
             p = int(rec["player"][t, i])
-            resp = encode(response_text(game, state, p, rec["legal"][t, i], target[t, i]))
+            resp = tok.encode(response_text(game, state, p, rec["legal"][t, i], target[t, i]))
             prompt = rec["prompts"][t, i]
-            seqs.append(np.concatenate([prompt, resp, [EOS]]))
+            seqs.append(prompt.tolist() + resp + [tok.eos_id])
             starts.append(len(prompt))
     length = seq_len or max(map(len, seqs))
     if max(map(len, seqs)) > length:
         raise ValueError(f"an SFT example of {max(map(len, seqs))} tokens does not fit seq_len {length}")
-    tokens = np.full((len(seqs), length), PAD, np.int32)
-    lens = np.zeros(len(seqs), np.int64)
-    for j, s in enumerate(seqs):
-        tokens[j, : len(s)] = s
-        lens[j] = len(s)
+    tokens, lens = tok.pad_batch(seqs, length)
     t = np.arange(length - 1)[None]
     mask = (t + 1 >= np.asarray(starts)[:, None]) & (t + 1 < lens[:, None])
     return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}
 
 
 def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConfig(), seed: int = 0,
-               style: str = "verbose"):
-    """SFT ``model`` (in place) on teacher moves of ``games`` rendered in prompt ``style``; returns
-    ``(params, {"nll": [steps], "examples": count})``."""
-    specs = [GameSpec.make(g, style) for g in games]
+               style: str = "verbose", *, tokenizer: Tokenizer):
+    """SFT ``model`` (in place) on teacher moves of ``games`` rendered in prompt ``style`` in the ids of
+    ``tokenizer`` (the LM's: ``agents.spiral.tokenizer``); returns ``(params, {"nll": [steps], "examples": count})``."""
+    specs = [GameSpec.make(g, style, tokenizer=tokenizer) for g in games]
     data = sft_examples(specs, cfg, jax.random.key(seed))
+    tokenizer.check_model(model.cfg, data["tokens"].shape[1], "SPIRAL warm start")
     optimizer = make_optimizer(cfg.lr, cfg.steps, warmup_steps=min(20, cfg.steps // 10))
     graphdef, state = init_train_state(model, optimizer)
     step = make_train_step(graphdef, optimizer, chunk=128)

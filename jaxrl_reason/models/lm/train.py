@@ -113,7 +113,8 @@ def make_optimizer(
     lr: float, total_steps: int, warmup_steps: int = 0, weight_decay: float = 0.0, clip_norm: float = 1.0, b2: float = 0.95
 ) -> optax.GradientTransformation:
     """AdamW with linear warmup + cosine decay to 10% of `lr`, after global-norm clipping."""
-    sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup_steps, 1), max(total_steps, warmup_steps + 1), lr * 0.1)
+    warmup = max(warmup_steps, 1)  # (a one-step run: one warmup step, then a one-step decay)
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(total_steps, warmup + 1), lr * 0.1)
     return guard_optimizer(
         optax.chain(optax.clip_by_global_norm(clip_norm), optax.adamw(sched, b2=b2, weight_decay=weight_decay))
     )

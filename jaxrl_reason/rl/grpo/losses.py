@@ -1,5 +1,6 @@
 """GRPO-family policy loss (pure jnp): clipped ratio with decoupled clip range, token- or
-sequence-level aggregation, KL to a reference (k1/k2/k3), entropy bonus, DAPO overlong penalty.
+sequence-level aggregation, KL to a reference (k1/k2/k3), entropy bonus (DAPO's overlong penalty is the
+``overlong`` reward function of ``jaxrl_reason.rewards``).
 
 All per-token inputs are [B, N] over response tokens with ``mask`` [B, N] (1 on real tokens);
 advantages are per sequence [B].
@@ -74,16 +75,6 @@ def aggregate(x: jax.Array, mask: jax.Array, aggregation: str = "token_mean", no
     if aggregation == "seq_sum_norm":
         return jnp.mean(jnp.sum(x * mask, axis=-1) / norm_len)
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-
-
-def overlong_penalty(lengths: jax.Array, max_len: int, cache_len: int) -> jax.Array:
-    """DAPO soft overlong punishment, in tokens: 0 up to max_len - cache_len, then linear down to
-    -1 at max_len, and -1 beyond. lengths [B] -> [B] float32."""
-    if not 0 < cache_len <= max_len:
-        raise ValueError(f"overlong penalty needs 0 < cache_len <= max_len, got {cache_len}, {max_len}")
-    lengths = lengths.astype(jnp.float32)
-    soft = (max_len - cache_len - lengths) / cache_len
-    return jnp.where(lengths <= max_len - cache_len, 0.0, jnp.where(lengths <= max_len, soft, -1.0))
 
 
 def grpo_loss(

@@ -1,6 +1,7 @@
 """Shared pieces of the small-scale GRPO studies (r1_zero, prorl, spurious_rewards, the notebook):
-a tiny char-level LM, seeded data splits, the partial SFT warm start and a GRPO run with periodic
-held-out evaluation driven by ``utils.loop.run_chunks`` (checkpoints + exact resume).
+a tiny LM sized for a tokenizer (the presets use ``CharTokenizer``), seeded data splits, the partial
+SFT warm start and a GRPO run with periodic held-out evaluation driven by ``utils.loop.run_chunks``
+(checkpoints + exact resume).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
 from jaxrl_reason.tasks.base import make_batch, sample_problems
-from jaxrl_reason.tasks.vocab import VOCAB
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -37,8 +38,8 @@ class TinyLM:
     def __post_init__(self):
         check_hyperparameters(self)
 
-    def config(self) -> LMConfig:
-        return LMConfig(vocab_size=VOCAB.size, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
+    def config(self, vocab_size: int) -> LMConfig:
+        return LMConfig(vocab_size=vocab_size, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
                         n_kv_heads=self.n_heads, d_ff=self.d_ff, max_seq_len=self.max_seq_len, dtype=self.dtype,
                         scan_layers=self.scan_layers)
 
@@ -57,8 +58,70 @@ class WarmStart:
         check_hyperparameters(self)
 
 
-def build_model(lm: TinyLM, seed: int) -> Transformer:
-    return Transformer(lm.config(), rngs=nnx.Rngs(seed))
+def build_model(lm: TinyLM, seed: int, tokenizer: Tokenizer) -> Transformer:
+    return Transformer(lm.config(tokenizer.vocab_size), rngs=nnx.Rngs(seed))
+
+
+# The papers' starting points that fit one GPU, as HF config.json fields (models.lm.hf_import reads them).
+ARCHS = {
+    "qwen2.5-0.5b": dict(model_type="qwen2", vocab_size=151936, hidden_size=896, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864, rope_theta=1e6,
+                         rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=32768),
+    "qwen3-0.6b": dict(model_type="qwen3", vocab_size=151936, hidden_size=1024, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=3072,
+                       rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=40960),
+    "r1-distill-qwen-1.5b": dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, num_hidden_layers=28,
+                                 num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
+                                 rope_theta=1e4, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                 max_position_embeddings=131072),
+    "llama-3.2-1b": dict(model_type="llama", vocab_size=128256, hidden_size=2048, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, intermediate_size=8192, rope_theta=5e5,
+                         rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=131072,
+                         rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=8192)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySource:
+    """Where an experiment's policy LM comes from: ``model`` (a HF checkpoint directory: its weights and
+    tokenizer, no SFT warm start), else ``arch`` (a name in ``ARCHS``: random weights of that size with the
+    character tokenizer, warm-started like the tiny LM: for throughput), else the experiment's tiny LM."""
+
+    model: str | None = None
+    arch: str | None = None
+    max_seq_len: int = 2048  # the window of a checkpoint / arch model (KV cache and RoPE table size)
+    dtype: str = "bfloat16"  # activations of an arch model ("float32" on CPU); checkpoints run in fp32
+
+    def __post_init__(self):
+        check_hyperparameters(self)
+        if self.arch is not None and self.arch not in ARCHS:
+            raise ValueError(f"unknown arch {self.arch!r}; known: {sorted(ARCHS)}")
+
+    @property
+    def pretrained(self) -> bool:
+        return self.model is not None
+
+
+def load_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, weights=None):
+    """-> (model, tokenizer, prompt format): a checkpoint as is with a chat-template prompt (R1 system
+    message), or an ``arch`` / tiny model warm-started on ``tasks`` with ``CharTokenizer`` and raw prompts."""
+    from jaxrl_reason.data import PromptFormat
+    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
+    from jaxrl_reason.models.tokenizer import R1_SYSTEM, CharTokenizer, HFTokenizer
+
+    if source.model is not None:
+        tok = HFTokenizer.from_pretrained(source.model)
+        model = load_hf_model(source.model, max_seq_len=source.max_seq_len)  # fp32 weights and activations
+        fmt = PromptFormat("chat", system=R1_SYSTEM) if tok.chat_template else PromptFormat(
+            "plain", template=R1_SYSTEM + " User: {prompt} Assistant: <think>")
+        return model, tok, fmt
+    tok = CharTokenizer()
+    if source.arch is None:
+        return warm_started_model(lm, ws, tasks, seed, tok, weights), tok, None
+    cfg = config_from_hf(ARCHS[source.arch], source=f"ARCHS[{source.arch!r}]", max_seq_len=source.max_seq_len,
+                         dtype=source.dtype)
+    return warm_start(Transformer(cfg, rngs=nnx.Rngs(seed)), ws, tasks, seed, tok, weights), tok, None
 
 
 def sft_problems(tasks: Sequence, n: int, seed: int, weights=None):
@@ -66,14 +129,22 @@ def sft_problems(tasks: Sequence, n: int, seed: int, weights=None):
     return sample_problems(list(tasks), np.ones(len(tasks)) if weights is None else weights, rng, n)[0]
 
 
-def heldout(tasks: Sequence, n: int, seed: int, prompt_len: int, answer_len: int, weights=None):
-    return make_batch(list(tasks), np.random.default_rng([seed, *HELDOUT_STREAM]), n, prompt_len, answer_len, weights)
+def heldout(tasks: Sequence, n: int, seed: int, prompt_len: int, answer_len: int, tokenizer: Tokenizer,
+            weights=None, fmt=None):
+    """The held-out problems (their own seed stream), prompts encoded with ``tokenizer`` (and ``fmt``)."""
+    return make_batch(list(tasks), np.random.default_rng([seed, *HELDOUT_STREAM]), n, prompt_len, answer_len, weights,
+                      tokenizer=tokenizer, fmt=fmt)
 
 
-def warm_started_model(lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, weights=None) -> Transformer:
-    model = build_model(lm, seed)
+def warm_started_model(lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, tokenizer: Tokenizer,
+                       weights=None) -> Transformer:
+    return warm_start(build_model(lm, seed, tokenizer), ws, tasks, seed, tokenizer, weights)
+
+
+def warm_start(model, ws: WarmStart, tasks: Sequence, seed: int, tokenizer: Tokenizer, weights=None):
+    """``model`` after the partial SFT warm start on ``tasks`` (updated in place and returned)."""
     sft_warm_start(model, sft_problems(tasks, ws.problems, seed, weights), ws.steps, ws.batch_size, ws.seq_len,
-                   ws.lr, seed=seed)
+                   ws.lr, seed=seed, tokenizer=tokenizer)
     return model
 
 

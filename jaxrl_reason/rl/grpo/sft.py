@@ -1,6 +1,6 @@
 """Supervised warm start on task traces (the "small SFT start" of the R1-Zero-style experiments).
 
-    params = sft_warm_start(model, problems, steps=200, batch_size=32, seq_len=64, lr=1e-3, key=key)
+    params = sft_warm_start(model, problems, steps=200, batch_size=32, seq_len=64, lr=1e-3, tokenizer=tok)
 
 Uses the LM stack's masked next-token loss and jitted train step; batches are drawn (with
 replacement) from ``problems``. ``prompt_loss=True`` also trains on the prompt text (a
@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 from flax import nnx
 
+from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
 from jaxrl_reason.tasks.base import Problem, sft_batch
 from jaxrl_reason.utils.guard import check_trained
@@ -30,21 +31,32 @@ def _sft_step(graphdef, lr: float, steps: int, seq_len: int):
 
 
 def sft_warm_start(model, problems: Sequence[Problem], steps: int, batch_size: int, seq_len: int, lr: float,
-                   seed: int = 0, prompt_loss: bool = False, with_trace: bool = True, skip_spans=None):
+                   seed: int = 0, prompt_loss: bool = False, with_trace: bool = True, skip_spans=None, *,
+                   tokenizer: Tokenizer, trace_special: bool = False):
     if steps < 1 or batch_size < 1 or not problems:
         raise ValueError("sft_warm_start: need steps >= 1, batch_size >= 1 and a non-empty problem list")
-    data = sft_batch(problems, seq_len, with_trace, skip_spans)
+    tokenizer.check_model(model.cfg, seq_len, "sft_warm_start")
+    data = sft_batch(problems, seq_len, with_trace, skip_spans, tokenizer=tokenizer, trace_special=trace_special)
     if prompt_loss:
-        data["loss_mask"] = (data["tokens"][:, 1:] != 0).astype(np.float32)
+        data["loss_mask"] = (data["tokens"][:, 1:] != tokenizer.pad_id).astype(np.float32)
+    return sft_train(model, data, steps, batch_size, lr, seed)
+
+
+def sft_train(model, data: dict, steps: int, batch_size: int, lr: float, seed: int = 0):
+    """Masked next-token training on ``data`` ({"tokens" [N, T] int32, "loss_mask" [N, T-1]}, e.g. from
+    ``tasks.base.sft_examples``), batches drawn with replacement; the model is updated in place and its
+    trained nnx.Param state returned."""
+    if steps < 1 or batch_size < 1 or len(data["tokens"]) == 0:
+        raise ValueError("sft_train: need steps >= 1, batch_size >= 1 and at least one example")
     graphdef = nnx.graphdef(model)
-    optimizer, train_step = _sft_step(graphdef, lr, steps, seq_len)
+    optimizer, train_step = _sft_step(graphdef, lr, steps, data["tokens"].shape[1])
     _, state = init_train_state(model, optimizer)
     rng = np.random.default_rng(seed)
     losses = []
     for _ in range(steps):
-        idx = rng.integers(0, len(problems), batch_size)
+        idx = rng.integers(0, len(data["tokens"]), batch_size)
         state, metrics = train_step(state, {k: v[idx] for k, v in data.items()})
         losses.append(metrics["nll"])
-    check_trained("sft_warm_start", state, losses)
+    check_trained("sft_train", state, losses)
     nnx.update(model, state.params, state.rest)
     return state.params

@@ -1,25 +1,30 @@
-"""GRPO trainer: prompts -> G samples each (jitted LM sampler) -> rewards -> group advantages ->
-several epochs of minibatch updates of the clipped, KL-regularised policy loss.
+"""GRPO trainer: prompts from a dataset -> G samples each (jitted LM sampler) -> reward functions on
+the decoded text -> group advantages -> several epochs of minibatch updates of the clipped,
+KL-regularised policy loss.
 
-    trainer = GRPOTrainer(GRPOConfig(...), model, tasks=[RandomCalculation()], prompt_len=24, answer_len=12)
+    trainer = GRPOTrainer(GRPOConfig(...), model, tokenizer, dataset, reward_fns)
+    #   dataset: data.PromptDataset (rows from a file, rendered prompts) or data.TaskDataset (synthetic tasks)
+    #   reward_fns: [fn | (fn, weight)], fn(prompts, completions, **row_fields) -> [B] (jaxrl_reason.rewards)
+    trainer = GRPOTrainer.for_tasks(GRPOConfig(...), model, CharTokenizer(), [RandomCalculation()], prompt_len=24)
     state = trainer.init(jax.random.key(0))                 # starts from the model's weights
     state, metrics = trainer.step(state)                    # one RL step (host entry point)
     run_chunks(run_dir, state, trainer.chunk_fn(10), n)     # checkpoints + exact resume
 
-One step: (1) draw ``prompts_per_step * oversample`` fresh problems from the task mix, seeded by
+One step: (1) take ``prompts_per_step * oversample`` prompts from the dataset, seeded by
 (config.seed, step), so a resumed run sees the same data; (2) sample ``group_size`` responses per
-prompt at ``temperature``; (3) score them (jnp exact match, host check for e.g. countdown) and turn
-scores into rewards (``RewardConfig`` variant, format reward, DAPO overlong penalty); (4) in one
+prompt at ``temperature``, stopping at eos or a stop string (``</answer>``); (3) decode them and score
+them with the reward functions in a thread pool (``rewards.RewardSuite``; weighted sum, each logged as
+``reward/<name>``) while the device computes the old-policy and reference log-probs; (4) in one
 jitted update: dynamic sampling (keep groups with non-zero reward variance first, then fill with
-the rest: static shapes, oversample-and-select), advantages, old/reference log-probs, ``epochs`` x
-``minibatches`` optimiser steps, and the ProRL reference hard reset (reference <- policy and the
-optimiser state re-initialised every ``ref_reset_every`` steps).
+the rest: static shapes, oversample-and-select), advantages, ``epochs`` x ``minibatches`` optimiser
+steps, and the ProRL reference hard reset (reference <- policy and the optimiser state
+re-initialised every ``ref_reset_every`` steps). ``time_reward_idle_s`` is the time the device waited
+for the host's rewards after its log-probs were done.
 
 The policy distribution trained is the tempered one (logits / temperature), as in verl; old
-log-probs are recomputed with a forward pass of the sampling parameters. Sampling and the update
-are two jitted programs; the host scores in between (some verifiers are host-side by nature).
-Multi-device: ``mesh="data=8"`` (any spec of ``parallel.mesh.make_mesh``) shards the parameters
-with the LM partition rules and the batch over the data axes.
+log-probs are recomputed with a forward pass of the sampling parameters. Multi-device:
+``mesh="data=8"`` (any spec of ``parallel.mesh.make_mesh``) shards the parameters with the LM
+partition rules and the batch over the data axes.
 
 LoRA: ``GRPOConfig(lora=LoRAConfig(...))`` adds adapters (``models.lm.lora``) to the model (a copy
 sharing its arrays; a model that already has adapters keeps them). ``state.params`` and the
@@ -45,12 +50,12 @@ from flax import nnx
 from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_lora, lora_off, set_dropout
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
+from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.rewards import R1Format, RewardSuite, make_reward
 from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss, overlong_penalty
+from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.update import minibatch_epochs
-from jaxrl_reason.tasks.base import make_batch
-from jaxrl_reason.tasks.rewards import RewardConfig, combine_rewards, score
-from jaxrl_reason.tasks.vocab import VOCAB
+from jaxrl_reason.tasks.rewards import RewardConfig, task_rewards
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -70,8 +75,8 @@ class GRPOConfig:
     max_new_tokens: int = 32
     advantage: str = "grpo"  # grpo | dr_grpo | rloo
     loss: LossConfig = LossConfig()
-    reward: RewardConfig = RewardConfig()
-    overlong_cache: int = 0  # DAPO soft overlong window in tokens (0 = off)
+    reward: RewardConfig = RewardConfig()  # the reward of GRPOTrainer.for_tasks (synthetic task presets)
+    overlong_cache: int = 0  # DAPO soft overlong window in tokens (0 = off): adds the "overlong" reward
     ref_reset_every: int | None = None  # ProRL hard reset interval in steps (None = never)
     mesh: str | None = None  # e.g. "data=8"
     logprob_chunk: int = 64
@@ -123,11 +128,11 @@ def response_positions(prompt_lens: jax.Array, n: int) -> jax.Array:
     return prompt_lens[:, None] - 1 + jnp.arange(n)[None]
 
 
-def join(prompts: jax.Array, prompt_lens: jax.Array, response: jax.Array) -> jax.Array:
+def join(prompts: jax.Array, prompt_lens: jax.Array, response: jax.Array, pad_id: int = 0) -> jax.Array:
     """prompts [B, P] (right-padded), response [B, N] -> [B, P+N]: response right after each prompt."""
     b, p = prompts.shape
-    base = jnp.where(jnp.arange(p)[None] < prompt_lens[:, None], prompts, VOCAB.pad)
-    base = jnp.pad(base, ((0, 0), (0, response.shape[1])))
+    base = jnp.where(jnp.arange(p)[None] < prompt_lens[:, None], prompts, pad_id)
+    base = jnp.pad(base, ((0, 0), (0, response.shape[1])), constant_values=pad_id)
     return jax.vmap(lambda x, r, s: jax.lax.dynamic_update_slice(x, r, (s,)))(base, response, prompt_lens)
 
 
@@ -158,22 +163,27 @@ def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Arr
 
 
 class GRPOTrainer:
-    def __init__(self, config: GRPOConfig, model, tasks: Sequence, prompt_len: int, answer_len: int,
-                 task_weights=None):
-        self.config = config
-        self.tasks = list(tasks)
-        if not self.tasks:
-            raise ValueError("GRPOTrainer: need at least one task")
-        self.weights = np.ones(len(self.tasks)) if task_weights is None else np.asarray(task_weights, np.float64)
-        self.prompt_len, self.answer_len = prompt_len, answer_len
-        model.cfg.check_cache(prompt_len, config.max_new_tokens, prompt_len + config.max_new_tokens)
+    def __init__(self, config: GRPOConfig, model, tokenizer: Tokenizer, dataset, reward_fns: Sequence,
+                 stop_strings: Sequence[str] = ("</answer>",), reward_workers: int = 4):
+        """dataset: ``sample(step, n) -> (rows, ids [n, P], lens [n])``, ``prompt_len``, ``prompt_strings(rows)``
+        (``data.PromptDataset`` / ``data.TaskDataset``); reward_fns: see ``jaxrl_reason.rewards``."""
+        self.config, self.tokenizer, self.dataset = config, tokenizer, dataset
+        self.prompt_len = dataset.prompt_len
+        tokenizer.check_model(model.cfg, self.prompt_len + config.max_new_tokens, "GRPOTrainer")
+        fns = list(reward_fns)
+        if config.overlong_cache:
+            fns.append(make_reward("overlong", max_new_tokens=config.max_new_tokens, cache=config.overlong_cache))
+        self.rewards = RewardSuite(fns, max_workers=reward_workers)
+        self._format = R1Format()
+        self.stop_tokens, self.stop_sequences = tokenizer.stops(stop_strings)
+        model.cfg.check_cache(self.prompt_len, config.max_new_tokens, self.prompt_len + config.max_new_tokens)
         if config.lora is not None and not has_lora(model):
             model = apply_lora(model, config.lora)
         self.graphdef, params, rest = nnx.split(model, LoRAParam if config.lora is not None else nnx.Param, ...)
         self._init_params, self._rest = params, rest
         self.optimizer = _optimizer(config)
         self.sampler_config = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                                            pad_id=VOCAB.pad)
+                                            pad_id=tokenizer.pad_id)
         self.mesh = None
         if config.mesh:
             from jaxrl_reason.models.lm.sharding import BATCH_AXES
@@ -187,11 +197,26 @@ class GRPOTrainer:
                 if n % n_batch:
                     raise ValueError(f"GRPOConfig: {what} = {n} is not divisible by the {n_batch} devices of the "
                                      f"batch axes of mesh {config.mesh!r}")
-        # one compilation per (model structure, update-relevant config): reward variant, seed and reset
-        # interval are not part of it, so the runs of a study share the compiled update.
-        self._update = _update_fn(self.graphdef, dataclasses.replace(
-            config, seed=0, reward=RewardConfig(), ref_reset_every=None, mesh=None))
-        self._rewards = jax.jit(functools.partial(combine_rewards, config.reward))
+        # one compilation per (model structure, update-relevant config): reward, seed and reset interval
+        # are not part of it, so the runs of a study share the compiled programs.
+        key_cfg = dataclasses.replace(config, seed=0, reward=RewardConfig(), ref_reset_every=None, mesh=None,
+                                      overlong_cache=0)
+        self._logprobs = _logprobs_fn(self.graphdef, key_cfg, tokenizer.pad_id)
+        self._update = _update_fn(self.graphdef, key_cfg, tokenizer.pad_id)
+
+    @classmethod
+    def for_tasks(cls, config: GRPOConfig, model, tokenizer: Tokenizer, tasks: Sequence, prompt_len: int,
+                  task_weights=None, fmt=None, **kw) -> "GRPOTrainer":
+        """The synthetic-task presets: ``data.TaskDataset`` prompts (``<bos>`` + problem text, or rendered
+        with ``fmt``, e.g. a checkpoint's chat template; the problems drawn from default_rng([config.seed,
+        step])) and the rewards of ``config.reward`` (``task_rewards``)."""
+        from jaxrl_reason.data import TaskDataset
+
+        tasks = list(tasks)
+        if not tasks:
+            raise ValueError("GRPOTrainer.for_tasks: need at least one task")
+        dataset = TaskDataset(tasks, tokenizer, prompt_len, weights=task_weights, seed=config.seed, fmt=fmt)
+        return cls(config, model, tokenizer, dataset, task_rewards(tasks, config.reward, config.seed), **kw)
 
     # ----------------------------------------------------------------- state
     def init(self, key: jax.Array, params: nnx.State | None = None) -> GRPOState:
@@ -205,8 +230,16 @@ class GRPOTrainer:
         ref = jax.tree.map(jnp.copy, params)
         if self.config.lora is not None:
             ref = lora_off(ref)  # the base model: no copy of its weights
-        return GRPOState(params=params, rest=rest, ref_params=ref, opt_state=self.optimizer.init(params),
-                         step=jnp.int32(0), key=key)
+        state = GRPOState(params=params, rest=rest, ref_params=ref, opt_state=self.optimizer.init(params),
+                          step=jnp.int32(0), key=key)
+        # every leaf committed where the update leaves it (scalars included), so step 2 does not recompile
+        if self.mesh is None:
+            return jax.device_put(state, jax.tree.leaves(params)[0].sharding)
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        on_mesh = lambda x: isinstance(getattr(x, "sharding", None), NamedSharding) and x.sharding.mesh == self.mesh
+        return jax.tree.map(lambda x: x if on_mesh(x) else jax.device_put(x, replicated), state)
 
     def model(self, state: GRPOState):
         return nnx.merge(self.graphdef, state.params, state.rest)
@@ -220,34 +253,49 @@ class GRPOTrainer:
         return jax.device_put(x, batch_sharding(self.mesh, x.shape))
 
     # ----------------------------------------------------------------- step
-    def problems(self, step: int):
-        rng = np.random.default_rng([self.config.seed, step])
-        return make_batch(self.tasks, rng, self.config.groups_sampled, self.prompt_len, self.answer_len, self.weights)
+    def prompts(self, step: int):
+        """The step's prompts, each repeated group_size times: (rows, prompt strings, ids [B, P], lens [B])."""
+        rows, ids, lens = self.dataset.sample(step, self.config.groups_sampled)
+        g = self.config.group_size
+        rows = [r for r in rows for _ in range(g)]
+        return rows, self.dataset.prompt_strings(rows), np.repeat(ids, g, axis=0), np.repeat(lens, g, axis=0)
 
     def step(self, state: GRPOState) -> tuple[GRPOState, dict]:
-        """One GRPO step. Metrics include ``time_sample_s`` (sampling + host scoring, wall) and
-        ``time_update_s`` (the jitted update, blocked on)."""
+        """One GRPO step. Metrics include ``time_sample_s`` (sampling, wall), ``time_reward_idle_s`` (the
+        device waiting for host rewards) and ``time_update_s`` (log-probs + the jitted update, blocked on)."""
         cfg = self.config
         t0 = time.perf_counter()
         step = int(state.step)
-        batch = self.problems(step).repeat(cfg.group_size)
-        k_sample, k_reward, k_update = jax.random.split(jax.random.fold_in(state.key, step), 3)
-        b = len(batch)
-        prompts, plens = self._put(batch.prompts), self._put(batch.prompt_lens)
-        stops = self._put(jnp.broadcast_to(jnp.array([VOCAB.answer_end, VOCAB.eos], jnp.int32), (b, 2)))
+        rows, prompt_text, ids, lens = self.prompts(step)
+        k_sample, _, k_update = jax.random.split(jax.random.fold_in(state.key, step), 3)  # earlier runs' keys
+        b = len(rows)
+        prompts, plens = self._put(ids), self._put(lens)
+        seqs = None if self.stop_sequences is None else self._put(jnp.broadcast_to(
+            self.stop_sequences, (b,) + self.stop_sequences.shape))
+        stops = self._put(jnp.broadcast_to(self.stop_tokens, (b,) + self.stop_tokens.shape))
         out = generate(self.graphdef, nnx.merge_state(state.params, state.rest), prompts, plens, k_sample, stops,
-                       self._put(jnp.full((b,), cfg.max_new_tokens, jnp.int32)), config=self.sampler_config)
-        scores = score(self.tasks, batch, out.tokens, out.lengths)
-        rewards = self._rewards(k_reward, scores)
-        if cfg.overlong_cache:
-            rewards = rewards + overlong_penalty(out.lengths, cfg.max_new_tokens, cfg.overlong_cache)
+                       self._put(jnp.full((b,), cfg.max_new_tokens, jnp.int32)), seqs, config=self.sampler_config)
+        tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
         t1 = time.perf_counter()
-        state, metrics = self._update(state, k_update, prompts, plens, out.tokens, out.lengths, out.logprobs,
-                                      rewards.reshape(-1, cfg.group_size), jnp.int32(cfg.ref_reset_every or 0))
+        completions = self.tokenizer.decode_completions(tokens, lengths)
+        fields = {k: [r[k] for r in rows] for k in rows[0] if all(k in r for r in rows)}
+        fields["completion_ids"] = [t[:n].tolist() for t, n in zip(tokens, lengths)]
+        pending = self.rewards.submit(prompt_text, completions, fields, step=step)
+        logps = self._logprobs(state, prompts, plens, out.tokens)  # on the device meanwhile
+        jax.block_until_ready(logps)
+        t2 = time.perf_counter()
+        total, per_fn = pending.result()
+        t3 = time.perf_counter()
+        state, metrics = self._update(state, k_update, prompts, plens, out.tokens, out.lengths, out.logprobs, logps,
+                                      jnp.asarray(total).reshape(-1, cfg.group_size),
+                                      jnp.int32(cfg.ref_reset_every or 0))
         jax.block_until_ready(state.params)
-        metrics["time_sample_s"], metrics["time_update_s"] = t1 - t0, time.perf_counter() - t1
-        metrics["accuracy"] = float(np.mean(scores["correct"]))
-        metrics["format_rate"] = float(np.mean(scores["formatted"]))
+        metrics["time_sample_s"], metrics["time_reward_idle_s"] = t1 - t0, t3 - t2
+        metrics["time_update_s"] = time.perf_counter() - t1 - (t3 - t2)
+        metrics.update(self.rewards.metrics(per_fn))
+        if "correct" in per_fn:
+            metrics["accuracy"] = float(np.mean(per_fn["correct"] == 1.0))
+        metrics["format_rate"] = float(np.mean(self._format(prompt_text, completions)))
         return state, metrics
 
     def chunk_fn(self, steps: int):
@@ -263,28 +311,46 @@ class GRPOTrainer:
         return run
 
 
+def _logp_fn(graphdef, cfg: GRPOConfig):
+    """(params, rest, seqs, plens, dropout_seed) -> (log pi(response) [B, N], entropy [B, N])."""
+
+    def logp(params, rest, seqs, plens, dropout_seed=None):
+        model = nnx.merge(graphdef, params, rest)
+        if dropout_seed is not None:  # LoRA dropout, in the loss's forward passes only
+            set_dropout(model, jax.random.key(dropout_seed))
+        return response_logprobs(model, seqs, plens, cfg.max_new_tokens, cfg.temperature, cfg.logprob_chunk)
+
+    return logp
+
+
 @functools.lru_cache(maxsize=None)
-def _update_fn(graphdef, cfg: GRPOConfig):
+def _logprobs_fn(graphdef, cfg: GRPOConfig, pad_id: int):
+    """Jitted: (state, prompts, prompt_lens, tokens) -> {"old", "old_entropy", "ref"}, each [B, N]."""
+    logp = _logp_fn(graphdef, cfg)
+
+    def run(state: GRPOState, prompts, prompt_lens, tokens):
+        seqs = join(prompts, prompt_lens, tokens, pad_id)
+        old, ent = logp(state.params, state.rest, seqs, prompt_lens)
+        return {"old": old, "old_entropy": ent, "ref": logp(state.ref_params, state.rest, seqs, prompt_lens)[0]}
+
+    return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=None)
+def _update_fn(graphdef, cfg: GRPOConfig, pad_id: int):
     """Jitted update for one model structure and config (see the module docstring)."""
     optimizer = _optimizer(cfg)
+    logp_fn = _logp_fn(graphdef, cfg)
 
-    def update(state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, rewards, reset_every):
+    def update(state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, logps, rewards, reset_every):
         g, n = cfg.group_size, cfg.max_new_tokens
         sel, frac_filtered = select_groups(rewards, cfg.prompts_per_step, cfg.dynamic_sampling)
         rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
         adv = group_advantages(rewards[sel], cfg.advantage).reshape(-1)
         prompts, prompt_lens, tokens, lengths = prompts[rows], prompt_lens[rows], tokens[rows], lengths[rows]
-        seqs = join(prompts, prompt_lens, tokens)
+        old_logp, old_ent, ref_logp = logps["old"][rows], logps["old_entropy"][rows], logps["ref"][rows]
+        seqs = join(prompts, prompt_lens, tokens, pad_id)
         mask = (jnp.arange(n)[None] < lengths[:, None]).astype(jnp.float32)
-
-        def logp_fn(params, seqs, plens, dropout_seed=None):
-            model = nnx.merge(graphdef, params, state.rest)
-            if dropout_seed is not None:  # LoRA dropout, in the loss's forward passes only
-                set_dropout(model, jax.random.key(dropout_seed))
-            return response_logprobs(model, seqs, plens, n, cfg.temperature, cfg.logprob_chunk)
-
-        old_logp, old_ent = logp_fn(state.params, seqs, prompt_lens)
-        ref_logp, _ = logp_fn(state.ref_params, seqs, prompt_lens)
         data = dict(seqs=seqs, plens=prompt_lens, adv=adv, mask=mask, old=old_logp, ref=ref_logp)
         dropout = cfg.lora is not None and cfg.lora.dropout > 0
         if dropout:  # one seed per row; a minibatch uses its first row's
@@ -292,7 +358,7 @@ def _update_fn(graphdef, cfg: GRPOConfig):
             data["dropout_seed"] = jax.random.randint(k_drop, (seqs.shape[0],), 0, jnp.iinfo(jnp.int32).max)
 
         def loss_fn(params, mb):
-            logp, ent = logp_fn(params, mb["seqs"], mb["plens"], mb["dropout_seed"][0] if dropout else None)
+            logp, ent = logp_fn(params, state.rest, mb["seqs"], mb["plens"], mb["dropout_seed"][0] if dropout else None)
             return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], ref_logp=mb["ref"], entropy=ent, config=cfg.loss)
 
         (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, key,

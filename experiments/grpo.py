@@ -1,0 +1,188 @@
+"""GRPO on your checkpoint, dataset and reward functions; ends with the trained policy in HF format.
+
+    jaxrl-reason run grpo --model CKPT_DIR --data train.jsonl --prompt-field question --answer-field answer \
+        --reward math_verify r1_format --reward-weight 1.0 0.1 --steps 200
+    jaxrl-reason run grpo            # nothing given: the whole path on CPU with nothing downloaded (below)
+
+``--model``: a Hugging Face checkpoint directory (config.json, safetensors, tokenizer.json; see
+``models.lm.hf_import`` for the families). ``--data``: local JSONL / JSON / Parquet / ``datasets``
+directory (``data.load_rows``); the prompt is rendered with the checkpoint's chat template
+(``--prompt-format chat``) or a str.format template (``--prompt-format plain --template "{prompt}"``);
+prompts over ``--max-prompt-len`` tokens are dropped and counted. ``--reward``: names of
+``jaxrl_reason.rewards.REWARDS`` (the first one also scores the held-out set: 1.0 = correct).
+Held-out: ``--eval-data`` or the last ``--heldout`` rows of ``--data``.
+
+With no ``--model``: ``rl.grpo.start.make_start_checkpoint`` trains a BPE tokenizer on the synthetic
+task's text, SFTs a small Qwen3-architecture model on chat-formatted traces and exports it to
+``<run>/start/``. With no ``--data``: the task's problems are written to ``<run>/data/train.jsonl``
+and ``heldout.jsonl``. The run then continues exactly as with ``--model <run>/start --data
+<run>/data/train.jsonl``. The run directory ends with ``hf/`` (the trained policy, adapters merged),
+``grpo.png``, metrics and orbax checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+
+from jaxrl_reason.data import (DataError, PromptDataset, PromptFormat, load_rows, require_fields, task_rows,
+                               write_jsonl)
+from jaxrl_reason.models.lm import load_hf_model, save_hf_model
+from jaxrl_reason.models.lm.lora import LoRAConfig, merge_lora
+from jaxrl_reason.models.tokenizer import HFTokenizer
+from jaxrl_reason.rewards import make_reward
+from jaxrl_reason.rl.grpo import recipes
+from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
+from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.tasks.evaluation import reward_eval
+from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    model: str | None = None  # HF checkpoint directory (None: build the CPU start, see the module docstring)
+    data: str | None = None  # training rows (None: the start's synthetic task as JSONL)
+    eval_data: str | None = None  # held-out rows (None: the last `heldout` rows of data)
+    heldout: int = 512
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    reward: tuple[str, ...] = ("math_verify",)
+    reward_weight: tuple[float, ...] = ()  # one per reward (default 1.0 each)
+    prompt_format: str = "chat"  # chat (the checkpoint's template) | plain (`template`)
+    template: str = "{prompt}"
+    system: str | None = None
+    max_prompt_len: int = 48
+    steps: int = 200
+    eval_every: int = 50
+    grpo: GRPOConfig = GRPOConfig(
+        group_size=8, prompts_per_step=32, lr=3e-4, temperature=0.7, max_new_tokens=24,
+        loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean"))
+    lora_rank: int = 0  # > 0: train LoRA adapters of this rank on every Linear (the base frozen)
+    lora_alpha: float = dataclasses.field(default=16.0, metadata={VALID: NONNEGATIVE})
+    export_dtype: str = "float32"  # hf/ weights: float32 | bfloat16
+    start: StartConfig = StartConfig()  # the CPU start (used only without --model)
+    train_rows: int = 8192  # synthetic rows written without --data
+
+    def __post_init__(self):
+        check_hyperparameters(self)
+        recipes.check_schedule(self.steps, self.eval_every)
+        if not self.reward:
+            raise ValueError("give at least one --reward")
+        if self.reward_weight and len(self.reward_weight) != len(self.reward):
+            raise ValueError(f"--reward-weight needs one weight per reward ({len(self.reward)}), got "
+                             f"{len(self.reward_weight)}")
+        if self.prompt_format not in ("chat", "plain"):
+            raise ValueError(f"prompt_format must be chat or plain, got {self.prompt_format!r}")
+        if self.heldout < 1 or self.train_rows < 1:
+            raise ValueError("heldout and train_rows must be >= 1")
+
+    def lora(self) -> LoRAConfig | None:
+        return LoRAConfig(rank=self.lora_rank, alpha=self.lora_alpha, targets=("all_linear",)) if self.lora_rank else None
+
+
+PRESETS = {
+    "cpu": Config(),
+    # a 0.5B-class start from a checkpoint: pass --model (e.g. a Qwen2.5-0.5B / Qwen3-0.6B directory) and --data
+    "gpu": Config(max_prompt_len=512, steps=500, eval_every=50, heldout=1024, reward=("math_verify", "r1_format"),
+                  reward_weight=(1.0, 0.1),
+                  grpo=GRPOConfig(group_size=16, prompts_per_step=64, lr=1e-6, temperature=1.0, max_new_tokens=1024,
+                                  minibatches=8, loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean"),
+                                  mesh=None)),
+}
+
+
+def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
+    """(training rows, held-out rows, their sources), checked for the prompt and answer fields; without
+    --data the start's synthetic task written as JSONL under the run dir."""
+    data, eval_data = config.data, config.eval_data
+    if data is None:
+        rows = task_rows([config.start.task], config.train_rows + config.heldout, config.start.seed)
+        data = str(write_jsonl(rows[: config.train_rows], run_dir.path / "data" / "train.jsonl"))
+        eval_data = str(write_jsonl(rows[config.train_rows:], run_dir.path / "data" / "heldout.jsonl"))
+    rows = load_rows(data)
+    if eval_data is None:
+        if len(rows) <= config.heldout:
+            raise DataError(f"{data} has {len(rows)} rows: not enough to hold out {config.heldout} (give --eval-data)")
+        rows, held_rows, eval_data = rows[: -config.heldout], rows[-config.heldout:], f"{data} (last {config.heldout})"
+    else:
+        held_rows = load_rows(eval_data)
+    for rs, source in ((rows, data), (held_rows, eval_data)):
+        require_fields(rs, (config.prompt_field, config.answer_field), source)
+    return rows, held_rows, data, eval_data
+
+
+def _checkpoint(config: Config, run_dir: RunDir) -> str:
+    """--model, or the CPU start built under the run dir (kept across --resume)."""
+    if config.model is not None:
+        return config.model
+    path = run_dir.path / "start"
+    if not (path / "config.json").is_file():
+        make_start_checkpoint(path, config.start, overwrite=True)
+    return str(path)
+
+
+def run(config: Config, run_dir: RunDir) -> dict:
+    rows, held_rows, data, eval_data = _rows(config, run_dir)  # bad data fails before any model work
+    model_dir = _checkpoint(config, run_dir)
+    tok = HFTokenizer.from_pretrained(model_dir)
+    model = load_hf_model(model_dir)
+    fmt = PromptFormat(config.prompt_format, config.template if config.prompt_format == "plain" else "{prompt}",
+                       config.system)
+    make = lambda rs, src, seed: PromptDataset(rs, tok, config.prompt_field, config.max_prompt_len, fmt, seed,
+                                               (config.answer_field,), src)
+    train_ds, held_ds = make(rows, data, config.grpo.seed), make(held_rows, eval_data, 0)
+    weights = config.reward_weight or (1.0,) * len(config.reward)
+    fns = [(_reward(name, config), w) for name, w in zip(config.reward, weights)]
+    score = fns[0][0]
+    evaluate = lambda m: reward_eval(m, tok, held_ds, score, config.grpo.max_new_tokens)
+    run_dir.log(0, {"data/dropped_train_prompts": train_ds.dropped, "data/dropped_heldout_prompts": held_ds.dropped})
+    grpo = dataclasses.replace(config.grpo, lora=config.lora())
+    trainer = GRPOTrainer(grpo, model, tok, train_ds, fns)
+    state = recipes.train(run_dir, trainer, trainer.init(jax.random.key(config.grpo.seed)), config.steps,
+                          config.eval_every, evaluate, desc="grpo")  # held-out scores at step 0 and every eval_every
+    trainer.rewards.close()
+    policy = trainer.model(state)
+    if config.lora_rank:
+        policy = merge_lora(policy)
+    evals = [r for r in run_dir.read_metrics() if "eval/accuracy" in r]
+    start, end = ({k.removeprefix("eval/"): v for k, v in r.items() if k.startswith("eval/")}
+                  for r in (evals[0], evals[-1]))
+    hf_dir = save_hf_model(policy, run_dir.path / "hf", tok, dtype=config.export_dtype, overwrite=True)
+
+    s = lambda k: recipes.series(run_dir, k)
+    recipes.plot_curves(run_dir.path / "grpo.png", {
+        "train reward (mean of the group samples)": {name: s(f"reward/{name}") for name in trainer.rewards.names},
+        f"held-out greedy accuracy ({config.reward[0]})": {"GRPO": s("eval/accuracy")},
+        "response length (tokens)": {"train samples": s("response_length")},
+    }, title=f"GRPO: {model_dir}")
+    se_gain = math.hypot(start["se"], end["se"])
+    rows_out = [{"model": "start", **start}, {"model": "GRPO", **end}]
+    print(run_dir.write_table("results", rows_out))
+    seen = {str(r[config.prompt_field]) for r in rows}
+    overlap = sum(str(r[config.prompt_field]) in seen for r in held_ds.rows) / len(held_ds)
+    if overlap:
+        print(f"note: {overlap:.0%} of the held-out prompts also occur in the training data (by prompt text): the "
+              "held-out accuracy then measures those problems too")
+    return {"start_accuracy": start["accuracy"], "final_accuracy": end["accuracy"], "n_heldout": end["n"],
+            "heldout_prompts_in_train": overlap,
+            "gain_points": 100 * (end["accuracy"] - start["accuracy"]), "gain_se_points": 100 * se_gain,
+            "dropped_train_prompts": train_ds.dropped, "hf": str(hf_dir), "run_dir": str(run_dir.path)}
+
+
+def _reward(name: str, config: Config):
+    """A reward by name; the answer-based ones read ``--answer-field``."""
+    if name in ("exact_match", "math_verify"):
+        return make_reward(name, answer_field=config.answer_field)
+    if name == "overlong":
+        raise ValueError("use --grpo.overlong-cache N for DAPO's overlong reward")
+    return make_reward(name)
+
+
+if __name__ == "__main__":
+    from jaxrl_reason.cli import script_main
+
+    script_main(__file__)

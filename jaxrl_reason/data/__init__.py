@@ -1,0 +1,21 @@
+"""Datasets for GRPO on user data: local files -> rows -> fixed-width prompt ids, and the synthetic tasks
+behind the same interface.
+
+    rows = load_rows("train.jsonl")            # list[dict]; also .json, .parquet, a datasets save_to_disk dir
+    ds = PromptDataset(rows, tokenizer, prompt_field="question", max_prompt_len=256,
+                       fmt=PromptFormat("chat", system="..."), seed=0, required_fields=("answer",))
+    ds.dropped, len(ds)                        # prompts longer than max_prompt_len (dropped, never cut), rows kept
+    rows_b, ids, lens = ds.sample(step, n)     # list[dict] [n]; np.int32 [n, ds.prompt_len] right-padded; [n]
+    texts = ds.prompt_strings(rows_b)          # rendered prompts (reward functions, logging)
+    tds = TaskDataset(tasks, tokenizer, prompt_len=24, seed=0)   # synthetic tasks, the same interface
+    write_jsonl(task_rows(tasks, 1000, seed=0), "demo.jsonl")   # a synthetic task as a dataset file
+
+Parquet and ``datasets`` directories need ``pip install jaxrl_reason[data]``.
+"""
+
+from jaxrl_reason.data.datasets import PromptDataset, PromptSource, TaskDataset, task_rows
+from jaxrl_reason.data.loading import DataError, load_rows, require_fields, write_jsonl
+from jaxrl_reason.data.prompts import PromptFormat, render_prompt
+
+__all__ = ["DataError", "load_rows", "require_fields", "write_jsonl", "PromptFormat", "render_prompt", "PromptDataset",
+           "TaskDataset", "PromptSource", "task_rows"]

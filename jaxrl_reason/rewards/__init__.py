@@ -1,0 +1,46 @@
+"""Reward functions on decoded text for GRPO on your own data (TRL / Tunix style), and a suite that runs them.
+
+Reward function protocol: any callable
+
+    fn(prompts: list[str], completions: list[str], **fields) -> Sequence[float]   # length B
+
+``prompts`` [B] and ``completions`` [B] are decoded text (special tags such as ``<think>`` kept as text);
+``fields`` are the dataset's per-row columns, each a list of length B (e.g. ``answer``), plus
+``completion_ids`` (list[list[int]], the sampled token ids) and ``step`` (int, the RL step) added by the
+trainer. A function must accept ``**kwargs`` for the fields it does not use. Its name (per-function
+logging, ``RewardSuite.names``) is ``fn.name`` if present, else ``fn.__name__``, else its type name.
+Rewards run on host threads: functions must be thread-safe and must not use ``signal``.
+
+    from jaxrl_reason.rewards import RewardSuite, make_reward
+    with RewardSuite([make_reward("math_verify"), (make_reward("r1_format"), 0.1)], max_workers=4) as suite:
+        fut = suite.submit(prompts, completions, fields, step=step)   # concurrent.futures.Future, at once
+        total, per_fn = fut.result()   # total [B] float32 = sum_i w_i r_i; per_fn {name: [B] float32} unweighted
+
+Built-ins (``REWARDS`` / ``make_reward``): exact_match, math_verify, r1_format, overlong, random,
+wrong_label; in code: ``TaskCorrect`` (the synthetic tasks of ``jaxrl_reason.tasks``), ``Inverted`` and
+``WithMalformedPenalty`` (spurious-reward variants).
+"""
+
+from jaxrl_reason.rewards.builtin import (
+    REWARDS,
+    ExactMatch,
+    Inverted,
+    MathVerify,
+    Overlong,
+    R1Format,
+    RandomReward,
+    TaskCorrect,
+    WithMalformedPenalty,
+    WrongLabel,
+    extract_answer,
+    extract_boxed,
+    make_reward,
+    r1_formatted,
+)
+from jaxrl_reason.rewards.suite import RewardError, RewardFn, RewardSuite, check_rewards, reward_name
+
+__all__ = [
+    "REWARDS", "ExactMatch", "Inverted", "MathVerify", "Overlong", "R1Format", "RandomReward", "TaskCorrect",
+    "WithMalformedPenalty", "WrongLabel", "extract_answer", "extract_boxed", "make_reward", "r1_formatted",
+    "RewardError", "RewardFn", "RewardSuite", "check_rewards", "reward_name",
+]

@@ -1,0 +1,92 @@
+"""A pretrained-style starting checkpoint made on CPU with nothing downloaded: a byte-level BPE
+tokenizer trained on the synthetic tasks' text (R1 tags and ChatML markers as special tokens, a
+ChatML chat template), a Qwen3-architecture model (q/k RMSNorm) SFT'd on chat-formatted worked
+traces, written as a Hugging Face checkpoint directory. It is the start ``experiments/grpo.py`` uses
+when no ``--model`` is given, so the synthetic preset runs the same path a real checkpoint does.
+
+    path = make_start_checkpoint("runs/start", StartConfig())   # config.json, model.safetensors, tokenizer files
+    model, tok = load_hf_model(path), HFTokenizer.from_pretrained(path)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.data import PromptFormat, render_prompt, task_rows
+from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm.hf_export import save_hf_model
+from jaxrl_reason.models.tokenizer import DEFAULT_SPECIAL, HFTokenizer
+from jaxrl_reason.rl.grpo.sft import sft_train
+from jaxrl_reason.tasks.base import response_ids, sample_problems, sft_examples
+from jaxrl_reason.tasks.random_calculation import RandomCalculation
+from jaxrl_reason.utils.validation import check_hyperparameters
+
+CHATML = (  # Qwen's template without tools: an optional system turn, then <|im_start|>role\ncontent<|im_end|>\n
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+SPECIAL = DEFAULT_SPECIAL + ("<|im_start|>", "<|im_end|>")
+SFT_STREAM = (2**31 - 1, 19)  # sft problems: default_rng([seed, *SFT_STREAM]), apart from data.task_rows' stream
+
+
+@dataclasses.dataclass(frozen=True)
+class StartConfig:
+    seed: int = 0
+    task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
+    vocab_size: int = 320  # BPE target (the corpus may yield fewer)
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 16
+    d_ff: int = 256
+    max_seq_len: int = 96
+    # deliberately partial SFT (the R1-Zero presets' "small SFT start"): the format is learned, the
+    # arithmetic only partly, so RL has headroom
+    sft_problems: int = 4096
+    sft_steps: int = 100
+    batch_size: int = 32
+    lr: float = 3e-3
+    seq_len: int = 64
+    tokenizer_corpus: int = 2000  # problems whose text trains the BPE tokenizer
+
+    def __post_init__(self):
+        check_hyperparameters(self)
+
+
+def start_tokenizer(cfg: StartConfig) -> HFTokenizer:
+    """Byte-level BPE trained on prompts, traces and answers of ``cfg.task``; eos = ``<|im_end|>``."""
+    rows = task_rows([cfg.task], cfg.tokenizer_corpus, cfg.seed)
+    texts = [t for r in rows for t in (r["prompt"], r["trace"], r["answer"])]
+    return HFTokenizer.train_bpe(texts, cfg.vocab_size, SPECIAL, eos="<|im_end|>", pad="<pad>", bos="<bos>",
+                                 chat_template=CHATML)
+
+
+def start_model_config(cfg: StartConfig, vocab_size: int) -> LMConfig:
+    """A Qwen3-architecture LMConfig (q/k norm, explicit head_dim, no qkv bias): exports as model_type qwen3."""
+    return LMConfig(vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                    n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, d_ff=cfg.d_ff, max_seq_len=cfg.max_seq_len,
+                    qk_norm=True, rope_theta=1e6)
+
+
+def sft_data(tokenizer: HFTokenizer, problems, seq_len: int, fmt: PromptFormat = PromptFormat("chat")) -> dict:
+    """Chat-formatted SFT examples: the rendered user turn, then ``<think>trace</think><answer>answer</answer>``
+    and eos as the assistant's reply (loss on the reply)."""
+    prompts = [render_prompt(tokenizer, {"prompt": p.prompt}, "prompt", fmt)[1] for p in problems]
+    replies = [response_ids(tokenizer, p) + [tokenizer.eos_id] for p in problems]
+    return sft_examples(prompts, replies, seq_len, tokenizer)
+
+
+def make_start_checkpoint(path, cfg: StartConfig = StartConfig(), overwrite: bool = False) -> pathlib.Path:
+    """Tokenizer + Qwen3-architecture model + partial SFT -> a HF checkpoint directory at ``path``."""
+    tok = start_tokenizer(cfg)
+    model = Transformer(start_model_config(cfg, tok.vocab_size), rngs=nnx.Rngs(cfg.seed))
+    problems, _ = sample_problems([cfg.task], np.ones(1), np.random.default_rng([cfg.seed, *SFT_STREAM]),
+                                  cfg.sft_problems)
+    sft_train(model, sft_data(tok, problems, cfg.seq_len), cfg.sft_steps, cfg.batch_size, cfg.lr, cfg.seed)
+    return save_hf_model(model, path, tok, overwrite=overwrite)

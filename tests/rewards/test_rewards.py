@@ -1,0 +1,258 @@
+"""Reward functions on decoded text and the threaded ``RewardSuite``."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from jaxrl_reason.rewards import (
+    REWARDS,
+    ExactMatch,
+    Inverted,
+    MathVerify,
+    Overlong,
+    RandomReward,
+    RewardError,
+    RewardSuite,
+    TaskCorrect,
+    WithMalformedPenalty,
+    WrongLabel,
+    extract_answer,
+    extract_boxed,
+    make_reward,
+)
+from jaxrl_reason.tasks import Countdown, RandomCalculation
+
+
+def call(fn, completions, prompts=None, **fields):
+    return np.asarray(fn(prompts or [""] * len(completions), completions, **fields)).tolist()
+
+
+def test_extract_answer_and_boxed():
+    assert extract_answer("<think>x</think><answer> 12 </answer>") == "12"
+    assert extract_answer("<answer>1</answer> then <answer>\n2\n</answer>") == "2"
+    assert extract_answer("<answer>1") is None and extract_answer("no tags") is None and extract_answer(None) is None
+    assert extract_answer("<answer></answer>") == ""
+    assert extract_boxed(r"so \boxed{1} and \boxed{\frac{1}{2}} end") == r"\frac{1}{2}"
+    assert extract_boxed(r"\boxed{4} then \boxed{5") == "4"  # the last one is unbalanced (truncated)
+    assert extract_boxed("nothing") is None
+
+
+@pytest.mark.parametrize("completion,gold,want", [
+    (r"<answer>\frac{1}{2}</answer>", "0.5", 1.0),
+    (r"<answer>0.5</answer>", "1/2", 1.0),
+    (r"<answer>\frac12</answer>", r"$\boxed{\frac12}$", 1.0),
+    (r"<answer>1/2</answer>", r"\frac{1}{2}", 1.0),
+    (r"reasoning ... so the result is \boxed{3}", "3", 1.0),  # no tags: the whole completion
+    (r"<answer>2\pi</answer>", r"2\pi", 1.0),
+    (r"<answer>x+1</answer>", "1+x", 1.0),
+    ("<answer>4</answer>", "3", 0.0),
+    (r"<answer>2</answer>", r"2\pi", 0.0),
+    ("<answer>1,2</answer>", "1.2", 0.0),
+    (r"<answer>\boxed{3}</answer> but \boxed{4}", "4", 0.0),  # the answer span wins over later text
+    (r"}}{{ \frac{ $$ \boxed{ ^^^", "3", 0.0),
+    ("", "3", 0.0),
+    ("<answer>3</answer>", "", 0.0),
+])
+def test_math_verify(completion, gold, want):
+    assert call(make_reward("math_verify"), [completion], answer=[gold]) == [want]
+
+
+def test_math_verify_never_raises_and_other_field():
+    fn = MathVerify(answer_field="solution")
+    assert call(fn, ["<answer>7</answer>", "<answer>7</answer>"], solution=[7, object()]) == [1.0, 0.0]
+    with pytest.raises(ValueError, match="solution"):
+        call(fn, ["x"], answer=["7"])
+
+
+def test_math_verify_in_worker_thread():
+    # math-verify's default timeout uses signal.alarm, which fails outside the main thread
+    with RewardSuite([make_reward("math_verify")], max_workers=1) as suite:
+        total, _ = suite([""] * 2, [r"<answer>\frac{3}{4}</answer>", "<answer>0.7</answer>"], {"answer": ["0.75"] * 2})
+    assert total.tolist() == [1.0, 0.0]
+
+
+def test_exact_match_and_wrong_label():
+    completions = ["<answer> 12 </answer>", "<answer>12.0</answer>", "12", "<answer>13</answer>"]
+    assert call(ExactMatch(), completions, answer=[12, "12", "12", " 12 "]) == [1.0, 0.0, 0.0, 0.0]
+    assert call(WrongLabel(), completions, wrong=["13"] * 4) == [0.0, 0.0, 0.0, 1.0]
+    assert WrongLabel().name == "wrong_label" and ExactMatch().name == "exact_match"
+
+
+@pytest.mark.parametrize("prompt,completion,want", [
+    ("q", "<think>a</think><answer>b</answer>", 1.0),
+    ("q", " \n<think>\nsteps\n</think>\n <answer>b</answer>\n", 1.0),
+    ("q", "<think></think><answer></answer>", 1.0),
+    ("q", "<think>a</think>", 0.0),
+    ("q", "<answer>b</answer>", 0.0),
+    ("q", "a</think><answer>b</answer>", 0.0),  # the prompt does not open <think>
+    ("q", "<think>a</think><answer>b</answer> trailing", 0.0),
+    ("q", "lead <think>a</think><answer>b</answer>", 0.0),
+    ("q", "<think>a</think>x<answer>b</answer>", 0.0),
+    ("q", "<think>a</think><answer>b</answer><answer>c</answer>", 0.0),
+    ("q", "<think>a<think>b</think><answer>c</answer>", 0.0),
+    ("q", "<think>a</think><answer>b</think></answer>", 0.0),
+    ("q", "<answer>b</answer><think>a</think>", 0.0),
+    ("User: q\nAssistant: <think>\n", "a</think><answer>b</answer>", 1.0),
+    ("User: q\nAssistant: <think>", "<think>a</think><answer>b</answer>", 1.0),
+    ("User: q\nAssistant: <think>", "a</think><answer>b</answer>x", 0.0),
+])
+def test_r1_format(prompt, completion, want):
+    assert call(make_reward("r1_format"), [completion], prompts=[prompt]) == [want]
+
+
+def test_overlong():
+    fn = make_reward("overlong", max_new_tokens=10, cache=4)
+    lens = [0, 5, 6, 7, 8, 9, 10, 11]
+    got = call(fn, [""] * len(lens), completion_ids=[[1] * n for n in lens])
+    assert got == pytest.approx([0, 0, 0, -0.25, -0.5, -0.75, -1.0, -1.0])
+    assert call(Overlong(4, 4), ["", ""], completion_ids=[[], [1, 2]]) == [0.0, -0.5]
+    for cache in [0, 11, 2.5]:
+        with pytest.raises(ValueError, match="cache"):
+            Overlong(max_new_tokens=10, cache=cache)
+    with pytest.raises(TypeError, match="overlong"):
+        make_reward("overlong")
+
+
+def test_random_reward():
+    fn = make_reward("random", p=0.3, seed=7)
+    n = 4000
+    a = np.asarray(fn([""] * n, ["x"] * n, step=5))
+    b = np.asarray(fn([""] * n, ["something else"] * n, step=5))  # independent of the outputs
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a[:10], fn([""] * 10, ["y"] * 10, step=5))  # row i does not depend on B
+    assert set(np.unique(a)) <= {0.0, 1.0} and abs(a.mean() - 0.3) < 0.03
+    assert not np.array_equal(a, fn([""] * n, ["x"] * n, step=6))
+    assert not np.array_equal(a, RandomReward(0.3, seed=8)([""] * n, ["x"] * n, step=5))
+    with pytest.raises(ValueError):
+        RandomReward(p=1.5)
+
+
+def test_inverted_and_malformed_penalty():
+    completions = ["<answer>3</answer>", "<answer>4</answer>", "3", "no answer at all"]
+    answer = ["3"] * 4
+    inv = Inverted(ExactMatch())
+    assert inv.name == "inverted_exact_match"
+    assert call(inv, completions, answer=answer) == [0.0, 1.0, 0.0, 0.0]
+    # math_verify credits the untagged "3"; the penalty replaces it (no parsable answer)
+    pen = WithMalformedPenalty(make_reward("math_verify"), penalty=-0.5)
+    assert pen.name == "math_verify"
+    assert call(pen, completions, answer=answer) == [1.0, 0.0, -0.5, -0.5]
+    assert call(WithMalformedPenalty(inv, -1), completions, answer=answer, step=3) == [0.0, 1.0, -1.0, -1.0]
+    with pytest.raises(ValueError):
+        WithMalformedPenalty(inv, math.nan)
+
+
+def test_task_correct_countdown_and_calc():
+    count, calc = Countdown(), RandomCalculation()
+    pc = count.generate(np.random.default_rng(0))  # count 3 3 5 6 to 17, answer 6+5+3+3
+    pk = calc.generate(np.random.default_rng(0))  # calc (0+(2*6))+8, answer 20
+    assert (pc.prompt, pk.answer) == ("count 3 3 5 6 to 17", "20")
+    rows = [
+        (pc, f"<think>t</think><answer>{pc.answer}</answer>", 1.0),
+        (pc, "<answer>3+3+5+6</answer>", 1.0),  # another valid answer
+        (pc, "<answer>(6-3)*5+3-1</answer>", 0.0),  # uses a number not given
+        (pc, "<answer>3*3+5+6</answer>", 0.0),  # = 20
+        (pc, "3+3+5+6", 0.0),  # no answer span
+        (pk, "<answer>20</answer>", 1.0),
+        (pk, "<answer>20.0</answer>", 0.0),  # exact-match task
+        (pk, f"<answer>{pk.wrong}</answer>", 0.0),
+    ]
+    fn = TaskCorrect([count, calc])
+    problems = [p for p, _, _ in rows]
+    assert call(fn, [c for _, c, _ in rows], task=[p.task for p in problems], problem=problems) == [w for *_, w in rows]
+    assert call(fn, [rows[1][1]], problem=[pc]) == [1.0]  # task name from the problem
+    with pytest.raises(ValueError, match="sort"):
+        fn([""], ["<answer>1</answer>"], task=["sort"], problem=[pc])
+    with pytest.raises(ValueError):
+        TaskCorrect([count, Countdown()])
+
+
+def test_registry():
+    assert set(REWARDS) == {"exact_match", "math_verify", "r1_format", "overlong", "random", "wrong_label"}
+    with pytest.raises(ValueError, match="exact_match"):
+        make_reward("nope")
+
+
+def test_suite_weights_and_per_fn():
+    def length_bonus(prompts, completions, **kwargs):
+        assert kwargs["step"] == 3 and kwargs["completion_ids"] == [[1], [1, 2], [1, 2, 3]]
+        return [len(c) / 10 for c in completions]
+
+    completions = ["<think>a</think><answer>1</answer>", "<answer>2</answer>", "x"]
+    fields = {"answer": ["1", "1", "1"], "completion_ids": [[1], [1, 2], [1, 2, 3]]}
+    suite = RewardSuite([make_reward("exact_match"), (make_reward("r1_format"), 0.5), (length_bonus, -2),
+                         (make_reward("exact_match"), 2.0)], max_workers=2)
+    assert suite.names == ("exact_match", "r1_format", "length_bonus", "exact_match_2")
+    total, per_fn = suite([""] * 3, completions, fields, step=3)
+    assert list(per_fn) == list(suite.names) and all(r.dtype == np.float32 and r.shape == (3,) for r in per_fn.values())
+    np.testing.assert_array_equal(per_fn["exact_match"], [1, 0, 0])
+    np.testing.assert_array_equal(per_fn["r1_format"], [1, 0, 0])
+    np.testing.assert_allclose(per_fn["length_bonus"], [3.4, 1.8, 0.1], rtol=1e-6)
+    assert total.dtype == np.float32
+    np.testing.assert_allclose(total, [1 + 0.5 - 6.8 + 2, -3.6, -0.2], rtol=1e-6)
+    m = suite.metrics(per_fn)
+    assert m["reward/exact_match"] == pytest.approx(1 / 3) and m["reward/length_bonus_std"] == pytest.approx(
+        np.std([3.4, 1.8, 0.1]), rel=1e-6)
+    suite.close()
+    with pytest.raises(RuntimeError):
+        suite.submit([""], ["x"], {"answer": ["1"], "completion_ids": [[1]]})
+
+
+def test_suite_construction_and_input_errors():
+    em = make_reward("exact_match")
+    for bad in [[], [(em, math.inf)], [(em, "1")], [(em, math.nan)], ["not callable"]]:
+        with pytest.raises(ValueError):
+            RewardSuite(bad)
+    with RewardSuite([em]) as suite:
+        with pytest.raises(ValueError, match="2 prompts but 1 completions"):
+            suite.submit(["a", "b"], ["c"], {"answer": ["1"]})
+        with pytest.raises(ValueError, match="answer"):
+            suite.submit(["a"], ["c"], {"answer": ["1", "2"]})
+        with pytest.raises(ValueError, match="reserved"):
+            suite.submit(["a"], ["c"], {"answer": ["1"], "step": [0]})
+
+
+def test_suite_errors_name_the_function():
+    def boom(prompts, completions, **kwargs):
+        raise KeyError("no such column")
+
+    def short(prompts, completions, **kwargs):
+        return [1.0] * (len(completions) - 1)
+
+    def nan_rows(prompts, completions, **kwargs):
+        return [0.0, math.nan, 1.0, math.inf]
+
+    def texty(prompts, completions, **kwargs):
+        return ["1"] * len(completions)
+
+    args = ([""] * 4, ["c"] * 4, {"answer": ["1"] * 4})
+    with pytest.raises(RewardError, match=r"'boom' raised KeyError at step 9 on a batch of 4") as err:
+        RewardSuite([make_reward("r1_format"), boom])(*args, step=9)
+    assert isinstance(err.value.__cause__, KeyError)
+    with pytest.raises(RewardError, match=r"'short' returned length 3 .*length 4"):
+        RewardSuite([short])(*args)
+    with pytest.raises(RewardError, match=r"'nan_rows' returned 2 non-finite .*rows \[1, 3\]"):
+        RewardSuite([nan_rows], max_workers=1).submit(*args).result()
+    with pytest.raises(RewardError, match="'texty' returned non-numeric"):
+        RewardSuite([texty])(*args)
+    assert issubclass(RewardError, ValueError)
+
+
+@pytest.mark.parametrize("max_workers", [1, 2])
+def test_submit_returns_at_once_and_runs_concurrently(max_workers):
+    barrier, release = threading.Barrier(2), threading.Event()
+
+    def waiter(prompts, completions, **kwargs):
+        release.wait(timeout=5)
+        if max_workers > 1:
+            barrier.wait(timeout=5)  # both functions must be running at the same time
+        return [1.0] * len(completions)
+
+    with RewardSuite([waiter, (waiter, 2.0)], max_workers=max_workers) as suite:
+        fut = suite.submit(["p"], ["c"], step=1)
+        assert not fut.done() and not fut.cancel()
+        release.set()
+        total, per_fn = fut.result(timeout=10)
+    assert total.tolist() == [3.0] and list(per_fn) == ["waiter", "waiter_2"]
