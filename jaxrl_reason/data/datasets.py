@@ -159,7 +159,7 @@ class TaskDataset:
     ``tasks.base.make_batch(tasks, default_rng([seed, step]), n, ...)`` and encodes ``<bos> + prompt`` with
     ``tokenizer`` (or, with ``fmt``, the prompt rendered by ``render_prompt``, e.g. through a checkpoint's
     chat template), right-padded to ``prompt_len`` (a longer prompt raises). Rows: prompt, answer, wrong,
-    trace, task, task_id, difficulty and the `Problem` itself under "problem"."""
+    trace, task, task_id, difficulty, the `Problem` itself under "problem" and, with ``fmt``, "rendered_prompt"."""
 
     finite = False
     dropped = 0
@@ -176,17 +176,21 @@ class TaskDataset:
         _check_draw(step, n)
         rng = np.random.default_rng([self.seed, step])
         problems, task_ids = sample_problems(self.tasks, self.weights, rng, n, self.difficulty)
-        ids, lens = self.tokenizer.pad_batch([prompt_ids(self.tokenizer, p, self.fmt) for p in problems],
-                                             self.prompt_len)
         rows = [{**_problem_row(p), "wrong": p.wrong, "task_id": int(t), "problem": p}
                 for p, t in zip(problems, task_ids.tolist())]
+        if self.fmt is None:
+            seqs = [prompt_ids(self.tokenizer, p) for p in problems]
+        else:  # rendered once: the ids for the sampler, the text (row "rendered_prompt") for reward functions
+            rendered = [render_prompt(self.tokenizer, r, "prompt", self.fmt) for r in rows]
+            seqs = [ids for _, ids in rendered]
+            for r, (text, _) in zip(rows, rendered):
+                r["rendered_prompt"] = text
+        ids, lens = self.tokenizer.pad_batch(seqs, self.prompt_len)
         return rows, ids, lens
 
     def prompt_strings(self, rows: Sequence[Mapping]) -> list[str]:
         """The prompt text of each sampled row: the problem text (without <bos>), or rendered with ``fmt``."""
-        if self.fmt is None:
-            return [r["prompt"] for r in rows]
-        return [render_prompt(self.tokenizer, r, "prompt", self.fmt)[0] for r in rows]
+        return [r["rendered_prompt"] if self.fmt is not None else r["prompt"] for r in rows]
 
 
 def task_rows(tasks, n: int, seed: int, weights=None, with_trace: bool = True) -> list[dict]:
