@@ -15,7 +15,8 @@ Held-out: ``--eval-data`` or the last ``--heldout`` rows of ``--data``.
 With no ``--model``: ``rl.grpo.start.make_start_checkpoint`` trains a BPE tokenizer on the synthetic
 task's text, SFTs a small Qwen3-architecture model on chat-formatted traces and exports it to
 ``<run>/start/``. With no ``--data``: the task's problems are written to ``<run>/data/train.jsonl``
-and ``heldout.jsonl``. The run then continues exactly as with ``--model <run>/start --data
+and ``heldout.jsonl``, whole problems held out (no held-out prompt is in the training rows or the start's SFT
+data). The run then continues exactly as with ``--model <run>/start --data
 <run>/data/train.jsonl``. The run directory ends with ``hf/`` (the trained policy, adapters merged),
 ``grpo.png``, metrics and orbax checkpoints.
 """
@@ -56,10 +57,10 @@ class Config:
     template: str = "{prompt}"
     system: str | None = None
     max_prompt_len: int = 48
-    steps: int = 200
+    steps: int = 100
     eval_every: int = 50
     grpo: GRPOConfig = GRPOConfig(
-        group_size=8, prompts_per_step=32, lr=3e-4, temperature=0.7, max_new_tokens=24,
+        group_size=8, prompts_per_step=32, lr=3e-4, temperature=0.7, max_new_tokens=32,
         loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean"))
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank on every Linear (the base frozen)
     lora_alpha: float = dataclasses.field(default=16.0, metadata={VALID: NONNEGATIVE})
@@ -101,8 +102,14 @@ def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
     data, eval_data = config.data, config.eval_data
     if data is None:
         rows = task_rows([config.start.task], config.train_rows + config.heldout, config.start.seed)
-        data = str(write_jsonl(rows[: config.train_rows], run_dir.path / "data" / "train.jsonl"))
-        eval_data = str(write_jsonl(rows[config.train_rows:], run_dir.path / "data" / "heldout.jsonl"))
+        held_rows = rows[config.train_rows:]
+        held_prompts = {r["prompt"] for r in held_rows}  # whole problems held out: none of them is trained on
+        train = [r for r in rows[: config.train_rows] if r["prompt"] not in held_prompts]
+        if not train:
+            raise DataError(f"{config.start.task} has too few distinct problems: every training row is also "
+                            "held out; use a task with a larger problem space")
+        data = str(write_jsonl(train, run_dir.path / "data" / "train.jsonl"))
+        eval_data = str(write_jsonl(held_rows, run_dir.path / "data" / "heldout.jsonl"))
     rows = load_rows(data)
     if eval_data is None:
         if len(rows) <= config.heldout:
@@ -115,19 +122,21 @@ def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
     return rows, held_rows, data, eval_data
 
 
-def _checkpoint(config: Config, run_dir: RunDir) -> str:
-    """--model, or the CPU start built under the run dir (kept across --resume)."""
+def _checkpoint(config: Config, run_dir: RunDir, held_rows: list) -> str:
+    """--model, or the CPU start built under the run dir (kept across --resume), its SFT data free of
+    the held-out problems."""
     if config.model is not None:
         return config.model
     path = run_dir.path / "start"
     if not (path / "config.json").is_file():
-        make_start_checkpoint(path, config.start, overwrite=True)
+        held = frozenset(str(r[config.prompt_field]) for r in held_rows)
+        make_start_checkpoint(path, config.start, overwrite=True, exclude_prompts=held)
     return str(path)
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
     rows, held_rows, data, eval_data = _rows(config, run_dir)  # bad data fails before any model work
-    model_dir = _checkpoint(config, run_dir)
+    model_dir = _checkpoint(config, run_dir, held_rows)
     tok = HFTokenizer.from_pretrained(model_dir)
     model = load_hf_model(model_dir)
     fmt = PromptFormat(config.prompt_format, config.template if config.prompt_format == "plain" else "{prompt}",

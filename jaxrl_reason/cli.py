@@ -4,6 +4,11 @@ Experiments are the scripts in the repository's ``experiments/`` folder (or the
 folder named by ``$JAXRL_REASON_EXPERIMENTS``). Each defines ``PRESETS`` (name ->
 frozen config dataclass) and ``run(config, run_dir) -> dict``. Any config field
 can be overridden on the command line (tyro), e.g. ``--ppo.lr 1e-3``.
+
+Multi-process runs: start the same command once per process with ``--coordinator HOST:PORT
+--num-processes N --process-id I`` (or the JAXRL_* variables, or inside ``srun``; see
+``parallel.distributed``). The processes join before any device is used, check that they all run
+the same experiment, preset, options and config, and share one run directory written by process 0.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import tyro
 
 from jaxrl_reason.data.loading import DataError
 from jaxrl_reason.models.lm.hf_import import HFImportError
+from jaxrl_reason.parallel import distributed
 from jaxrl_reason.rewards.suite import RewardError
 from jaxrl_reason.utils import guard
 from jaxrl_reason.utils.checkpoint import CheckpointError
-from jaxrl_reason.utils.experiment import RunDir, RunDirError
+from jaxrl_reason.utils.experiment import RunDir, RunDirError, config_to_dict
 
 #: Failures a run reports as one clear line (exit code 1) instead of a traceback: the run dir, a checkpoint,
-#: a NaN/inf, the user's dataset, reward function or HF checkpoint directory.
-RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError, DataError, RewardError, HFImportError)
+#: a NaN/inf, the user's dataset, reward function or HF checkpoint directory, processes that cannot meet or agree.
+RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError, DataError, RewardError, HFImportError,
+              distributed.DistributedError)
 
 
 def experiments_dir() -> pathlib.Path:
@@ -75,6 +82,13 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     parser.add_argument("--run-root", default="runs", help="where run directories go")
     parser.add_argument("--on-nonfinite", default="raise", choices=guard.POLICIES,
                         help="a NaN/inf loss, gradient or parameter: stop the run (raise) or skip the update")
+    multi = parser.add_argument_group("multi-process runs (see jaxrl_reason.parallel.distributed)")
+    multi.add_argument("--coordinator", help="HOST:PORT of process 0, the same for every process; 'auto': JAX "
+                       "detects the cluster (TPU pod, SLURM, MPI). Default: $JAXRL_COORDINATOR")
+    multi.add_argument("--num-processes", type=int, help="processes in the run (default: $JAXRL_NUM_PROCESSES)")
+    multi.add_argument("--process-id", type=int, help="this process, 0..N-1 (default: $JAXRL_PROCESS_ID)")
+    multi.add_argument("--coordinator-timeout", type=float, default=120.0,
+                       help="seconds to wait for the coordinator and the other processes (default 120)")
     args, rest = parser.parse_known_args(argv)
     if "-h" in rest or "--help" in rest:
         parser.print_help()
@@ -85,9 +99,12 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     except ValueError as err:  # raised by the config's own validation
         raise SystemExit(f"invalid config for {name}: {err}") from None
     try:
+        join_run(args, name, config)
         run_dir = RunDir.create(name, config, root=args.run_root, resume=args.resume,
                                 on_nonfinite=args.on_nonfinite)
-        print(f"[{name}] preset={args.preset} run dir: {run_dir.path}", flush=True)
+        where = f" process {distributed.process_index()}/{distributed.process_count()}" * (
+            distributed.process_count() > 1)
+        print(f"[{name}] preset={args.preset}{where} run dir: {run_dir.path}", flush=True)
         try:
             summary = module.run(config, run_dir)
             run_dir.save_json("summary", summary or {})
@@ -97,6 +114,20 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
         raise SystemExit(f"{name}: {type(err).__name__}: {err}") from None
     print(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def join_run(args: argparse.Namespace, name: str, config) -> None:
+    """Join the multi-process run the flags / environment describe (nothing for one process), then
+    check on every process that all of them run the same experiment, preset, options and config."""
+    try:
+        distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                               timeout=args.coordinator_timeout)
+    except ValueError as err:
+        raise SystemExit(f"{name}: {err}") from None
+    launch = {"experiment": name, "preset": args.preset, "resume": args.resume, "run_root": args.run_root,
+              "on_nonfinite": args.on_nonfinite, "config": config_to_dict(config)}
+    distributed.check_same("the experiment, preset, options or config",
+                           json.dumps(launch, sort_keys=True, default=str))
 
 
 def script_main(script_file: str) -> None:

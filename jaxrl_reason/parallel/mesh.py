@@ -6,6 +6,10 @@ placed with ``match_partition_rules``: a list of ``(regex, PartitionSpec)`` whos
 first regex found (``re.search``) in a leaf's '/'-joined path wins; scalars are
 always replicated. The same rules apply to optimizer states because their paths
 end in the parameter paths.
+
+``config_mesh(spec)`` is the rule behind the trainers' ``mesh`` config fields: a given spec, else a
+``data`` axis over every device of every process in a multi-process run, else no mesh (one device).
+``split_along(tree, mesh, dim)`` constrains batch leaves inside jit (dim ``dim`` over ``data``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import jax
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxrl_reason.parallel import distributed
 
 Rules = Sequence[tuple[str, P]]
 
@@ -62,6 +68,27 @@ def make_mesh(spec: str | Mapping[str, int], devices: Sequence[jax.Device] | Non
         )
     grid = np.asarray(devices).reshape(tuple(axes.values()))
     return Mesh(grid, tuple(axes))
+
+
+def config_mesh(spec: str | None) -> Mesh | None:
+    """The mesh of a trainer's ``mesh`` field: ``make_mesh(spec)``; with ``spec=None``, ``data=-1`` over all
+    devices when the run spans processes (each process computes its slice of the batch), else None."""
+    if spec is None:
+        return make_mesh("data=-1") if distributed.process_count() > 1 else None
+    return make_mesh(spec)
+
+
+def split_along(tree: Any, mesh: Mesh | None, dim: int | None, axes: Sequence[str] = ("data",)) -> Any:
+    """Inside jit: every leaf of ``tree`` split along ``dim`` over the mesh ``axes`` (``dim=None``, or a
+    leaf of rank <= dim: replicated). No-op without a mesh."""
+    if mesh is None:
+        return tree
+
+    def one(x):
+        spec = P() if dim is None or np.ndim(x) <= dim else P(*([None] * dim), tuple(axes))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+    return jax.tree.map(one, tree)
 
 
 def _path_str(path) -> str:

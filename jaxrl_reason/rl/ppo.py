@@ -13,6 +13,13 @@ feed-forward ("mlp") and recurrent ("gru") policies share one code path.
 The whole loop is jitted and vmappable over seeds; ``make_chunked`` exposes the
 same update as ``init`` + ``update_chunk`` so a driver can log and checkpoint
 between chunks (the result is bit-identical to ``train``).
+
+Data parallelism (``PPOConfig.mesh``, see ``parallel.mesh.config_mesh``; by default on in a
+multi-process run): the environments (dim 0 of the env state, timestep and recurrent carry, dim 1
+of the time-major rollout and of each minibatch) are split over the mesh's ``data`` axis, so each
+device (and each process) steps and differentiates its slice; parameters, optimizer state and keys
+are replicated and GSPMD inserts the gradient all-reduce. The random streams do not depend on the
+split (threefry is partitionable), so the result matches one device up to the order of the sums.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from flax import nnx, struct
 
 from jaxrl_reason import envs
 from jaxrl_reason.models.policies import make_policy, masked_logits
+from jaxrl_reason.parallel.mesh import config_mesh, split_along
 from jaxrl_reason.rl.gae import compute_gae
 from jaxrl_reason.rl.ppo_loss import masked_mean, ppo_loss
 from jaxrl_reason.utils.guard import guard_optimizer
@@ -53,6 +61,7 @@ class PPOConfig:
     normalize_advantages: bool = True
     policy: str = "mlp"  # "mlp" or "gru"
     hidden: int = 64
+    mesh: str | None = None  # e.g. "data=8": environments split over "data" (None: see the module docstring)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -84,6 +93,24 @@ class PPOConfig:
     def num_updates(self) -> int:
         """Updates actually run: total_timesteps rounded up to whole chunks."""
         return self.num_chunks * self.updates_per_chunk
+
+
+def _data_mesh(config: PPOConfig):
+    """The mesh that splits the environments (None: one device), checked against the batch sizes."""
+    mesh = config_mesh(config.mesh)
+    if mesh is None:
+        return None
+    if "data" not in mesh.shape:
+        raise ValueError(f"PPOConfig.mesh {config.mesh!r} has no 'data' axis to split the environments over")
+    n = mesh.shape["data"]
+    sizes = {"num_envs": config.num_envs, "num_envs / num_minibatches": config.num_envs // config.num_minibatches}
+    for what, size in sizes.items():
+        if size % n:
+            raise ValueError(
+                f"PPOConfig {what} = {size} is not divisible by the {n} devices of the 'data' mesh axis "
+                f"({jax.process_count()} process(es) x {jax.local_device_count()} device(s)); use a multiple of {n}"
+            )
+    return mesh
 
 
 @struct.dataclass
@@ -148,6 +175,14 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
         raise ValueError(f"PPO here handles discrete actions only; {env.name} has action_dim={env.action_dim}")
     wrapped = envs.EpisodeStats(envs.AutoReset(env))
     E, A = config.num_envs, env.num_agents
+    mesh = _data_mesh(config)
+    split = lambda tree, dim: split_along(tree, mesh, dim)  # dim None: replicated
+
+    def place(state: RunnerState) -> RunnerState:
+        """The environments' batch (dim 0 of env_state, timestep, carry) split over data, the rest replicated."""
+        dims = {f.name: 0 if f.name in ("env_state", "timestep", "carry") else None for f in dataclasses.fields(state)}
+        return state.replace(**{name: split(getattr(state, name), dim) for name, dim in dims.items()})
+
     graphdef, _ = nnx.split(build_policy(config, env, jax.random.key(0)))
     steps_per_update = config.update_epochs * config.num_minibatches
     lr = (
@@ -165,7 +200,7 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
         policy = build_policy(config, env, k_params)
         params = nnx.state(policy)
         env_state, ts = jax.vmap(wrapped.reset)(jax.random.split(k_env, E))
-        return RunnerState(
+        return place(RunnerState(
             params=params,
             opt_state=tx.init(params),
             env_state=env_state,
@@ -173,7 +208,7 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
             carry=policy.initial_carry((E, A)),
             key=k_run,
             update=jnp.int32(0),
-        )
+        ))
 
     def env_step(carry_state, key):
         params, env_state, ts, carry, reset = carry_state
@@ -189,7 +224,7 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
         tr = Transition(obs, reset, legal, action, logp, value, next_ts.reward, done, acted,
                         info["returned_episode"], info["returned_episode_return"],
                         info["returned_episode_length"])
-        return (params, env_state, next_ts, carry, done), tr
+        return (params, *split((env_state, next_ts, carry, done), 0)), tr
 
     def loss_fn(params, init_carry, traj: Transition, advantages, returns):
         def step(carry, xs):
@@ -211,6 +246,7 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
     def update(state: RunnerState, _):
+        state = place(state)
         key, k_roll, k_perm = jax.random.split(state.key, 3)
         init_carry = state.carry
         reset0 = jnp.broadcast_to(state.timestep.done[:, None], (E, A))
@@ -237,8 +273,8 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
                 params, opt_state = carry
                 pick = lambda x: jnp.take(x, idx, axis=1)  # time-major [T, E, ...]
                 grads, metrics = grad_fn(
-                    params, jnp.take(init_carry, idx, axis=0), jax.tree.map(pick, traj),
-                    pick(advantages), pick(returns),
+                    params, split(jnp.take(init_carry, idx, axis=0), 0),
+                    *split((jax.tree.map(pick, traj), pick(advantages), pick(returns)), 1),
                 )
                 updates, opt_state = tx.update(grads, opt_state, params)
                 return (optax.apply_updates(params, updates), opt_state), metrics
@@ -258,7 +294,7 @@ def make_chunked(config: PPOConfig, env: envs.Environment) -> ChunkedTrain:
             episodes=count,
             env_steps=(state.update + 1) * E * config.num_steps,
         )
-        new_state = RunnerState(params, opt_state, env_state, ts, carry, key, state.update + 1)
+        new_state = place(RunnerState(params, opt_state, env_state, ts, carry, key, state.update + 1))
         return new_state, metrics
 
     def update_chunk(state: RunnerState):

@@ -12,6 +12,13 @@ SHA-256 checksum of every array's dtype, shape and bytes. ``restore`` recomputes
 them and refuses a step whose data changed on disk (a flipped bit, a truncated
 or replaced file) or whose floating-point state holds NaN or inf, with the same
 "checkpoint N is corrupt; delete it to resume from M" error as an unreadable one.
+
+Multi-process runs (every process calls ``save`` and ``restore`` at the same steps; the checkpoint
+directory is on a filesystem every process sees): the leaves sharded across processes are
+all-gathered (``parallel.distributed.host_values``), so every process holds the same full arrays
+and checksums; orbax's primary host (process 0) writes them, the others wait at its barriers. On restore every process reads the full arrays, checks them,
+and builds each leaf with the template leaf's sharding (each process placing its own shards), so a
+run resumes with the process count and shardings it was saved with (``RunDir`` refuses another count).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxrl_reason.parallel import distributed
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt or does not match the training state."""
@@ -33,10 +42,30 @@ def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def _saved_like(x):
+    """Shape and dtype of a leaf's saved array, without moving any data."""
+    if _is_key(x):
+        return jax.eval_shape(jax.random.key_data, x)
+    return jax.ShapeDtypeStruct(x.shape, x.dtype) if isinstance(x, jax.Array) else np.asarray(x)
+
+
+def _name(i: int) -> str:
+    return f"{i:05d}"
+
+
 def _to_saveable(tree) -> dict[str, np.ndarray]:
     """Leaf index -> numpy array; empty arrays are skipped (orbax cannot store them)."""
-    leaves = [np.asarray(jax.random.key_data(x) if _is_key(x) else x) for x in jax.tree.leaves(tree)]
-    return {f"{i:05d}": x for i, x in enumerate(leaves) if x.size}
+    leaves = distributed.host_values(jax.tree.leaves(tree))
+    return {_name(i): x for i, x in enumerate(leaves) if x.size}
+
+
+def _placed(value: np.ndarray, leaf):
+    """A restored host ``value`` as the template ``leaf``: its key type, and its sharding if it spans processes."""
+    if distributed.spans_processes(leaf):  # every process places its own shards of the same full value
+        value = distributed.to_global(value, leaf.sharding)
+    if _is_key(leaf):
+        return jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf))
+    return jax.numpy.asarray(value)
 
 
 def checksum(x: np.ndarray) -> str:
@@ -96,7 +125,7 @@ class Checkpointer:
         if step not in steps:
             raise CheckpointError(f"no checkpoint for step {step} in {self.directory}; available: {steps}")
         leaves, treedef = jax.tree.flatten(template)
-        expected = _to_saveable(template)
+        expected = {_name(i): like for i, like in enumerate(map(_saved_like, leaves)) if np.prod(like.shape)}
         older = [s for s in steps if s < step]
         fix = (f"delete {self.directory / str(step)} to resume from step {older[-1]}"
                if older else "delete it and start without --resume")
@@ -122,7 +151,7 @@ class Checkpointer:
             )
         out = []
         for i, leaf in enumerate(leaves):
-            name = f"{i:05d}"
+            name = _name(i)
             if name not in expected:  # empty array: nothing was stored
                 out.append(leaf)
                 continue
@@ -136,10 +165,7 @@ class Checkpointer:
                 raise corrupt(f"array {name} does not match its checksum (the data changed on disk)")
             if np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
                 raise corrupt(f"array {name} holds NaN or inf")
-            if _is_key(leaf):
-                out.append(jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf)))
-            else:
-                out.append(jax.numpy.asarray(value))
+            out.append(_placed(value, leaf))
         return step, jax.tree.unflatten(treedef, out)
 
     def close(self):

@@ -4,6 +4,7 @@ Layout of one run::
 
     runs/<experiment>/<timestamp>/
         config.json      the resolved config (checked again on --resume)
+        run.json         how the run was launched: {"processes": N} (checked again on --resume)
         metrics.jsonl    one {"step": s, ...metrics} object per line
         tb/              TensorBoard event files
         *.png, *.md, *.csv, summary.json
@@ -17,6 +18,14 @@ so a kill never empties it; a torn last row (a kill mid-write) is dropped with a
 warning on resume; on resume TensorBoard's events are rebuilt from metrics.jsonl,
 so both hold the same steps; watched metrics (losses, gradient norms) that turn
 NaN or inf stop the run under ``on_nonfinite="raise"`` (see ``utils.guard``).
+
+Multi-process runs (``parallel.distributed``; a filesystem shared by every process is assumed):
+process 0 alone is the writer (``is_writer``): it chooses or finds the directory and tells the others
+its path, holds the lock, and writes config, run.json, metrics, TensorBoard, plots, tables and JSON.
+On the other processes these writes are no-ops; ``log`` keeps their rows in memory, so
+``read_metrics`` works on every process (a resumed run starts from the rows on disk). Checkpoints are
+joined by every process (see ``Checkpointer``). A run resumes only with the process count it was
+started with.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_reason.parallel import distributed
 from jaxrl_reason.utils import guard
 from jaxrl_reason.utils.checkpoint import Checkpointer
 
@@ -96,18 +106,26 @@ class RunDir:
     """One run of one experiment; create with ``RunDir.create``.
 
     ``on_nonfinite`` is the ``utils.guard`` policy of every loop that logs here:
-    ``"raise"`` (default) or ``"skip"``.
+    ``"raise"`` (default) or ``"skip"``. ``is_writer`` (default: this is process 0) says whether
+    this process writes the run's files; a non-writer only keeps its metrics rows in memory.
     """
 
-    def __init__(self, path: pathlib.Path, resumed: bool, on_nonfinite: str = "raise"):
+    def __init__(self, path: pathlib.Path, resumed: bool, on_nonfinite: str = "raise",
+                 is_writer: bool | None = None):
         self.path = path
         self.resumed = resumed
         self.on_nonfinite = guard.check_policy(on_nonfinite)
+        self.is_writer = distributed.is_primary() if is_writer is None else is_writer
         self._tb = None
         self._checkpointer: Checkpointer | None = None
-        self._lock = self._acquire_lock()
-        if resumed:
-            self._repair_metrics()
+        self._lock = None
+        self._rows: list[dict] | None = None  # a non-writer's metrics
+        if self.is_writer:
+            self._lock = self._acquire_lock()
+            if resumed:
+                self._repair_metrics()
+        else:
+            self._rows = read_metrics(self.metrics_path) if resumed else []
 
     def _acquire_lock(self):
         lock = (self.path / ".lock").open("a+")
@@ -137,9 +155,32 @@ class RunDir:
         on_nonfinite: str = "raise",
     ) -> "RunDir":
         """New ``root/experiment/<timestamp>/``; ``resume=True`` reuses the latest run of
-        ``experiment``, ``resume=<path>`` that run directory. The config must match on resume.
-        An unwritable ``root`` is a ``RunDirError`` here, before any training."""
+        ``experiment``, ``resume=<path>`` that run directory. The config and the process count must
+        match on resume. An unwritable ``root`` is a ``RunDirError`` here, before any training.
+
+        Multi-process: process 0 does all of this and sends the path (or its error, raised again on
+        every process) to the others, which get a non-writing ``RunDir`` of the same path."""
         guard.check_policy(on_nonfinite)
+        if distributed.process_count() == 1:
+            return cls._create_here(experiment, config, root, resume, on_nonfinite)
+        run, failure, found = None, None, {}
+        if distributed.is_primary():
+            try:
+                run = cls._create_here(experiment, config, root, resume, on_nonfinite)
+                found = {"path": str(run.path)}
+            except Exception as err:  # noqa: BLE001 (sent on, so the other processes stop too instead of waiting)
+                failure, found = err, {"error": type(err).__name__, "message": str(err)}
+        found = distributed.broadcast_json(found)
+        if "error" in found:
+            if failure is not None:
+                raise failure
+            errors = {e.__name__: e for e in (RunDirError, FileNotFoundError, ValueError)}
+            raise errors.get(found["error"], RunDirError)(found["message"])
+        return run or cls(pathlib.Path(found["path"]), resumed=bool(resume), on_nonfinite=on_nonfinite)
+
+    @classmethod
+    def _create_here(cls, experiment: str, config: Any, root, resume, on_nonfinite: str) -> RunDir:
+        """``create`` on the writing process."""
         base = pathlib.Path(root) / experiment
         wanted = config_to_dict(config)
         if resume:
@@ -161,24 +202,33 @@ class RunDir:
                     f"--resume: the config differs from the run in {path} in field(s) {diff}; "
                     "resume with the same preset and overrides, or start a new run"
                 )
-            return cls(path, resumed=True, on_nonfinite=on_nonfinite)
+            launched = json.loads((path / "run.json").read_text()) if (path / "run.json").exists() else {}
+            processes = launched.get("processes", 1)  # runs from before run.json had one process
+            if processes != distributed.process_count():
+                raise RunDirError(
+                    f"--resume: {path} was run by {processes} process(es) but this run has "
+                    f"{distributed.process_count()}; resume it with --num-processes {processes}"
+                )
+            return cls(path, resumed=True, on_nonfinite=on_nonfinite, is_writer=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = base / stamp
         try:
             path.mkdir(parents=True, exist_ok=False)
             write_atomic(path / "config.json", json.dumps(wanted, indent=2))
+            write_atomic(path / "run.json", json.dumps({"processes": distributed.process_count()}))
         except OSError as err:
             raise RunDirError(
                 f"cannot create a run directory under {pathlib.Path(root).absolute()}: {err.strerror or err} "
                 f"({err.filename or path}); pass a writable --run-root"
             ) from err
-        return cls(path, resumed=False, on_nonfinite=on_nonfinite)
+        return cls(path, resumed=False, on_nonfinite=on_nonfinite, is_writer=True)
 
     def child(self, name: str) -> "RunDir":
         """``<path>/<name>/``: a sub-run (own metrics, checkpoints and lock) resumed with this one."""
         path = self.path / name
-        path.mkdir(parents=True, exist_ok=True)
-        return RunDir(path, resumed=self.resumed, on_nonfinite=self.on_nonfinite)
+        if self.is_writer:
+            path.mkdir(parents=True, exist_ok=True)
+        return RunDir(path, resumed=self.resumed, on_nonfinite=self.on_nonfinite, is_writer=self.is_writer)
 
     # -- metrics -----------------------------------------------------------
     @property
@@ -192,9 +242,12 @@ class RunDir:
             s = _scalar(v)
             if s is not None:
                 row[k] = s
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        self._tensorboard([row])
+        if self.is_writer:
+            with self.metrics_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            self._tensorboard([row])
+        else:
+            self._rows.append(json.loads(json.dumps(row)))  # the values a reader of the file would get
         guard.check_metrics(row["step"], row, self.on_nonfinite, where=str(self.path))
 
     def _tensorboard(self, rows: list[dict]) -> None:
@@ -217,7 +270,8 @@ class RunDir:
             self.log(first_step + i * stride, {**row, **(last_row or {})} if i == n - 1 else row)
 
     def read_metrics(self) -> list[dict]:
-        return read_metrics(self.metrics_path)
+        """The rows logged so far (the writer reads metrics.jsonl, another process its own copy)."""
+        return read_metrics(self.metrics_path) if self.is_writer else [dict(r) for r in self._rows]
 
     def _repair_metrics(self) -> None:
         """On resume: drop a torn last row (with a warning) so appends start on a fresh line."""
@@ -235,6 +289,9 @@ class RunDir:
         """Drop rows after ``last_step`` (logged after the checkpoint a resumed run restarts from)
         and rebuild TensorBoard's events from the rows kept, so both show the same steps."""
         rows = [r for r in self.read_metrics() if r["step"] <= last_step]
+        if not self.is_writer:
+            self._rows = rows
+            return
         write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
         if self._tb is not None:
             self._tb.close()
@@ -247,7 +304,10 @@ class RunDir:
     # -- outputs -----------------------------------------------------------
     def plot(self, keys: Sequence[str], filename: str = "curves.png", x: str = "step",
              title: str | None = None) -> pathlib.Path:
-        """One panel per metric in ``keys`` against ``x``, from metrics.jsonl."""
+        """One panel per metric in ``keys`` against ``x``, from metrics.jsonl (drawn by the writer only)."""
+        out = self.path / filename
+        if not self.is_writer:
+            return out
         import matplotlib
 
         matplotlib.use("Agg")
@@ -264,17 +324,18 @@ class RunDir:
         if title:
             fig.suptitle(title)
         fig.tight_layout()
-        out = self.path / filename
         fig.savefig(out, dpi=100)
         plt.close(fig)
         return out
 
     def write_table(self, name: str, rows: list[dict]) -> str:
-        """Write ``name.md`` and ``name.csv``; returns the markdown."""
+        """Write ``name.md`` and ``name.csv`` (the writer only); returns the markdown."""
         cols = list(dict.fromkeys(k for r in rows for k in r))
         fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
         md = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
         md += "".join("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |\n" for r in rows)
+        if not self.is_writer:
+            return md
         (self.path / f"{name}.md").write_text(md)
         csv = ",".join(cols) + "\n" + "".join(",".join(fmt(r.get(c, "")) for c in cols) + "\n" for r in rows)
         (self.path / f"{name}.csv").write_text(csv)
@@ -282,7 +343,8 @@ class RunDir:
 
     def save_json(self, name: str, obj: Any) -> pathlib.Path:
         out = self.path / (name if name.endswith(".json") else f"{name}.json")
-        write_atomic(out, json.dumps(config_to_dict(obj), indent=2, default=float))
+        if self.is_writer:
+            write_atomic(out, json.dumps(config_to_dict(obj), indent=2, default=float))
         return out
 
     def checkpointer(self, interval: int = 1, max_to_keep: int = 3) -> Checkpointer:

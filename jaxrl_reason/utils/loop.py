@@ -36,6 +36,9 @@ def run_chunks(
     ``guard_optimizer`` (under ``"raise"``), or a non-finite state stops the run
     with a ``NonFiniteError`` before that state is checkpointed; under ``"skip"``
     the running count of skipped updates is logged as ``nonfinite_skipped_updates``.
+
+    Multi-process runs: every process runs this loop (the same chunks, checkpoints and checks);
+    only the writer (process 0) shows the progress bar and writes metrics (``RunDir.is_writer``).
     """
     ckpt = run_dir.checkpointer(checkpoint_every)
     start, state = 0, init_state
@@ -43,10 +46,11 @@ def run_chunks(
         if ckpt.latest_step() is not None:
             start, state = ckpt.restore(init_state)
         run_dir.truncate_metrics(start * steps_per_chunk)
-        if start:
+        if start and run_dir.is_writer:
             tqdm.write(f"resumed {run_dir.path} at chunk {start}/{num_chunks}")
     skipped = guard.skipped_updates(state)
-    for chunk in tqdm(range(start, num_chunks), initial=start, total=num_chunks, desc=desc):
+    for chunk in tqdm(range(start, num_chunks), initial=start, total=num_chunks, desc=desc,
+                      disable=not run_dir.is_writer):
         state, metrics = chunk_fn(state)
         first, last = chunk * steps_per_chunk + 1, (chunk + 1) * steps_per_chunk
         now = guard.skipped_updates(state)

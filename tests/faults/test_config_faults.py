@@ -28,6 +28,7 @@ NOT_CONFIGS = {
     "jaxrl_reason.agents.hanabi.play.Agent",  # a policy function + its parameters
     "jaxrl_reason.agents.hanabi.records.Games",  # recorded games
     "jaxrl_reason.agents.spiral.rollout.GameSpec",  # a game's jitted functions, built by GameSpec.make
+    "jaxrl_reason_experiment_device_check.Bench",  # a row of the device check: functions and budgets
     "jaxrl_reason.envs.games.text.Slot",  # a prompt template slot
     "jaxrl_reason.models.lm.hf_import.HFFamily",  # a checkpoint family's conversion functions
     "jaxrl_reason.models.lm.hf_import.HFTensor",  # where one parameter lives in a checkpoint

@@ -265,13 +265,15 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     summary = run_experiment("grpo", ["--run-root", str(tmp_path), *TINY])
     assert set(summary) == {"start_accuracy", "final_accuracy", "n_heldout", "gain_points", "gain_se_points",
                             "dropped_train_prompts", "hf", "run_dir", "heldout_prompts_in_train"}
-    assert 0 <= summary["heldout_prompts_in_train"] <= 1  # synthetic rows: a small problem space, so usually > 0
+    assert summary["heldout_prompts_in_train"] == 0  # synthetic rows: whole problems held out
     assert summary["n_heldout"] == 16 and 0 <= summary["final_accuracy"] <= 1 and summary["dropped_train_prompts"] == 0
     run_path, hf = pathlib.Path(summary["run_dir"]), pathlib.Path(summary["hf"])
     assert hf == run_path / "hf" and (hf / "config.json").is_file() and (hf / "tokenizer.json").is_file()
     assert json.loads((run_path / "summary.json").read_text())["hf"] == str(hf)
     assert (run_path / "grpo.png").is_file() and (run_path / "start" / "config.json").is_file()
-    assert len(load_rows(run_path / "data" / "train.jsonl")) == 64
+    train, held = (load_rows(run_path / "data" / f) for f in ("train.jsonl", "heldout.jsonl"))
+    assert 0 < len(train) <= 64 and len(held) == 16
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}
     metrics = read_metrics(run_path / "metrics.jsonl")
     assert any("reward/math_verify" in r for r in metrics) and any("eval/accuracy" in r for r in metrics)
 
@@ -291,6 +293,17 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     # one line and exit code 1 (cli.RUN_ERRORS), before any model work
     with pytest.raises(SystemExit, match=r"grpo: DataError: .*bad\.jsonl: row 3 \(0-based\) has no field 'answer'"):
         run_experiment("grpo", ["--run-root", str(tmp_path / "bad"), "--model", str(hf), "--data", str(bad), *TINY])
+
+
+def test_start_sft_problems_leave_out_the_excluded_prompts():
+    from jaxrl_reason.rl.grpo.start import StartConfig, sft_problems
+
+    cfg = StartConfig(sft_problems=256)
+    every = sft_problems(cfg)
+    held = frozenset(p.prompt for p in every[:20])
+    kept = sft_problems(cfg, held)
+    assert len(every) == 256 and 0 < len(kept) <= 256 - 20 and not held & {p.prompt for p in kept}
+    assert [p.prompt for p in kept] == [p.prompt for p in every if p.prompt not in held]  # the same draw, filtered
 
 
 def test_archs_are_the_named_models_and_policy_source_checks_its_name():

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jaxrl_reason.parallel.distributed import to_global
 from jaxrl_reason.parallel.mesh import match_partition_rules
 
 BATCH_AXES = ("data", "fsdp", "expert")
@@ -70,10 +71,11 @@ def param_specs(state: Any, mesh: Mesh, rules=LM_RULES) -> Any:
 
 
 def shard_state(state: Any, mesh: Mesh, rules=LM_RULES) -> Any:
-    """device_put every leaf with its fitted NamedSharding."""
+    """Every leaf placed with its fitted NamedSharding (a mesh across processes: each process puts its
+    own shards of the value it holds, the same on every process)."""
     specs = param_specs(state, mesh, rules)
     return jax.tree.map(
-        lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), state, specs, is_leaf=lambda x: isinstance(x, P)
+        lambda x, s: to_global(x, NamedSharding(mesh, s)), state, specs, is_leaf=lambda x: isinstance(x, P)
     )
 
 

@@ -14,6 +14,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.parallel import distributed
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
 from jaxrl_reason.tasks.base import make_batch, sample_problems
@@ -181,7 +182,10 @@ def series(run_dir: RunDir, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plot_curves(path, panels: dict[str, dict[str, tuple]], title: str = "", marks: dict[str, Sequence] | None = None):
-    """panels: {panel title: {curve label: (x, y)}} -> one PNG; ``marks`` draws vertical lines per panel."""
+    """panels: {panel title: {curve label: (x, y)}} -> one PNG; ``marks`` draws vertical lines per panel.
+    In a multi-process run only process 0 draws (the others return the path)."""
+    if not distributed.is_primary():
+        return path
     import matplotlib
 
     matplotlib.use("Agg")

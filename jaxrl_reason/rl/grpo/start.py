@@ -37,7 +37,9 @@ SFT_STREAM = (2**31 - 1, 19)  # sft problems: default_rng([seed, *SFT_STREAM]), 
 @dataclasses.dataclass(frozen=True)
 class StartConfig:
     seed: int = 0
-    task: RandomCalculation = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*")
+    # three-step +- problems over operands 0-3: ~7,500 distinct problems built from 224 step facts, so problems
+    # held out whole share every step with the trained ones (one-step problems over 0-9 are 300 separate facts)
+    task: RandomCalculation = RandomCalculation(min_difficulty=3, max_difficulty=3, max_operand=3, ops="+-")
     vocab_size: int = 320  # BPE target (the corpus may yield fewer)
     d_model: int = 64
     n_layers: int = 2
@@ -49,7 +51,7 @@ class StartConfig:
     # deliberately partial SFT (the R1-Zero presets' "small SFT start"): the format is learned, the
     # arithmetic only partly, so RL has headroom
     sft_problems: int = 4096
-    sft_steps: int = 100
+    sft_steps: int = 200  # held-out greedy accuracy 0.43 (150 steps: 0.23, 300: 0.93: the curve is steep)
     batch_size: int = 32
     lr: float = 3e-3
     seq_len: int = 64
@@ -82,11 +84,19 @@ def sft_data(tokenizer: HFTokenizer, problems, seq_len: int, fmt: PromptFormat =
     return sft_examples(prompts, replies, seq_len, tokenizer)
 
 
-def make_start_checkpoint(path, cfg: StartConfig = StartConfig(), overwrite: bool = False) -> pathlib.Path:
-    """Tokenizer + Qwen3-architecture model + partial SFT -> a HF checkpoint directory at ``path``."""
-    tok = start_tokenizer(cfg)
-    model = Transformer(start_model_config(cfg, tok.vocab_size), rngs=nnx.Rngs(cfg.seed))
+def sft_problems(cfg: StartConfig, exclude_prompts=frozenset()) -> list:
+    """The ``cfg.sft_problems`` SFT problems of ``cfg.seed``, less those whose prompt is in ``exclude_prompts``."""
     problems, _ = sample_problems([cfg.task], np.ones(1), np.random.default_rng([cfg.seed, *SFT_STREAM]),
                                   cfg.sft_problems)
+    return [p for p in problems if p.prompt not in exclude_prompts]
+
+
+def make_start_checkpoint(path, cfg: StartConfig = StartConfig(), overwrite: bool = False,
+                          exclude_prompts=frozenset()) -> pathlib.Path:
+    """Tokenizer + Qwen3-architecture model + partial SFT -> a HF checkpoint directory at ``path``.
+    SFT problems whose prompt is in ``exclude_prompts`` (e.g. a held-out set) are left out."""
+    tok = start_tokenizer(cfg)
+    model = Transformer(start_model_config(cfg, tok.vocab_size), rngs=nnx.Rngs(cfg.seed))
+    problems = sft_problems(cfg, exclude_prompts)
     sft_train(model, sft_data(tok, problems, cfg.seq_len), cfg.sft_steps, cfg.batch_size, cfg.lr, cfg.seed)
     return save_hf_model(model, path, tok, overwrite=overwrite)

@@ -24,7 +24,11 @@ for the host's rewards after its log-probs were done.
 The policy distribution trained is the tempered one (logits / temperature), as in verl; old
 log-probs are recomputed with a forward pass of the sampling parameters. Multi-device:
 ``mesh="data=8"`` (any spec of ``parallel.mesh.make_mesh``) shards the parameters with the LM
-partition rules and the batch over the data axes.
+partition rules and the batch over the data axes. Multi-process (``parallel.distributed``; with
+``mesh=None`` the batch is split over every device of every process): every process draws the
+same global prompt batch from the seeded stream and places its own slice (``to_global``); the
+completions are all-gathered so every process decodes and scores all of them (the rewards, and so
+the update, are those of one process with the same global batch and mesh).
 
 LoRA: ``GRPOConfig(lora=LoRAConfig(...))`` adds adapters (``models.lm.lora``) to the model (a copy
 sharing its arrays; a model that already has adapters keeps them). ``state.params`` and the
@@ -51,6 +55,8 @@ from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_l
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.parallel.distributed import host_values, to_global
+from jaxrl_reason.parallel.mesh import config_mesh
 from jaxrl_reason.rewards import R1Format, RewardSuite, make_reward
 from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
@@ -184,19 +190,18 @@ class GRPOTrainer:
         self.optimizer = _optimizer(config)
         self.sampler_config = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                             pad_id=tokenizer.pad_id)
-        self.mesh = None
-        if config.mesh:
+        self.mesh = config_mesh(config.mesh)
+        if self.mesh is not None:
             from jaxrl_reason.models.lm.sharding import BATCH_AXES
-            from jaxrl_reason.parallel.mesh import make_mesh
 
-            self.mesh = make_mesh(config.mesh)
             n_batch = int(np.prod([self.mesh.shape[a] for a in BATCH_AXES if a in self.mesh.shape]))
             rows = {"sampled rows (groups_sampled*group_size)": config.groups_sampled * config.group_size,
                     "minibatch rows": config.prompts_per_step * config.group_size // config.minibatches}
             for what, n in rows.items():
                 if n % n_batch:
                     raise ValueError(f"GRPOConfig: {what} = {n} is not divisible by the {n_batch} devices of the "
-                                     f"batch axes of mesh {config.mesh!r}")
+                                     f"batch axes of mesh {dict(self.mesh.shape)} ({jax.process_count()} "
+                                     f"process(es)); use a multiple of {n_batch}")
         # one compilation per (model structure, update-relevant config): reward, seed and reset interval
         # are not part of it, so the runs of a study share the compiled programs.
         key_cfg = dataclasses.replace(config, seed=0, reward=RewardConfig(), ref_reset_every=None, mesh=None,
@@ -239,7 +244,7 @@ class GRPOTrainer:
 
         replicated = NamedSharding(self.mesh, PartitionSpec())
         on_mesh = lambda x: isinstance(getattr(x, "sharding", None), NamedSharding) and x.sharding.mesh == self.mesh
-        return jax.tree.map(lambda x: x if on_mesh(x) else jax.device_put(x, replicated), state)
+        return jax.tree.map(lambda x: x if on_mesh(x) else to_global(x, replicated), state)
 
     def model(self, state: GRPOState):
         return nnx.merge(self.graphdef, state.params, state.rest)
@@ -250,7 +255,7 @@ class GRPOTrainer:
             return x
         from jaxrl_reason.models.lm.sharding import batch_sharding
 
-        return jax.device_put(x, batch_sharding(self.mesh, x.shape))
+        return to_global(x, batch_sharding(self.mesh, x.shape))
 
     # ----------------------------------------------------------------- step
     def prompts(self, step: int):
@@ -275,7 +280,7 @@ class GRPOTrainer:
         stops = self._put(jnp.broadcast_to(self.stop_tokens, (b,) + self.stop_tokens.shape))
         out = generate(self.graphdef, nnx.merge_state(state.params, state.rest), prompts, plens, k_sample, stops,
                        self._put(jnp.full((b,), cfg.max_new_tokens, jnp.int32)), seqs, config=self.sampler_config)
-        tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+        tokens, lengths = host_values([out.tokens, out.lengths])  # all rows, on every process
         t1 = time.perf_counter()
         completions = self.tokenizer.decode_completions(tokens, lengths)
         fields = {k: [r[k] for r in rows] for k in rows[0] if all(k in r for r in rows)}
