@@ -6,7 +6,8 @@ KL reference the base with adapters off). Reports held-out greedy
 accuracy before/after each with its standard error sqrt(p(1-p)/n) and n, the optimiser-state bytes of
 each arm and their ratio, and checks that the merged LoRA model (``merge_lora``, what export writes)
 scores as the adapted one. ``arms=("lora",)`` runs the LoRA arm alone (screening variants; the full arm
-is deterministic for a seed and config).
+is deterministic for a seed and config). ``objective="sft"``: the arms continue the warm start with
+``sft_steps`` of supervised traces on fresh problems instead of GRPO (each arm at its own step size).
 """
 
 from __future__ import annotations
@@ -16,11 +17,22 @@ import math
 import time
 
 import jax
+import jax.numpy as jnp
+from flax import nnx
 
-from jaxrl_reason.models.lm.lora import LoRAConfig, merge_lora, state_bytes
+from jaxrl_reason.models.lm.lora import (
+    LoRAConfig,
+    LoRAParam,
+    apply_lora,
+    merge_lora,
+    state_bytes,
+)
+from jaxrl_reason.models.lm.train import make_optimizer
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.grpo.sft import sft_train
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.tasks.base import sft_batch
 from jaxrl_reason.tasks.evaluation import greedy_eval
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
@@ -49,6 +61,11 @@ class Config:
     # the arms to run: ("lora",) screens LoRA variants without rerunning the full arm, which is deterministic
     # for a given seed and config (the optimiser-state ratio is still against the full arm's state, initialised)
     arms: tuple[str, ...] = ("full", "lora")
+    objective: str = "grpo"  # grpo | sft (supervised traces from the same warm start)
+    sft_steps: int = 100
+    sft_problems: int = 4096  # fresh problems (their own seed stream) for objective="sft"
+    sft_lr: float = 2e-3  # the full arm's SFT step size (the warm start's)
+    lora_sft_lr: float = 1e-2
     rl_steps: int = 100
     eval_every: int = 50
     heldout_problems: int = 512
@@ -62,6 +79,10 @@ class Config:
             raise ValueError("heldout_problems must be >= 1")
         if not self.arms or len(set(self.arms)) != len(self.arms) or not set(self.arms) <= {"full", "lora"}:
             raise ValueError(f"arms must be distinct names from ('full', 'lora'), got {self.arms!r}")
+        if self.objective not in ("grpo", "sft"):
+            raise ValueError(f"objective must be grpo or sft, got {self.objective!r}")
+        if self.sft_steps < 1 or self.sft_problems < 1:
+            raise ValueError("sft_steps and sft_problems must be >= 1")
 
 
 PRESETS = {
@@ -83,6 +104,34 @@ def _se(p: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / n)
 
 
+SFT_STREAM = 7777  # seed offset of the objective="sft" problems (apart from the warm start's)
+
+
+def _copy(model):
+    """An independent copy of ``model``'s arrays (the jitted SFT step donates what it trains)."""
+    return nnx.merge(nnx.graphdef(model), jax.tree.map(jnp.copy, nnx.state(model)))
+
+
+def _sft_arm(config: Config, name: str, model, tok, tasks):
+    """SFT of a copy of ``model`` (LoRA: adapters only) -> (trained model, trained params, optimiser-state bytes)."""
+    ws = config.warm_start
+    problems = recipes.sft_problems(tasks, config.sft_problems, config.seed + SFT_STREAM)
+    data = sft_batch(problems, ws.seq_len, True, None, tokenizer=tok)
+    lora = name == "lora"
+    m, wrt, lr = (apply_lora(_copy(model), config.lora), LoRAParam, config.lora_sft_lr) if lora else \
+        (_copy(model), nnx.Param, config.sft_lr)
+    params = sft_train(m, data, config.sft_steps, ws.batch_size, lr, config.seed, wrt=wrt)
+    return m, params, state_bytes(make_optimizer(lr, config.sft_steps).init(params))
+
+
+def _grpo_arm(config: Config, name: str, cfg: GRPOConfig, model, tok, tasks, fmt, evaluate, run_dir: RunDir):
+    """GRPO from ``model`` (never mutated) -> (trained model, trained params, optimiser-state bytes)."""
+    trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, config.prompt_len, fmt=fmt)
+    state = recipes.train(run_dir.child(name), trainer, trainer.init(jax.random.key(config.seed)),
+                          config.rl_steps, config.eval_every, evaluate, desc=f"lora: {name}")
+    return trainer.model(state), state.params, state_bytes(state.opt_state)
+
+
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
     model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
@@ -95,25 +144,25 @@ def run(config: Config, run_dir: RunDir) -> dict:
     all_arms = {"full": config.grpo, "lora": dataclasses.replace(config.grpo, lora=config.lora, lr=config.lora_lr)}
     rows, out, curves = [], {}, {}
     for name in config.arms:
-        cfg = all_arms[name]
         t0 = time.perf_counter()
-        trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, config.prompt_len, fmt=fmt)  # model never mutated
-        state = recipes.train(run_dir.child(name), trainer, trainer.init(jax.random.key(config.seed)),
-                              config.rl_steps, config.eval_every, evaluate, desc=f"lora: {name}")
-        end = evaluate(trainer.model(state))["accuracy"]
-        opt_bytes = state_bytes(state.opt_state)
+        trained, params, opt_bytes = (_sft_arm(config, name, model, tok, tasks) if config.objective == "sft" else
+                                      _grpo_arm(config, name, all_arms[name], model, tok, tasks, fmt, evaluate, run_dir))
+        end = evaluate(trained)["accuracy"]
         row = {"arm": name, "n_heldout": n_held, "acc_before": start, "se_before": _se(start, n_held),
                "acc_after": end, "se_after": _se(end, n_held), "gain_points": 100 * (end - start),
-               "trainable_params": sum(x.size for x in jax.tree.leaves(state.params)), "opt_state_bytes": opt_bytes}
+               "trainable_params": sum(x.size for x in jax.tree.leaves(params)), "opt_state_bytes": opt_bytes}
         if name == "lora":
-            row["acc_merged"] = evaluate(merge_lora(trainer.model(state)))["accuracy"]
+            row["acc_merged"] = evaluate(merge_lora(trained))["accuracy"]
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         out[name] = row
-        curves[name] = recipes.series(run_dir.child(name), "eval/accuracy")
+        if config.objective == "grpo":
+            curves[name] = recipes.series(run_dir.child(name), "eval/accuracy")
     if "full" in out:
         full_bytes = out["full"]["opt_state_bytes"]
-    else:  # not trained here: the size of the full arm's optimiser state, from its initialisation
+    elif config.objective == "sft":  # not trained here: the size of the full arm's optimiser state
+        full_bytes = state_bytes(make_optimizer(config.sft_lr, config.sft_steps).init(nnx.state(model, nnx.Param)))
+    else:
         full = GRPOTrainer.for_tasks(all_arms["full"], model, tok, tasks, config.prompt_len, fmt=fmt)
         full_bytes = state_bytes(full.init(jax.random.key(config.seed)).opt_state)
     print(run_dir.write_table("results", rows))
@@ -133,8 +182,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
         se_diff = math.hypot(out["lora"]["se_after"], out["full"]["se_after"])
         summary.update(lora_minus_full_points=100 * diff, se_diff_points=100 * se_diff)
         print(f"final accuracy LoRA - full = {100 * diff:+.1f} points (SE {100 * se_diff:.1f}, n = {n_held} each)")
-    recipes.plot_curves(run_dir.path / "lora.png", {"held-out greedy accuracy": curves},
-                        title="GRPO: LoRA vs full fine-tuning (same warm start)")
+    if curves:
+        recipes.plot_curves(run_dir.path / "lora.png", {"held-out greedy accuracy": curves},
+                            title="GRPO: LoRA vs full fine-tuning (same warm start)")
     return summary
 
 if __name__ == "__main__":

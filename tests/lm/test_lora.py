@@ -172,3 +172,18 @@ def test_export_merges_adapters(base, tmp_path):
     back = load_hf_model(save_hf_model(lm, tmp_path / "export"))
     assert not has_lora(back)
     np.testing.assert_allclose(np.asarray(back(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow  # warm start + two SFT arms + evaluations (~30 s on 2 quiet cores)
+def test_lora_experiment_sft_objective_trains_adapters_only(tmp_path):
+    """experiments/lora.py with objective=sft: both arms learn from the same warm start, the LoRA arm with
+    adapters only (a few % of the optimiser state), and its merged model scores as the adapted one."""
+    from jaxrl_reason.cli import run_experiment
+
+    s = run_experiment("lora", ["--run-root", str(tmp_path), "--objective", "sft", "--warm-start.steps", "20",
+                                "--warm-start.problems", "256", "--sft-steps", "60", "--sft-problems", "1024",
+                                "--heldout-problems", "96"])
+    assert s["n_heldout"] == 96 and s["opt_state_ratio"] < 0.05
+    assert s["full_gain_points"] > 10 and s["lora_gain_points"] > 10, s  # learning: both beat the warm start
+    assert s["lora_merged_accuracy"] == s["lora_accuracy"]
+    assert abs(s["lora_minus_full_points"] - (s["lora_accuracy"] - s["full_accuracy"]) * 100) < 1e-9

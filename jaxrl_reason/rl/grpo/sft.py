@@ -24,10 +24,10 @@ from jaxrl_reason.utils.guard import check_trained
 
 
 @functools.lru_cache(maxsize=16)
-def _sft_step(graphdef, lr: float, steps: int, seq_len: int):
+def _sft_step(graphdef, lr: float, steps: int, seq_len: int, wrt=nnx.Param):
     """(optimizer, jitted train step), cached so repeated warm starts with equal settings compile once."""
     optimizer = make_optimizer(lr, steps, warmup_steps=min(20, steps // 10))
-    return optimizer, make_train_step(graphdef, optimizer, chunk=seq_len)
+    return optimizer, make_train_step(graphdef, optimizer, chunk=seq_len, wrt=wrt)
 
 
 def sft_warm_start(model, problems: Sequence[Problem], steps: int, batch_size: int, seq_len: int, lr: float,
@@ -42,15 +42,15 @@ def sft_warm_start(model, problems: Sequence[Problem], steps: int, batch_size: i
     return sft_train(model, data, steps, batch_size, lr, seed)
 
 
-def sft_train(model, data: dict, steps: int, batch_size: int, lr: float, seed: int = 0):
+def sft_train(model, data: dict, steps: int, batch_size: int, lr: float, seed: int = 0, wrt=nnx.Param):
     """Masked next-token training on ``data`` ({"tokens" [N, T] int32, "loss_mask" [N, T-1]}, e.g. from
     ``tasks.base.sft_examples``), batches drawn with replacement; the model is updated in place and its
-    trained nnx.Param state returned."""
+    trained state returned (``wrt``: the variables trained, e.g. ``LoRAParam`` for adapters only)."""
     if steps < 1 or batch_size < 1 or len(data["tokens"]) == 0:
         raise ValueError("sft_train: need steps >= 1, batch_size >= 1 and at least one example")
     graphdef = nnx.graphdef(model)
-    optimizer, train_step = _sft_step(graphdef, lr, steps, data["tokens"].shape[1])
-    _, state = init_train_state(model, optimizer)
+    optimizer, train_step = _sft_step(graphdef, lr, steps, data["tokens"].shape[1], wrt)
+    _, state = init_train_state(model, optimizer, wrt)
     rng = np.random.default_rng(seed)
     losses = []
     for _ in range(steps):
