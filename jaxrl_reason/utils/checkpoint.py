@@ -16,9 +16,10 @@ or replaced file) or whose floating-point state holds NaN or inf, with the same
 Multi-process runs (every process calls ``save`` and ``restore`` at the same steps; the checkpoint
 directory is on a filesystem every process sees): the leaves sharded across processes are
 all-gathered (``parallel.distributed.host_values``), so every process holds the same full arrays
-and checksums; orbax's primary host (process 0) writes them, the others wait at its barriers. On restore every process reads the full arrays, checks them,
-and builds each leaf with the template leaf's sharding (each process placing its own shards), so a
-run resumes with the process count and shardings it was saved with (``RunDir`` refuses another count).
+and checksums; orbax's primary host (process 0) writes them, the others wait at its barriers. On
+restore every process reads the full arrays, checks them, and builds each leaf with the template
+leaf's sharding (each process placing its own shards), so a run resumes with the process count and
+shardings it was saved with (``RunDir`` refuses another count).
 """
 
 from __future__ import annotations
