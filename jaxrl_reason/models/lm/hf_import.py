@@ -464,7 +464,7 @@ def load_hf_model(path, mesh=None, *, dtype: str | None = None, expected_vocab_s
         t, k = tmap[p], len(tmap[p].stacked)
         names = t.names(leaf.shape)
         sharding = (
-            NamedSharding(mesh, specs_by_path[p]) if mesh is not None else jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            NamedSharding(mesh, specs_by_path[p]) if mesh is not None else jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         )
 
         def read(idx: tuple) -> np.ndarray:
