@@ -61,8 +61,7 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 
 TAG = "@@bench_scaling "  # prefix of the workers' reply lines on stdout
 #: a multi-process run's variables: the workers join only the job their arm describes
-distributed_vars = {f"{p}_{v}" for p in ("JAXRL", "JAX") for v in ("COORDINATOR", "COORDINATOR_ADDRESS",
-                                                                   "NUM_PROCESSES", "PROCESS_ID")}
+DISTRIBUTED_VARS = set(distributed.COORDINATOR_VARS + distributed.NUM_PROCESSES_VARS + distributed.PROCESS_ID_VARS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +195,7 @@ class Arm:
 
     def __init__(self, name: str, processes: int, config: Config, run_dir: RunDir):
         self.name, self.timeout = name, config.timeout_s
-        inherited = {k: v for k, v in os.environ.items() if k not in distributed_vars}
+        inherited = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}
         env = {**inherited, "JAX_PLATFORMS": "cpu",
                "XLA_FLAGS": f"--xla_force_host_platform_device_count={config.devices_per_process} {config.xla_flags}"}
         coordinator = f"127.0.0.1:{_free_port()}"
