@@ -111,6 +111,12 @@ class Environment(abc.ABC):
         (the current player's move), ``[num_agents]`` for simultaneous ones, ``[num_agents,
         action_dim]`` for continuous ones; integer dtype, floating when continuous (checked first)."""
 
+    def info_metrics(self, info: dict) -> dict[str, jax.Array]:
+        """The environment's own per-step metrics, read from a timestep's ``info`` (scalars per
+        environment). Trainers average these over a rollout and log them next to the return, so a
+        generic trainer never names an environment's keys. Default: none."""
+        return {}
+
     def action_shape(self) -> tuple[int, ...]:
         """Shape of the ``action`` argument of ``step``."""
         if self.turn_based:

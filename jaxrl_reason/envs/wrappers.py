@@ -53,6 +53,9 @@ class Wrapper(Environment):
     def action_shape(self) -> tuple[int, ...]:
         return self.env.action_shape()
 
+    def info_metrics(self, info: dict) -> dict:
+        return self.env.info_metrics(info)
+
     @property
     def name(self) -> str:
         return f"{type(self).__name__}({self.env.name})"

@@ -180,6 +180,10 @@ class Swarm(SplitEnvironment):
         {"adversary_control": "learned", "num_adversaries": 2, "max_steps": 20},
     )
 
+    def info_metrics(self, info: dict) -> dict:
+        """``coverage``: urgency-weighted coverage of the last step."""
+        return {"coverage": info["coverage"]}
+
     def __init__(self, **kwargs):
         self.config = c = SwarmConfig(**kwargs)
         self.num_uavs = c.num_agents
