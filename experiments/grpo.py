@@ -27,12 +27,14 @@ import dataclasses
 import math
 
 import jax
+from flax import nnx
 
 from jaxrl_reason.data import (DataError, PromptDataset, PromptFormat, load_rows, require_fields, task_rows,
                                write_jsonl)
 from jaxrl_reason.models.lm import load_hf_model, save_hf_model
 from jaxrl_reason.models.lm.lora import LoRAConfig, merge_lora
 from jaxrl_reason.models.tokenizer import HFTokenizer
+from jaxrl_reason.parallel.distributed import gathered, on_primary
 from jaxrl_reason.rewards import make_reward
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
@@ -108,8 +110,8 @@ def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
         if not train:
             raise DataError(f"{config.start.task} has too few distinct problems: every training row is also "
                             "held out; use a task with a larger problem space")
-        data = str(write_jsonl(train, run_dir.path / "data" / "train.jsonl"))
-        eval_data = str(write_jsonl(held_rows, run_dir.path / "data" / "heldout.jsonl"))
+        data, eval_data = on_primary(lambda: [str(write_jsonl(rs, run_dir.path / "data" / f"{name}.jsonl"))
+                                              for rs, name in ((train, "train"), (held_rows, "heldout"))])
     rows = load_rows(data)
     if eval_data is None:
         if len(rows) <= config.heldout:
@@ -128,9 +130,13 @@ def _checkpoint(config: Config, run_dir: RunDir, held_rows: list) -> str:
     if config.model is not None:
         return config.model
     path = run_dir.path / "start"
-    if not (path / "config.json").is_file():
-        held = frozenset(str(r[config.prompt_field]) for r in held_rows)
-        make_start_checkpoint(path, config.start, overwrite=True, exclude_prompts=held)
+    held = frozenset(str(r[config.prompt_field]) for r in held_rows)
+
+    def build() -> None:  # process 0 builds it; the others wait and then read it
+        if not (path / "config.json").is_file():
+            make_start_checkpoint(path, config.start, overwrite=True, exclude_prompts=held)
+
+    on_primary(build, errors=(DataError, ValueError))
     return str(path)
 
 
@@ -157,10 +163,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
     policy = trainer.model(state)
     if config.lora_rank:
         policy = merge_lora(policy)
+    graphdef, weights = nnx.split(policy)
+    policy = nnx.merge(graphdef, gathered(weights))  # multi-process: the whole policy on every host, for process 0
     evals = [r for r in run_dir.read_metrics() if "eval/accuracy" in r]
     start, end = ({k.removeprefix("eval/"): v for k, v in r.items() if k.startswith("eval/")}
                   for r in (evals[0], evals[-1]))
-    hf_dir = save_hf_model(policy, run_dir.path / "hf", tok, dtype=config.export_dtype, overwrite=True)
+    hf_dir = on_primary(lambda: str(save_hf_model(policy, run_dir.path / "hf", tok, dtype=config.export_dtype,
+                                                  overwrite=True)), errors=(ValueError, OSError))
 
     s = lambda k: recipes.series(run_dir, k)
     recipes.plot_curves(run_dir.path / "grpo.png", {

@@ -22,12 +22,11 @@ from jaxrl_reason.utils.checkpoint import Checkpointer
 PPO = ["--ppo.num-envs", "8", "--ppo.num-steps", "8", "--ppo.total-timesteps", str(8 * 8 * 6),
        "--ppo.updates-per-chunk", "1", "--ppo.update-epochs", "1", "--ppo.num-minibatches", "2",
        "--eval-episodes", "8"]
-#: r1_zero in 2 RL steps of 4 prompts x 2 samples (8 rows: 2 per device), a 4-step warm start, random rewards
-#: (the tiny model earns no accuracy reward, and zero rewards would mean zero gradients)
-R1 = ["--warm-start.problems", "64", "--warm-start.steps", "4", "--warm-start.batch-size", "8", "--rl-steps", "2",
-      "--eval-every", "1", "--heldout-problems", "8", "--passk-problems", "2", "--passk-samples", "2",
-      "--grpo.prompts-per-step", "4", "--grpo.group-size", "2", "--grpo.max-new-tokens", "8",
-      "--grpo.reward.variant", "random"]
+#: grpo (the main job) in 2 steps of 4 prompts x 2 samples (8 rows: 2 per device), from a 5-step SFT start
+#: built by process 0 alone
+GRPO = ["--steps", "2", "--eval-every", "1", "--heldout", "16", "--train-rows", "64", "--start.sft-steps", "5",
+        "--start.sft-problems", "64", "--start.tokenizer-corpus", "200", "--grpo.prompts-per-step", "4",
+        "--grpo.group-size", "2", "--grpo.max-new-tokens", "8"]
 
 
 def _free_port() -> int:
@@ -90,7 +89,8 @@ def _assert_same_run(a: pathlib.Path, b: pathlib.Path, rtol: float = 0.0, atol: 
     assert [keys(r) for r in rows_a] == [keys(r) for r in rows_b]
     flat = lambda rows: np.array([r[k] for r in rows for k in keys(r)], np.float64)
     np.testing.assert_allclose(flat(rows_a), flat(rows_b), rtol=rtol, atol=atol)
-    summary = lambda d: {k: v for k, v in json.loads((d / "summary.json").read_text()).items() if k != "run_dir"}
+    summary = lambda d: {k: v for k, v in json.loads((d / "summary.json").read_text()).items()
+                         if not str(v).startswith(str(d))}  # but the paths into the run directory
     assert summary(a) == summary(b)
     (step_a, state_a), (step_b, state_b) = _final_state(a), _final_state(b)
     assert step_a == step_b and sorted(state_a) == sorted(state_b)
@@ -150,10 +150,20 @@ def test_ppo_two_processes_match_one_process_and_resume_after_kill(tmp_path):
 
 @pytest.mark.slow
 def test_grpo_two_processes_match_one_process(tmp_path):
-    one, two = _one_and_two_processes(tmp_path, "r1_zero", R1, ["--grpo.mesh", "data=4"])
-    # the same prompts, samples and rewards; the gradient sums differ in order, and Adam turns the
-    # rounding of near-zero gradient entries into parameter differences of up to ~1% of a step (lr 3e-4)
+    from safetensors.numpy import load_file
+
+    one, two = _one_and_two_processes(tmp_path, "grpo", GRPO, ["--grpo.mesh", "data=4"])
+    # the same start (built by process 0 alone), data files, prompts, samples and rewards; the gradient sums
+    # differ in order, and Adam turns the rounding of near-zero gradient entries into parameter differences
+    # of up to ~1% of a step (lr 3e-4)
     _assert_same_run(two, one, rtol=1e-5, atol=1e-6, state_atol=1e-5)
+    for part in ("data/train.jsonl", "data/heldout.jsonl", "start/tokenizer.json"):
+        assert (one / part).read_bytes() == (two / part).read_bytes(), part
+    for part in ("start", "hf"):  # the start's SFT ran on 2 local devices here, 4 there: equal up to rounding
+        ours, theirs = (load_file(d / part / "model.safetensors") for d in (two, one))
+        assert sorted(ours) == sorted(theirs)
+        for name in ours:
+            np.testing.assert_allclose(ours[name], theirs[name], rtol=0, atol=1e-5, err_msg=f"{part}: {name}")
 
 
 @pytest.mark.slow

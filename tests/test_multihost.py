@@ -38,6 +38,8 @@ def test_two_process_allreduce_and_sharded_step():
         assert r["allreduce"] == r["allreduce_expected"] == 6.0
         assert abs(r["loss"] - r["ref_loss"]) < 1e-5
         assert r["max_param_diff"] < 1e-5
+        assert r["on_primary"] == {"process": 0} and r["on_primary_error"] == "ValueError: raised by process 0"
+        assert r["gathered_batch_exact"]
 
 
 def test_initialize_is_a_noop_for_one_process_and_checks_args(monkeypatch):

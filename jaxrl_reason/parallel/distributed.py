@@ -18,13 +18,14 @@ if it does not; process 0 (which serves the coordinator) is stopped by JAX itsel
 
 Agreement (every process must call these in the same order; one process: no communication):
 ``check_same`` (a value's hash is all-gathered; any difference is an error on every process) and
-``broadcast_json`` (process 0's value to all). ``process_index`` / ``process_count`` / ``is_primary``
+``broadcast_json`` (process 0's value to all), ``on_primary`` (process 0 does a job, e.g. writes files;
+the others wait for its result or its error). ``process_index`` / ``process_count`` / ``is_primary``
 never start a backend in a one-process run.
 
 Arrays across processes: ``to_global`` builds an array with a sharding that may span processes
 from a host value every process holds identically (each process places its own shards);
 ``host_values`` is the inverse, the full value of each array on every host (one all-gather
-program for all the arrays split across processes).
+program for all the arrays split across processes); ``gathered`` does that to a pytree.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -183,6 +184,28 @@ def broadcast_json(obj: Any) -> Any:
     return json.loads(np.asarray(multihost_utils.broadcast_one_to_all(buf)).tobytes().decode())
 
 
+def on_primary(fn: Callable[[], Any], *, errors: tuple[type[Exception], ...] = ()) -> Any:
+    """``fn()`` run by process 0 alone (writing files, building a start checkpoint); every process returns
+    its JSON-able result once it is done, or raises its error: on process 0 the error itself, on the others
+    the same type when it is one of ``errors`` (else ``DistributedError``) with the same message. Every
+    process must call this at the same point; with one process it is ``fn()``. ``fn`` must not run
+    computations on arrays that span processes (the others are waiting, not computing)."""
+    if process_count() == 1:
+        return fn()
+    message, failure = None, None
+    if is_primary():
+        try:
+            message = {"result": fn()}
+        except Exception as err:  # noqa: BLE001 (sent on, so the other processes stop too instead of waiting)
+            failure, message = err, {"error": type(err).__name__, "message": str(err)}
+    message = broadcast_json(message)
+    if "error" in message:
+        if failure is not None:
+            raise failure
+        raise {e.__name__: e for e in errors}.get(message["error"], DistributedError)(message["message"])
+    return message["result"]
+
+
 # -- arrays across processes -----------------------------------------------------------------------
 def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
@@ -219,3 +242,17 @@ def host_values(leaves: list) -> list[np.ndarray]:
         for i, x in zip(split, jax.jit(_identity, out_shardings=replicated)([leaves[i] for i in split])):
             leaves[i] = x
     return [np.asarray(x.addressable_data(0)) if spans_processes(x) else np.asarray(x) for x in leaves]
+
+
+def gathered(tree):
+    """``tree`` with every array that spans processes replaced by its full value on this host (numpy;
+    typed keys stay keys), so process 0 alone can e.g. export it. Every process must call this with the
+    same tree; with one process the tree comes back as it is."""
+    if process_count() == 1:
+        return tree
+    leaves, treedef = jax.tree.flatten(tree)
+    at = [i for i, x in enumerate(leaves) if spans_processes(x)]
+    for i, value in zip(at, host_values([leaves[i] for i in at])):
+        x = leaves[i]
+        leaves[i] = jax.random.wrap_key_data(value, impl=jax.random.key_impl(x)) if _is_key(x) else value
+    return jax.tree.unflatten(treedef, leaves)

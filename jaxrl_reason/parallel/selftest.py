@@ -2,8 +2,9 @@
 
     python -m jaxrl_reason.parallel.selftest --coordinator HOST:PORT --num-processes N --process-id I
 
-Prints one JSON line with the all-reduce result and the largest difference
-between the sharded train step and the same step computed on one local device.
+Prints one JSON line with the all-reduce result, the largest difference between the sharded train
+step and the same step computed on one local device, and the agreement helpers' results (a job run
+by process 0 alone, its error raised on every process, a split batch gathered on every host).
 """
 
 from __future__ import annotations
@@ -69,8 +70,23 @@ def main(argv=None) -> dict:
         float(np.max(np.abs(np.asarray(a.addressable_data(0)) - np.asarray(b))))
         for a, b in zip(jax.tree.leaves(new_params), jax.tree.leaves(ref_params))
     )
+    # agreement: process 0 alone runs a job; the others get its result, or its error
+    ran_on = distributed.on_primary(lambda: {"process": jax.process_index()})
+
+    def fail():
+        raise ValueError(f"raised by process {jax.process_index()}")
+
+    try:
+        distributed.on_primary(fail, errors=(ValueError,))
+        error = None
+    except ValueError as err:
+        error = f"{type(err).__name__}: {err}"
+    whole = distributed.gathered({"batch": batch["x"]})["batch"]  # split over every process's devices
+
     result = {
         "process": pid, "processes": n_proc, "devices": jax.device_count(),
+        "on_primary": ran_on, "on_primary_error": error,
+        "gathered_batch_exact": bool(np.array_equal(np.asarray(whole), full["x"])),
         "allreduce": total, "allreduce_expected": expected,
         "loss": float(loss), "ref_loss": float(ref_loss), "max_param_diff": diff,
     }

@@ -161,22 +161,14 @@ class RunDir:
         Multi-process: process 0 does all of this and sends the path (or its error, raised again on
         every process) to the others, which get a non-writing ``RunDir`` of the same path."""
         guard.check_policy(on_nonfinite)
-        if distributed.process_count() == 1:
-            return cls._create_here(experiment, config, root, resume, on_nonfinite)
-        run, failure, found = None, None, {}
-        if distributed.is_primary():
-            try:
-                run = cls._create_here(experiment, config, root, resume, on_nonfinite)
-                found = {"path": str(run.path)}
-            except Exception as err:  # noqa: BLE001 (sent on, so the other processes stop too instead of waiting)
-                failure, found = err, {"error": type(err).__name__, "message": str(err)}
-        found = distributed.broadcast_json(found)
-        if "error" in found:
-            if failure is not None:
-                raise failure
-            errors = {e.__name__: e for e in (RunDirError, FileNotFoundError, ValueError)}
-            raise errors.get(found["error"], RunDirError)(found["message"])
-        return run or cls(pathlib.Path(found["path"]), resumed=bool(resume), on_nonfinite=on_nonfinite)
+        made: list[RunDir] = []  # process 0's RunDir (the writer)
+
+        def make() -> str:
+            made.append(cls._create_here(experiment, config, root, resume, on_nonfinite))
+            return str(made[0].path)
+
+        path = distributed.on_primary(make, errors=(RunDirError, FileNotFoundError, ValueError))
+        return made[0] if made else cls(pathlib.Path(path), resumed=bool(resume), on_nonfinite=on_nonfinite)
 
     @classmethod
     def _create_here(cls, experiment: str, config: Any, root, resume, on_nonfinite: str) -> RunDir:
