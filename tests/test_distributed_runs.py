@@ -197,6 +197,17 @@ def test_bad_launch_flags_are_clear_errors(tmp_path, monkeypatch):
     assert not (tmp_path / "ppo_catch").exists()
 
 
+def test_process_0_whose_peers_never_join_stops_with_a_clear_error(tmp_path):
+    start = time.monotonic()
+    (rc, log), = _finish(_start(tmp_path, "ppo_catch", [*PPO, "--run-root", str(tmp_path)], processes=1,
+                                per_process=[["--coordinator", f"127.0.0.1:{_free_port()}", "--num-processes", "2",
+                                              "--process-id", "0", "--coordinator-timeout", "3"]]), timeout=60)
+    assert rc == 1, log[-3000:]
+    assert log.strip().splitlines()[-1].startswith("DistributedError: not all 2 processes joined 127.0.0.1:")
+    assert "within 3 s" in log and time.monotonic() - start < 40
+    assert not (tmp_path / "ppo_catch").exists()
+
+
 def test_ppo_batch_must_divide_the_data_devices():
     from jaxrl_reason import envs
     from jaxrl_reason.rl import ppo

@@ -13,8 +13,8 @@
 With none of these it is a one-process run and nothing is done. On CPU the gloo collectives are
 selected so processes can all-reduce. Waiting is bounded by ``timeout`` seconds: a process other
 than 0 first waits for the coordinator's port to accept connections and raises ``DistributedError``
-if it does not; process 0 (which serves the coordinator) is stopped by JAX itself
-(``DEADLINE_EXCEEDED ... RegisterTask``) when not every process has connected within the timeout.
+if it does not; a process whose peers have not all joined within the timeout (process 0, which serves
+the coordinator, waits for all of them) prints a one-line ``DistributedError`` and exits with status 1.
 
 Agreement (every process must call these in the same order; one process: no communication):
 ``check_same`` (a value's hash is all-gathered; any difference is an error on every process) and
@@ -30,11 +30,13 @@ program for all the arrays split across processes); ``gathered`` does that to a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -110,7 +112,8 @@ def initialize(
     if coordinator == "auto" or (coordinator is None and num is None and cluster_detected()):
         print("[distributed] joining the cluster JAX detects", file=sys.stderr, flush=True)
         _cpu_collectives(cpu)
-        jax.distributed.initialize(initialization_timeout=int(timeout))
+        with _deadline(timeout, "not every process of the detected cluster joined"):
+            jax.distributed.initialize(initialization_timeout=int(timeout) + _JAX_GRACE_S)
         return True
     if num is not None and num <= 1:
         return False
@@ -131,9 +134,33 @@ def initialize(
     print(f"[distributed] process {pid} of {num}: joining {coordinator}, waiting up to {timeout:g} s for all "
           f"{num} processes", file=sys.stderr, flush=True)
     _cpu_collectives(cpu)
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num, process_id=pid,
-                               initialization_timeout=int(max(1, timeout)))
+    with _deadline(timeout, f"not all {num} processes joined {coordinator} (this is process {pid})"):
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num, process_id=pid,
+                                   initialization_timeout=int(max(1, timeout)) + _JAX_GRACE_S)
     return True
+
+
+#: JAX's own join timeout is this much longer than ours, so ours ends the wait first (JAX's aborts the process).
+_JAX_GRACE_S = 10
+
+
+@contextlib.contextmanager
+def _deadline(timeout: float, what: str):
+    """End the process with a one-line ``DistributedError`` and exit status 1 if the block (a wait inside
+    JAX that no Python exception can interrupt) has not finished within ``timeout`` seconds."""
+
+    def expire():
+        print(f"DistributedError: {what} within {timeout:g} s; start every process with the same --coordinator "
+              "and --num-processes, or raise --coordinator-timeout", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 # -- who am I (no backend is started in a one-process run) ----------------------------------------
