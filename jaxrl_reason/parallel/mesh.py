@@ -9,6 +9,8 @@ end in the parameter paths.
 
 ``config_mesh(spec)`` is the rule behind the trainers' ``mesh`` config fields: a given spec, else a
 ``data`` axis over every device of every process in a multi-process run, else no mesh (one device).
+``data_mesh(spec, sizes, who)`` is that mesh checked for a batch split over ``data``; ``split_batch`` /
+``replicate`` place host values on it (each process its own slice / a full copy), and
 ``split_along(tree, mesh, dim)`` constrains batch leaves inside jit (dim ``dim`` over ``data``).
 """
 
@@ -76,6 +78,43 @@ def config_mesh(spec: str | None) -> Mesh | None:
     if spec is None:
         return make_mesh("data=-1") if distributed.process_count() > 1 else None
     return make_mesh(spec)
+
+
+def data_mesh(spec: str | None, sizes: Mapping[str, int], who: str) -> Mesh | None:
+    """``config_mesh(spec)`` for a trainer that splits its batch over the mesh's ``data`` axis, checked: the
+    axis exists and every size in ``sizes`` (``{what: rows}``) divides over it. None: one device, no split."""
+    mesh = config_mesh(spec)
+    if mesh is None:
+        return None
+    if "data" not in mesh.shape:
+        raise ValueError(f"{who}.mesh {spec!r} has no 'data' axis to split the batch over")
+    n = mesh.shape["data"]
+    for what, size in sizes.items():
+        if size % n:
+            raise ValueError(
+                f"{who} {what} = {size} is not divisible by the {n} devices of the 'data' mesh axis "
+                f"({distributed.process_count()} process(es) x {jax.local_device_count()} device(s)); "
+                f"use a multiple of {n}"
+            )
+    return mesh
+
+
+def replicate(tree: Any, mesh: Mesh | None) -> Any:
+    """Every leaf of ``tree`` (host or local arrays, the same on every process) replicated over ``mesh``'s
+    devices (all processes' ones). No-op without a mesh."""
+    if mesh is None:
+        return tree
+    sharding = NamedSharding(mesh, P())
+    return jax.tree.map(lambda x: distributed.to_global(x, sharding), tree)
+
+
+def split_batch(tree: Any, mesh: Mesh | None, axes: Sequence[str] = ("data",)) -> Any:
+    """Outside jit: every leaf of ``tree`` (host values, the same on every process) split along dim 0 over
+    the mesh ``axes`` (scalars replicated); each process places only its own slice. No-op without a mesh."""
+    if mesh is None:
+        return tree
+    spec = lambda x: P(tuple(axes)) if np.ndim(x) else P()
+    return jax.tree.map(lambda x: distributed.to_global(x, NamedSharding(mesh, spec(x))), tree)
 
 
 def split_along(tree: Any, mesh: Mesh | None, dim: int | None, axes: Sequence[str] = ("data",)) -> Any:

@@ -414,3 +414,31 @@ def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
     state = jax.eval_shape(lambda p, k: trainer.init(k, p), trainer._params, jax.random.key(0))
     _, metrics = jax.eval_shape(trainer.step, state)
     assert {"grad_norm", "negotiation/forfeit", "tictactoe/win_lm"} <= set(metrics)
+
+
+@pytest.mark.slow
+def test_games_split_over_the_data_mesh_play_the_same_step():
+    """mesh="data=8": each device plays its slice of the games (the rollout's batch is split), and the step is
+    the one-device step up to float rounding (the multi-process path: a data axis over every process's devices)."""
+    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    runs = {}
+    for mesh in (None, "data=8"):
+        trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=8, max_new_tokens=8, mesh=mesh),
+                                model, tokenizer=TOK)
+        state, metrics = trainer.step(trainer.init(jax.random.key(0)))
+        runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)
+        if mesh:
+            roll = jax.jit(make_rollout(trainer.graphdef, trainer.games[0], 8, trainer.sampler, mesh=trainer.mesh))
+            episodes = roll(nnx.merge_state(state.params, state.rest), jax.random.key(1))
+            shard = lambda x: x.sharding.shard_shape(x.shape)
+            assert shard(episodes.returns) == (1, 2)  # [8 games, 2 seats]: one game per device
+            turns, _, tokens = episodes.turns.tokens.shape
+            assert shard(episodes.turns.tokens) == (turns, 1, tokens)
+    (m1, p1), (m8, p8) = runs[None], runs["data=8"]
+    assert sorted(m1) == sorted(m8)
+    for k in m1:
+        np.testing.assert_allclose(m8[k], m1[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
+    with pytest.raises(ValueError, match="SpiralConfig episodes_per_game = 4 is not divisible by the 8 devices"):
+        SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, mesh="data=8"), model, tokenizer=TOK)

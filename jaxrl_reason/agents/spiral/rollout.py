@@ -36,6 +36,7 @@ from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.agents.spiral.tokenizer import UNKNOWN, byte_ids, byte_offset, check_text, host_bytes, token_bytes
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.parallel.mesh import split_along
 
 GAMES = ("tictactoe", "kuhn_poker", "negotiation")
 
@@ -185,13 +186,14 @@ def canned_responder(params, prompts, key) -> SampleOutput:
 
 
 def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig,
-                 opponent: Callable | None = None, responder: Callable | None = None) -> Callable:
+                 opponent: Callable | None = None, responder: Callable | None = None, mesh=None) -> Callable:
     """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step).
 
     ``params``: the LM's full ``nnx.State``. ``opponent(key, state, ts) -> action`` acts on one
     unbatched game (``envs.games.opponents``); None = self-play (the LM plays both seats).
     ``responder(params, prompts, key) -> SampleOutput`` replaces the LM sampler (scripted players in
-    tests); default ``lm_responder``.
+    tests); default ``lm_responder``. ``mesh``: the games are split over its ``data`` axis (each device,
+    of every process, plays its slice of the one seeded batch; the same games as without a mesh).
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
@@ -200,11 +202,11 @@ def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerCo
 
     def rollout(params, key) -> Episodes:
         k_reset, k_play = jax.random.split(key)
-        state, ts = jax.vmap(env.reset)(jax.random.split(k_reset, b))
+        state, ts = split_along(jax.vmap(env.reset)(jax.random.split(k_reset, b)), mesh, 0)
         lm_seat = _mask_lm_seat(b, opponent is not None)
 
         def turn(carry, key):
-            state, ts, ret, forfeit = carry
+            state, ts, ret, forfeit = split_along(carry, mesh, 0)
             k_lm, k_opp, k_env = jax.random.split(key, 3)
             done = ts.terminated | ts.truncated
             player = ts.current_player

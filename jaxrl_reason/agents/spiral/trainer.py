@@ -12,6 +12,11 @@ to the longest game) and takes ``minibatches`` clipped policy-gradient steps (``
 token-mean aggregation) on the stored per-turn token sequences. Metrics are global
 (``grad_norm``, ``loss``, ``entropy``, ...) and per game (``<game>/win0``, ``/draw``,
 ``/forfeit``, ``/format_error``, ``/response_length``, ``/baseline0``, ...).
+
+Multi-device / multi-process: ``mesh="data=8"`` (or, in a multi-process run, ``mesh=None``: data over
+every device of every process) splits each game's episodes over the data axis, each device playing its
+slice of the one seeded batch; the state is replicated and the update's gradient is all-reduced by the
+shardings, so the metrics are those of one device up to float rounding.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.parallel.mesh import data_mesh, replicate
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import gradient_step
@@ -55,6 +61,7 @@ class SpiralConfig:
     minibatches: int = 1
     loss: LossConfig = LossConfig(aggregation="token_mean")
     logprob_chunk: int = 64
+    mesh: str | None = None  # e.g. "data=8": the games split over the data axis (multi-process: data over all)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -106,12 +113,14 @@ class SpiralTrainer:
         self.optimizer = guard_optimizer(
             optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
         )
+        self.mesh = data_mesh(config.mesh, {"episodes_per_game": config.episodes_per_game}, "SpiralConfig")
         self._step = _step_fn(self, config)
 
     def init(self, key: jax.Array, params: nnx.State | None = None) -> SpiralState:
         params = jax.tree.map(jnp.array, self._params if params is None else params)
-        return SpiralState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
-                           baseline=init_baseline(len(self.games), 2), step=jnp.int32(0), key=key)
+        return replicate(SpiralState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
+                                     baseline=init_baseline(len(self.games), 2), step=jnp.int32(0), key=key),
+                         self.mesh)
 
     def model(self, state: SpiralState):
         return nnx.merge(self.graphdef, state.params, state.rest)
@@ -129,8 +138,8 @@ def _opponent(name: str, game: GameSpec):
 def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
     graphdef, games, n_ep = trainer.graphdef, trainer.games, cfg.episodes_per_game
     opp = cfg.advantage == "fixed"
-    rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler, _opponent(cfg.opponent, g) if opp else None)
-                for g in games]
+    rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler, _opponent(cfg.opponent, g) if opp else None,
+                             mesh=trainer.mesh) for g in games]
     p_max, n = trainer.prompt_len, cfg.max_new_tokens
     optimizer, pad_id = trainer.optimizer, trainer.tokenizer.pad_id
 
