@@ -88,7 +88,13 @@ def data_mesh(spec: str | None, sizes: Mapping[str, int], who: str) -> Mesh | No
         return None
     if "data" not in mesh.shape:
         raise ValueError(f"{who}.mesh {spec!r} has no 'data' axis to split the batch over")
-    n = mesh.shape["data"]
+    check_data_split(mesh, sizes, who)
+    return mesh
+
+
+def check_data_split(mesh: Mesh | None, sizes: Mapping[str, int], who: str) -> None:
+    """A clear ``ValueError`` unless every size in ``sizes`` (``{what: rows}``) divides over the ``data`` axis."""
+    n = mesh.shape["data"] if mesh is not None else 1
     for what, size in sizes.items():
         if size % n:
             raise ValueError(
@@ -96,7 +102,6 @@ def data_mesh(spec: str | None, sizes: Mapping[str, int], who: str) -> Mesh | No
                 f"({distributed.process_count()} process(es) x {jax.local_device_count()} device(s)); "
                 f"use a multiple of {n}"
             )
-    return mesh
 
 
 def replicate(tree: Any, mesh: Mesh | None) -> Any:

@@ -237,6 +237,21 @@ def test_multiconv_advantage_broadcast_and_step():
     assert float(m["conversations"]) == (n + 1) * 8  # 2 questions x G=4
     if float(m["zero_variance_groups"]) < 1.0:
         assert any(float(jnp.abs(a - b).max()) > 0 for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(state.params)))
+
+    # mesh="data=8": every device runs its slice of the Q x G rollouts (the multi-process path: a data axis over
+    # every process's devices); the step equals the one-device step up to float rounding
+    split = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2, mesh="data=8"), AGENT, model)
+    state8, m8 = split.step(split.init(), batch, jax.random.key(1))
+    m, m8 = jax.device_get((m, m8))
+    assert sorted(m) == sorted(m8)
+    for k in m:
+        np.testing.assert_allclose(m8[k], m[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), state8.params, state.params)
+    out = run_agent(split.graphdef, nnx.merge_state(state8.params, state8.rest), batch.repeat(4), jax.random.key(2),
+                    agent=AGENT, mesh=split.mesh)
+    assert out.memory.sharding.shard_shape(out.memory.shape) == (1, out.memory.shape[1])  # 8 rollouts: 1 per device
+    with pytest.raises(ValueError, match=r"rollouts per step \(questions x group_size\) = 4 is not divisible by the 8"):
+        MultiConvTrainer(MultiConvConfig(group_size=2, mesh="data=8"), AGENT, model).step(state, batch, jax.random.key(1))
     with pytest.raises(ValueError, match="minibatches"):
         MultiConvTrainer(MultiConvConfig(group_size=4, minibatches=7), AGENT, model).step(state, batch, jax.random.key(1))
     for bad in (dict(group_size=1), dict(temperature=0.0), dict(advantage="x")):

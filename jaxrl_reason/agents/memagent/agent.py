@@ -48,6 +48,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.tasks.longcontext import encode_plain
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -276,10 +277,12 @@ def num_chunks(doc_width: int, agent: MemAgent) -> int:
     return max(1, -(-doc_width // agent.config.chunk_tokens))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "agent", "temperature", "record"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "agent", "temperature", "record", "mesh"))
 def run_agent(graphdef, state, batch: DocBatch, key, *, agent: MemAgent, temperature: float = 0.0,
-              record: bool = False) -> AgentOutput:
-    """The whole agent (all chunks + final answer) for a batch of documents; see the module docstring."""
+              record: bool = False, mesh=None) -> AgentOutput:
+    """The whole agent (all chunks + final answer) for a batch of documents; see the module docstring.
+    ``mesh``: the documents are split over its ``data`` axis (each device reads its slice)."""
+    batch = split_along(batch, mesh, 0)
     config = agent.config
     b, width = batch.doc.shape
     c, m = config.chunk_tokens, config.memory_tokens
@@ -292,7 +295,7 @@ def run_agent(graphdef, state, batch: DocBatch, key, *, agent: MemAgent, tempera
     respond = functools.partial(_respond, temperature=temperature, pad_id=agent.pad_id, eos_id=agent.eos_id)
 
     def update(carry, _):
-        i, key, mem, mem_lens, overflow = carry
+        i, key, mem, mem_lens, overflow = split_along(carry, mesh, 0)  # (i and key: scalars, replicated)
         key, sub = jax.random.split(key)
         # gather the chunk in place (no [n, B, C] copy of the document: the working set stays flat)
         chunk = jnp.take(doc, i * c + jnp.arange(c), axis=1, mode="fill", fill_value=agent.pad_id)

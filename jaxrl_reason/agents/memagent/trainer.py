@@ -40,6 +40,7 @@ from flax import nnx
 from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, num_chunks, run_agent
 from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
 from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
@@ -106,6 +107,7 @@ class MultiConvConfig:
     advantage: str = "grpo"  # "grpo": (r - mean) / std;  "dr_grpo": r - mean
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
     logprob_chunk: int = 16
+    mesh: str | None = None  # e.g. "data=8": the rollouts split over the data axis (multi-process: data over all)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -167,11 +169,13 @@ class MultiConvTrainer:
         self.config, self.agent = config, agent
         self.graphdef, self._params, self._rest = nnx.split(model, nnx.Param, ...)
         self.optimizer = _optimizer(config)
-        self._step = _rl_step_fn(self.graphdef, config, agent)
+        self.mesh = data_mesh(config.mesh, {}, "MultiConvConfig")
+        self._step = _rl_step_fn(self.graphdef, config, agent, self.mesh)
 
     def init(self, params: nnx.State | None = None) -> RLState:
         params = jax.tree.map(jnp.array, self._params if params is None else params)
-        return RLState(params=params, rest=self._rest, opt_state=self.optimizer.init(params), step=jnp.int32(0))
+        return replicate(RLState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
+                                 step=jnp.int32(0)), self.mesh)
 
     def step(self, state: RLState, batch: DocBatch, key: jax.Array) -> tuple[RLState, dict]:
         """One RL step on Q questions (``batch``), each rolled out ``group_size`` times."""
@@ -180,14 +184,15 @@ class MultiConvTrainer:
         if n_conv % self.config.minibatches:
             raise ValueError(f"{n_conv} conversations per step are not divisible by minibatches "
                              f"{self.config.minibatches}")
-        return self._step(state, batch, key)
+        check_data_split(self.mesh, {"rollouts per step (questions x group_size)": rows}, "MultiConvTrainer")
+        return self._step(state, replicate(batch, self.mesh), replicate(key, self.mesh))
 
     def model(self, state: RLState):
         return nnx.merge(self.graphdef, state.params, state.rest)
 
 
 @functools.lru_cache(maxsize=None)
-def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent):
+def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent, mesh):
     optimizer = _optimizer(cfg)
 
     def step(state: RLState, batch: DocBatch, key):
@@ -195,7 +200,7 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent):
         g = cfg.group_size
         rb = batch.repeat(g)
         out = run_agent(graphdef, nnx.merge_state(state.params, state.rest), rb, k_roll, agent=agent,
-                        temperature=cfg.temperature, record=True)
+                        temperature=cfg.temperature, record=True, mesh=mesh)
         reward = exact_match(out.answer, out.answer_lens, rb.answer, rb.answer_lens)  # [Q*G]
         adv = group_advantages(reward.reshape(-1, g), cfg.advantage).reshape(-1)
         conv = conversations(out, adv, pad_id=agent.pad_id)
