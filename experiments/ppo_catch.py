@@ -50,7 +50,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     state = run_chunks(
         run_dir,
         jax.jit(trainer.init)(key_train),
-        jax.jit(trainer.update_chunk),
+        jax.jit(trainer.update),
         config.ppo.num_chunks,
         steps_per_chunk=config.ppo.updates_per_chunk,
         checkpoint_every=config.checkpoint_every,

@@ -37,7 +37,7 @@ class Config:
     ttt_curve_games: int = 200
     ttt_eval_simulations: int = 64
     kuhn: SelfPlayConfig = SelfPlayConfig(env="kuhn_poker", num_updates=300)
-    negotiation: SelfPlayConfig = SelfPlayConfig(env="negotiation", num_updates=150, rollout_length=20,
+    negotiation: SelfPlayConfig = SelfPlayConfig(env="negotiation", num_updates=150, num_steps=20,
                                                  hidden=(128, 128))
     advantages: tuple[str, ...] = ("rae", "none")
     neg_eval_games: int = 1000
@@ -59,7 +59,7 @@ PRESETS = {
         tictactoe=AlphaZeroConfig(num_envs=1024, num_simulations=64, num_iterations=200, minibatch_size=2048,
                                   explore_eps=0.2, sgd_steps=32),
         kuhn=SelfPlayConfig(env="kuhn_poker", num_envs=2048, num_updates=1000),
-        negotiation=SelfPlayConfig(env="negotiation", num_envs=2048, num_updates=500, rollout_length=20,
+        negotiation=SelfPlayConfig(env="negotiation", num_envs=2048, num_updates=500, num_steps=20,
                                    hidden=(128, 128)),
     ),
 }

@@ -38,7 +38,7 @@ def test_gru_chunked_equals_whole_loop_and_learns():
     whole = jax.jit(ppo.make_train(cfg, CATCH))(jax.random.key(7))
     chunked = ppo.make_chunked(cfg, CATCH)
     state = jax.jit(chunked.init)(jax.random.key(7))
-    step = jax.jit(chunked.update_chunk)
+    step = jax.jit(chunked.update)
     for _ in range(cfg.num_chunks):
         state, metrics = step(state)
     for a, b in zip(jax.tree.leaves(whole["runner_state"].params), jax.tree.leaves(state.params)):

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl_reason import envs
+from jaxrl_reason.rl.base import Policy
 
-# policy_fn(carry, key, ts) -> (carry, action) for ONE environment (vmapped here).
-PolicyFn = Callable[[Any, jax.Array, envs.TimeStep], tuple[Any, jax.Array]]
+PolicyFn = Policy  # policy_fn(carry, key, ts) -> (carry, action) for ONE environment (vmapped here)
 
 
 def random_policy(env: envs.Environment) -> tuple[PolicyFn, Any]:

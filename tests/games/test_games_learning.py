@@ -11,7 +11,7 @@ from jaxrl_reason.search.alphazero import AlphaZero, AlphaZeroConfig
 
 @pytest.mark.slow
 def test_kuhn_rae_selfplay_lowers_exploitability():
-    cfg = SelfPlayConfig(env="kuhn_poker", advantage="rae", num_envs=128, rollout_length=8,
+    cfg = SelfPlayConfig(env="kuhn_poker", advantage="rae", num_envs=128, num_steps=8,
                          num_updates=80, num_minibatches=2)
     sp = SelfPlay(cfg, metrics_fn=kuhn_exploitability_metric)
     state = sp.init(jax.random.key(0))
