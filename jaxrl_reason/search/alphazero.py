@@ -19,7 +19,9 @@ targets are the search's action weights. Value targets (``value_target``):
   self-consistent wrong value (e.g. "the first player always wins"), which is what it did on
   TicTacToe here.
 
-Then ``sgd_steps`` Adam steps on ``cross-entropy + value_coef * MSE``. Network: the shared
+Then ``sgd_steps`` Adam steps on ``cross-entropy + value_coef * MSE``. ``mesh="data=8"`` (in a
+multi-process run ``mesh=None``: data over every device of every process) splits the games, and so the
+searches, over the data axis; the result is the one-device one up to float rounding. Network: the shared
 ``MLPActorCritic`` (value passed through ``tanh``) on the mover's observation.
 The agent (``AlphaZero.agent``) is network + search at play time.
 
@@ -41,6 +43,7 @@ from flax import nnx, struct
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.models.policies import make_policy, masked_logits
+from jaxrl_reason.parallel.mesh import data_mesh, replicate, split_along, split_batch
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -67,6 +70,7 @@ class AlphaZeroConfig:
     value_target: str = "search"
     num_iterations: int = 60
     seed: int = 0
+    mesh: str | None = None  # e.g. "data=8": the self-play games split over the data axis (multi-process: over all)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -160,6 +164,7 @@ class AlphaZero:
         self.evaluate = network_evaluate(self.graphdef)
         self.optimizer = guard_optimizer(optax.adam(config.learning_rate))
         self.auto = envs.AutoReset(self.env)
+        self.mesh = data_mesh(config.mesh, {"num_envs": config.num_envs}, "AlphaZeroConfig")
         self.iteration = jax.jit(self._iteration)
 
     def init(self, key) -> AlphaZeroState:
@@ -167,8 +172,10 @@ class AlphaZero:
         model = make_policy("mlp", int(self.env.obs_shape[0]), self.env.num_actions,
                             rngs=nnx.Rngs(k_net), hidden=self.config.hidden)
         params = nnx.state(model)
-        env_state, ts = jax.vmap(self.auto.reset)(jax.random.split(k_env, self.config.num_envs))
-        return AlphaZeroState(params, self.optimizer.init(params), env_state, ts, key, jnp.int32(0))
+        env_state, ts = split_batch(jax.vmap(self.auto.reset)(jax.random.split(k_env, self.config.num_envs)),
+                                    self.mesh)
+        rest = replicate((params, self.optimizer.init(params), key, jnp.int32(0)), self.mesh)
+        return AlphaZeroState(rest[0], rest[1], env_state, ts, *rest[2:])
 
     def agent(self, num_simulations: int, gumbel_scale: float = 0.0):
         """Batched player ``fn(params) -> (key, state, ts) -> action`` for ``arena.play``."""
@@ -194,7 +201,7 @@ class AlphaZero:
         key, k_roll, k_sgd = jax.random.split(s.key, 3)
 
         def step(carry, key):
-            env_state, ts = carry
+            env_state, ts = split_along(carry, self.mesh, 0)  # each device searches its slice of the games
             k_search, k_env = jax.random.split(key)
             out = search(self.env, self.evaluate, s.params, k_search, env_state, ts,
                          c.num_simulations, c.max_num_considered_actions)

@@ -434,6 +434,30 @@ def test_nodewise_grpo_with_memory_improves_heldout_accuracy():
     assert any(k == 2 and s == "f" for k, s, _ in state.memory.entries())
 
 
+@pytest.mark.slow
+def test_trajectories_split_over_the_data_mesh_take_the_same_step():
+    """mesh="data=8": every device runs its slice of the requests x group trajectories (the multi-process path: a
+    data axis over every process's devices); the node-wise step equals the one-device step up to float rounding."""
+    models = build_models(LEARN_LM, SYS, 0, tokenizer=TOK)
+    req = reqs(LEARN_TASK.generate_batch(np.random.default_rng(2), 2))
+    runs = {}
+    for mesh in (None, "data=8"):
+        trainer = JoyTrainer(JoyConfig(group_size=4, top_k=2, mesh=mesh), SYS, models, tokenizer=TOK)
+        state, metrics = trainer.step(trainer.init(), req, jax.random.key(0))
+        runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)
+    (m1, p1), (m8, p8) = runs[None], runs["data=8"]
+    assert sorted(m1) == sorted(m8)
+    for k in m1:
+        np.testing.assert_allclose(m8[k], m1[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
+    out = run_system(trainer.graphdef, trainer.states(state), req.repeat(4), jnp.full((8,), NOHINT), jax.random.key(1),
+                     config=SYS, tokenizer=TOK, temperature=1.0, mesh=trainer.mesh)
+    assert out.reward.sharding.shard_shape(out.reward.shape) == (1,)  # 8 trajectories: one per device
+    with pytest.raises(ValueError, match=r"requests x group_size\) = 4 is not divisible by the 8 devices"):
+        JoyTrainer(JoyConfig(group_size=2, mesh="data=8"), SYS, models, tokenizer=TOK).step(state, req,
+                                                                                          jax.random.key(0))
+
+
 # ------------------------------------------------------------------------------------- checkpoints
 def _tiny_checkpoint(path):
     """A byte-level BPE trained on the task's text (Qwen-like named tokens) + a random tiny Qwen3ForCausalLM,

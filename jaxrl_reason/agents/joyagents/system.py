@@ -58,6 +58,7 @@ import jax.numpy as jnp
 from jaxrl_reason.agents.memagent.agent import prompt_from_parts, render_parts, template_parts
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.tasks.assistant import ROUTES, AssistantIds, char_ids, check_answers, encode_int, execute_call
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -296,8 +297,9 @@ def _step_result(a, out, lens, ended, width: int, ids: SystemIds):
 
 def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *, config: SystemConfig,
                tokenizer: Tokenizer, temperature: float = 0.0, start=0, fixed: NodeRecord | None = None,
-               continuation_temperature: float | None = None) -> SystemOutput:
+               continuation_temperature: float | None = None, mesh=None) -> SystemOutput:
     """All four nodes for a batch of requests; hints [B] (a route token or the "?" token of ``tokenizer``).
+    ``mesh``: the requests are split over its ``data`` axis (each device runs its slice).
     See the module docstring. ``start`` (int, may be traced) > 0 needs ``fixed``; nodes < start are replayed
     from it. ``continuation_temperature`` (None: ``temperature``) is the temperature of the nodes after
     ``start`` (0: the continuation is the current policy's greedy one, as at evaluation).
@@ -309,14 +311,14 @@ def run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *,
     replay = {} if fixed is None and isinstance(start, int) and start == 0 else {"start": start, "fixed": fixed}
     return _run_system(graphdef, states, req, hints, key, config=config, ids=SystemIds.from_tokenizer(tokenizer),
                        templates=config.templates(tokenizer), temperature=temperature,
-                       continuation_temperature=continuation_temperature, **replay)
+                       continuation_temperature=continuation_temperature, mesh=mesh, **replay)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "config", "ids", "templates", "temperature",
-                                             "continuation_temperature"))
+                                             "continuation_temperature", "mesh"))
 def _run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *, config: SystemConfig,
                 ids: SystemIds, templates: tuple, temperature: float = 0.0, start=0, fixed: NodeRecord | None = None,
-                continuation_temperature: float | None = None) -> SystemOutput:
+                continuation_temperature: float | None = None, mesh=None) -> SystemOutput:
     if isinstance(start, int) and not 0 <= start < NUM_NODES:
         raise ValueError(f"start must be in [0, {NUM_NODES}), got {start}")
     if fixed is None and not (isinstance(start, int) and start == 0):
@@ -327,6 +329,8 @@ def _run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *
         raise ValueError(f"requests are {req.text.shape[1]} tokens wide > request_tokens {config.request_tokens}")
     b = len(req)
     fixed = empty_record(b, config) if fixed is None else fixed
+    req, hints = split_along((req, hints), mesh, 0)
+    fixed = split_along(fixed, mesh, 1)  # [4 nodes, B, ...]
     p, t, w = config.prompt_len, config.response_len, config.step_tokens
     request = (req.text, req.text_lens)
     ones = jnp.ones((b,), jnp.int32)
@@ -341,7 +345,7 @@ def _run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *
     route_t, step_t, final_t = templates
 
     def node(carry, n):
-        route, res1, res1_len, res, res_len, call1 = carry
+        route, res1, res1_len, res, res_len, call1 = split_along(carry, mesh, 0)
         a1 = jnp.where(route >= 0, table[jnp.maximum(route, 0), 0], -1)
         a2 = jnp.where(route >= 0, table[jnp.maximum(route, 0), 1], -1)
         built = [build_prompt(route_t, {"hint": hint, "request": request}, p, ids),

@@ -60,6 +60,7 @@ from jaxrl_reason.agents.memagent.data import conversation_arrays
 from jaxrl_reason.agents.memagent.trainer import SFTConfig, train_conversations
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
@@ -133,6 +134,7 @@ class JoyConfig:
     # optimiser update per RL step (the cpu preset); > 1 bounds the activations of a large model's update
     # (each RL step is then that many optimiser updates, in both modes alike)
     minibatches: int = 1
+    mesh: str | None = None  # e.g. "data=8": the trajectories split over the data axis (multi-process: over all)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -200,15 +202,19 @@ class JoyTrainer:
         self._params = tuple(s[1] for s in splits)
         self._rest = tuple(s[2] for s in splits)
         self.optimizer = _optimizer(config)
-        self._step = _step_fn(self.graphdef, config, system, tokenizer)
+        self.mesh = data_mesh(config.mesh, {}, "JoyConfig")
+        self._step = _step_fn(self.graphdef, config, system, tokenizer, self.mesh)
 
     def init(self, params: tuple | None = None) -> JoyState:
         params = jax.tree.map(jnp.array, self._params if params is None else params)
-        return JoyState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
-                        memory=init_memory(self.config.memory_slots), step=jnp.int32(0))
+        return replicate(JoyState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
+                                  memory=init_memory(self.config.memory_slots), step=jnp.int32(0)), self.mesh)
 
     def step(self, state: JoyState, req: Requests, key: jax.Array) -> tuple[JoyState, dict]:
-        return self._step(state, req, key)
+        """One RL step on the Q requests ``req``, each sampled ``group_size`` times (per node, node-wise)."""
+        check_data_split(self.mesh, {"trajectories per group draw (requests x group_size)":
+                                     len(req) * self.config.group_size}, "JoyTrainer")
+        return self._step(state, replicate(req, self.mesh), replicate(key, self.mesh))
 
     def states(self, state: JoyState) -> tuple:
         return tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
@@ -219,7 +225,7 @@ def _optimizer(cfg: JoyConfig):
 
 
 @functools.lru_cache(maxsize=None)
-def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenizer):
+def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenizer, mesh):
     optimizer = _optimizer(cfg)
     g = cfg.group_size
     pad_id = SystemIds.from_tokenizer(tokenizer).pad
@@ -231,7 +237,7 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenize
         hints = hints_for(cfg, state.memory, req.kind, tokenizer=tokenizer)
         rep, rep_hints = req.repeat(g), jnp.repeat(hints, g)
         roll = functools.partial(run_system, graphdef, states, config=system, tokenizer=tokenizer,
-                                 temperature=cfg.temperature)
+                                 temperature=cfg.temperature, mesh=mesh)
         if cfg.mode == "joint":
             out = roll(rep, rep_hints, k_roll)
             reward = out.reward.reshape(q, g)
