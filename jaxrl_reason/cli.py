@@ -31,11 +31,12 @@ from jaxrl_reason.rewards.suite import RewardError
 from jaxrl_reason.utils import guard
 from jaxrl_reason.utils.checkpoint import CheckpointError
 from jaxrl_reason.utils.experiment import RunDir, RunDirError, config_to_dict
+from jaxrl_reason.utils.loggers import LOGGERS, LoggerError
 
 #: Failures a run reports as one clear line (exit code 1) instead of a traceback: the run dir, a checkpoint,
 #: a NaN/inf, the user's dataset, reward function or HF checkpoint directory, processes that cannot meet or agree.
 RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError, DataError, RewardError, HFImportError,
-              distributed.DistributedError)
+              distributed.DistributedError, LoggerError)
 
 
 def experiments_dir() -> pathlib.Path:
@@ -82,6 +83,9 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     parser.add_argument("--run-root", default="runs", help="where run directories go")
     parser.add_argument("--on-nonfinite", default="raise", choices=guard.POLICIES,
                         help="a NaN/inf loss, gradient or parameter: stop the run (raise) or skip the update")
+    parser.add_argument("--logger", nargs="+", default=["tensorboard"], choices=(*LOGGERS, "none"),
+                        help="where metrics go besides metrics.jsonl: tensorboard (default), wandb (WANDB_MODE, "
+                        "WANDB_PROJECT, WANDB_ENTITY apply), both, or none")
     multi = parser.add_argument_group("multi-process runs (see jaxrl_reason.parallel.distributed)")
     multi.add_argument("--coordinator", help="HOST:PORT of process 0, the same for every process; 'auto': JAX "
                        "detects the cluster (TPU pod, SLURM, MPI). Default: $JAXRL_COORDINATOR")
@@ -101,7 +105,8 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     try:
         join_run(args, name, config)
         run_dir = RunDir.create(name, config, root=args.run_root, resume=args.resume,
-                                on_nonfinite=args.on_nonfinite)
+                                on_nonfinite=args.on_nonfinite,
+                                loggers=[n for n in args.logger if n != "none"])
         where = f" process {distributed.process_index()}/{distributed.process_count()}" * (
             distributed.process_count() > 1)
         print(f"[{name}] preset={args.preset}{where} run dir: {run_dir.path}", flush=True)

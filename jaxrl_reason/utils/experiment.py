@@ -6,7 +6,7 @@ Layout of one run::
         config.json      the resolved config (checked again on --resume)
         run.json         how the run was launched: {"processes": N} (checked again on --resume)
         metrics.jsonl    one {"step": s, ...metrics} object per line
-        tb/              TensorBoard event files
+        tb/              TensorBoard event files (``utils.loggers``; wandb/ with W&B offline)
         *.png, *.md, *.csv, summary.json
         checkpoints/     orbax checkpoints (see ``Checkpointer``)
         .lock            held (flock) by the one process writing the run
@@ -34,10 +34,8 @@ import dataclasses
 import datetime
 import fcntl
 import json
-import math
 import os
 import pathlib
-import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,6 +45,7 @@ import numpy as np
 from jaxrl_reason.parallel import distributed
 from jaxrl_reason.utils import guard
 from jaxrl_reason.utils.checkpoint import Checkpointer
+from jaxrl_reason.utils.loggers import check_loggers, make_loggers
 
 
 class RunDirError(RuntimeError):
@@ -108,15 +107,17 @@ class RunDir:
     ``on_nonfinite`` is the ``utils.guard`` policy of every loop that logs here:
     ``"raise"`` (default) or ``"skip"``. ``is_writer`` (default: this is process 0) says whether
     this process writes the run's files; a non-writer only keeps its metrics rows in memory.
+    ``loggers``: where rows go besides metrics.jsonl (``utils.loggers``: "tensorboard", "wandb").
     """
 
     def __init__(self, path: pathlib.Path, resumed: bool, on_nonfinite: str = "raise",
-                 is_writer: bool | None = None):
+                 is_writer: bool | None = None, loggers: Sequence[str] = ("tensorboard",)):
         self.path = path
         self.resumed = resumed
         self.on_nonfinite = guard.check_policy(on_nonfinite)
         self.is_writer = distributed.is_primary() if is_writer is None else is_writer
-        self._tb = None
+        self.loggers = check_loggers(loggers)
+        self._loggers = make_loggers(self.loggers, path) if self.is_writer else []
         self._checkpointer: Checkpointer | None = None
         self._lock = None
         self._rows: list[dict] | None = None  # a non-writer's metrics
@@ -153,7 +154,8 @@ class RunDir:
         root: str | pathlib.Path = "runs",
         resume: bool | str | pathlib.Path = False,
         on_nonfinite: str = "raise",
-    ) -> "RunDir":
+        loggers: Sequence[str] = ("tensorboard",),
+    ) -> RunDir:
         """New ``root/experiment/<timestamp>/``; ``resume=True`` reuses the latest run of
         ``experiment``, ``resume=<path>`` that run directory. The config and the process count must
         match on resume. An unwritable ``root`` is a ``RunDirError`` here, before any training.
@@ -161,17 +163,19 @@ class RunDir:
         Multi-process: process 0 does all of this and sends the path (or its error, raised again on
         every process) to the others, which get a non-writing ``RunDir`` of the same path."""
         guard.check_policy(on_nonfinite)
+        loggers = check_loggers(loggers)
         made: list[RunDir] = []  # process 0's RunDir (the writer)
 
         def make() -> str:
-            made.append(cls._create_here(experiment, config, root, resume, on_nonfinite))
+            made.append(cls._create_here(experiment, config, root, resume, on_nonfinite, loggers))
             return str(made[0].path)
 
         path = distributed.on_primary(make, errors=(RunDirError, FileNotFoundError, ValueError))
-        return made[0] if made else cls(pathlib.Path(path), resumed=bool(resume), on_nonfinite=on_nonfinite)
+        return made[0] if made else cls(pathlib.Path(path), resumed=bool(resume), on_nonfinite=on_nonfinite,
+                                        loggers=loggers)
 
     @classmethod
-    def _create_here(cls, experiment: str, config: Any, root, resume, on_nonfinite: str) -> RunDir:
+    def _create_here(cls, experiment: str, config: Any, root, resume, on_nonfinite: str, loggers) -> RunDir:
         """``create`` on the writing process."""
         base = pathlib.Path(root) / experiment
         wanted = config_to_dict(config)
@@ -201,7 +205,7 @@ class RunDir:
                     f"--resume: {path} was run by {processes} process(es) but this run has "
                     f"{distributed.process_count()}; resume it with --num-processes {processes}"
                 )
-            return cls(path, resumed=True, on_nonfinite=on_nonfinite, is_writer=True)
+            return cls(path, resumed=True, on_nonfinite=on_nonfinite, is_writer=True, loggers=loggers)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = base / stamp
         try:
@@ -213,14 +217,15 @@ class RunDir:
                 f"cannot create a run directory under {pathlib.Path(root).absolute()}: {err.strerror or err} "
                 f"({err.filename or path}); pass a writable --run-root"
             ) from err
-        return cls(path, resumed=False, on_nonfinite=on_nonfinite, is_writer=True)
+        return cls(path, resumed=False, on_nonfinite=on_nonfinite, is_writer=True, loggers=loggers)
 
-    def child(self, name: str) -> "RunDir":
+    def child(self, name: str) -> RunDir:
         """``<path>/<name>/``: a sub-run (own metrics, checkpoints and lock) resumed with this one."""
         path = self.path / name
         if self.is_writer:
             path.mkdir(parents=True, exist_ok=True)
-        return RunDir(path, resumed=self.resumed, on_nonfinite=self.on_nonfinite, is_writer=self.is_writer)
+        return RunDir(path, resumed=self.resumed, on_nonfinite=self.on_nonfinite, is_writer=self.is_writer,
+                      loggers=self.loggers)
 
     # -- metrics -----------------------------------------------------------
     @property
@@ -228,7 +233,7 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Append scalar ``metrics`` at ``step`` to metrics.jsonl and TensorBoard."""
+        """Append scalar ``metrics`` at ``step`` to metrics.jsonl and the loggers (TensorBoard, W&B)."""
         row = {"step": int(step)}
         for k, v in metrics.items():
             s = _scalar(v)
@@ -237,20 +242,11 @@ class RunDir:
         if self.is_writer:
             with self.metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            self._tensorboard([row])
+            for logger in self._loggers:
+                logger.write([row])
         else:
             self._rows.append(json.loads(json.dumps(row)))  # the values a reader of the file would get
         guard.check_metrics(row["step"], row, self.on_nonfinite, where=str(self.path))
-
-    def _tensorboard(self, rows: list[dict]) -> None:
-        if self._tb is None:
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(str(self.path / "tb"))
-        for row in rows:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, row["step"])
 
     def log_many(self, first_step: int, metrics: Mapping[str, Any], stride: int = 1,
                  last_row: Mapping[str, Any] | None = None) -> None:
@@ -285,13 +281,8 @@ class RunDir:
             self._rows = rows
             return
         write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-        shutil.rmtree(self.path / "tb", ignore_errors=True)
-        if rows:
-            self._tensorboard(rows)
-            self._tb.flush()
+        for logger in self._loggers:
+            logger.rewrite(rows)
 
     # -- outputs -----------------------------------------------------------
     def plot(self, keys: Sequence[str], filename: str = "curves.png", x: str = "step",
@@ -345,9 +336,8 @@ class RunDir:
         return self._checkpointer
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        for logger in self._loggers:
+            logger.close()
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
