@@ -15,7 +15,7 @@ import pytest
 
 from jaxrl_reason import cli
 from jaxrl_reason.utils.checkpoint import CheckpointError, Checkpointer
-from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.experiment import RunDir, RunDirError
 from testutil import subprocess_xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -65,10 +65,14 @@ def test_run_dir_metrics_table_plot_and_resume_checks(tmp_path):
     assert "| a | b |" in run.write_table("t", [{"a": 1, "b": 2.5}])
     run.close()
     assert RunDir.create("exp", C(), root=tmp_path, resume=True).path == run.path
-    with pytest.raises(ValueError, match=r"differs .*\['lr'\]"):
+    with pytest.raises(RunDirError, match=r"differs from the run in .*: lr \(run: 0.1, now: 0.2\); .* start a new run "
+                                          r"\(the same command without --resume\)"):
         RunDir.create("exp", C(lr=0.2), root=tmp_path, resume=True)
-    with pytest.raises(FileNotFoundError, match="no earlier run"):
+    with pytest.raises(RunDirError, match="no earlier run"):
         RunDir.create("other", C(), root=tmp_path, resume=True)
+    RunDir.create("nested", {"grpo": {"loss": {"eps": 0.2}}, "steps": 3}, root=tmp_path).close()
+    with pytest.raises(RunDirError, match=r": grpo\.loss\.eps \(run: 0\.2, now: 0\.3\); resume"):
+        RunDir.create("nested", {"grpo": {"loss": {"eps": 0.3}}, "steps": 3}, root=tmp_path, resume=True)
 
 
 def test_cli_rejects_unknown_experiment_and_bad_config(tmp_path, capsys):

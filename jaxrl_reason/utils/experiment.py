@@ -49,7 +49,8 @@ from jaxrl_reason.utils.loggers import check_loggers, make_loggers
 
 
 class RunDirError(RuntimeError):
-    """A run directory cannot be created, is in use, or holds unreadable metrics."""
+    """A run directory cannot be created, is in use, holds unreadable metrics, or cannot be resumed (none found,
+    another config or process count)."""
 
 
 def config_to_dict(config: Any) -> Any:
@@ -99,6 +100,16 @@ def read_metrics(path: str | pathlib.Path) -> list[dict]:
                 break  # torn last row: RunDir drops it on resume
             raise RunDirError(f"{path} line {i + 1} is not a JSON row ({err})") from err
     return rows
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{"grpo.loss.eps_low": value, ...}`` (an empty dict stays a value)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    flat = {}
+    for key, sub in tree.items():
+        flat.update(_flat(sub, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 class RunDir:
@@ -170,7 +181,7 @@ class RunDir:
             made.append(cls._create_here(experiment, config, root, resume, on_nonfinite, loggers))
             return str(made[0].path)
 
-        path = distributed.on_primary(make, errors=(RunDirError, FileNotFoundError, ValueError))
+        path = distributed.on_primary(make, errors=(RunDirError,))
         return made[0] if made else cls(pathlib.Path(path), resumed=bool(resume), on_nonfinite=on_nonfinite,
                                         loggers=loggers)
 
@@ -183,20 +194,22 @@ class RunDir:
             if resume is True:
                 runs = sorted(p for p in base.glob("*") if (p / "config.json").exists()) if base.exists() else []
                 if not runs:
-                    raise FileNotFoundError(
+                    raise RunDirError(
                         f"--resume: no earlier run of {experiment!r} under {base}; run without --resume first"
                     )
                 path = runs[-1]
             else:
                 path = pathlib.Path(resume)
                 if not (path / "config.json").exists():
-                    raise FileNotFoundError(f"--resume: {path} is not a run directory (no config.json)")
+                    raise RunDirError(f"--resume: {path} is not a run directory (no config.json)")
             saved = json.loads((path / "config.json").read_text())
             if saved != json.loads(json.dumps(wanted)):
-                diff = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
-                raise ValueError(
-                    f"--resume: the config differs from the run in {path} in field(s) {diff}; "
-                    "resume with the same preset and overrides, or start a new run"
+                before, now = _flat(saved), _flat(json.loads(json.dumps(wanted)))
+                diff = ", ".join(f"{k} (run: {before.get(k, '-')}, now: {now.get(k, '-')})"
+                                 for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k))
+                raise RunDirError(
+                    f"--resume: the config differs from the run in {path}: {diff}; resume with the same preset "
+                    "and overrides, or start a new run (the same command without --resume)"
                 )
             launched = json.loads((path / "run.json").read_text()) if (path / "run.json").exists() else {}
             processes = launched.get("processes", 1)  # runs from before run.json had one process
