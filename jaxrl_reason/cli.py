@@ -96,7 +96,11 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     args, rest = parser.parse_known_args(argv)
     if "-h" in rest or "--help" in rest:
         parser.print_help()
-        print("\nconfig overrides (on top of the preset):")
+        print("\npresets (their values that differ from the config defaults shown below):")
+        for preset, diff in preset_differences(module.PRESETS).items():
+            shown = ", ".join(f"{k}={v}" for k, v in diff.items()) or "the defaults"
+            print(f"  {preset}: {shown}")
+        print("\nconfig overrides (on top of the preset; defaults are the chosen preset's values):")
     preset = module.PRESETS[args.preset]
     try:
         config = tyro.cli(type(preset), default=preset, args=rest, prog=f"jaxrl-reason run {name}")
@@ -135,6 +139,31 @@ def join_run(args: argparse.Namespace, name: str, config) -> None:
                            json.dumps(launch, sort_keys=True, default=str))
 
 
+def describe(path: pathlib.Path) -> tuple[str, list[str]]:
+    """(the first paragraph of an experiment's docstring as one line, its preset names), read without importing it."""
+    tree = ast.parse(path.read_text())
+    summary = " ".join((ast.get_docstring(tree) or "").strip().split("\n\n")[0].split())
+    presets = [k.value for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+               and any(isinstance(t, ast.Name) and t.id == "PRESETS" for t in node.targets)
+               for k in node.value.keys if isinstance(k, ast.Constant)]
+    return summary, presets
+
+
+def preset_differences(presets: dict) -> dict[str, dict]:
+    """Each preset's values that differ from its config class's defaults, as dotted names."""
+    from jaxrl_reason.utils.experiment import _flat
+
+    out = {}
+    for name, preset in presets.items():
+        try:
+            base = _flat(config_to_dict(type(preset)()))
+        except TypeError:  # a config class without defaults for every field: show all values
+            base = {}
+        values = _flat(config_to_dict(preset))
+        out[name] = {k: v for k, v in values.items() if base.get(k, object()) != v}
+    return out
+
+
 def script_main(script_file: str) -> None:
     """``python experiments/x.py [--preset cpu] [overrides]``."""
     run_experiment(script_file, sys.argv[1:])
@@ -150,8 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = argv[0], argv[1:]
     if command == "list":
         for name, path in available_experiments().items():
-            doc = (ast.get_docstring(ast.parse(path.read_text())) or "").strip().split("\n")[0]
-            print(f"{name:24s} {doc}")
+            summary, presets = describe(path)
+            print(f"{name:24s} [{', '.join(presets)}] {summary}")
     elif command in ("run", "bench"):
         if not rest:
             raise SystemExit(f"usage: jaxrl-reason {command} <name> [options]")

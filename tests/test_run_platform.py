@@ -86,7 +86,14 @@ def test_cli_rejects_unknown_experiment_and_bad_config(tmp_path, capsys):
     assert "many" in capsys.readouterr().err
     assert not (tmp_path / "ppo_catch").exists()  # nothing started
     cli.main(["list"])
-    assert "ppo_catch" in capsys.readouterr().out
+    listing = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert listing["ppo_catch"].split(None, 1)[1].startswith("[cpu, gpu] PPO (PureJaxRL shape)")
+    # the whole first paragraph of the docstring, on one line (the grpo one wraps over two source lines)
+    assert listing["grpo"].endswith("reward functions; ends with the trained policy in HF format.")
+    with pytest.raises(SystemExit):
+        cli.main(["run", "grpo", "--help"])
+    helped = capsys.readouterr().out
+    assert "  cpu: the defaults" in helped and "  gpu: heldout=1024, " in helped and "grpo.lr=1e-06" in helped
 
 
 def _final_params(run_dir: pathlib.Path):
