@@ -1,6 +1,6 @@
 """Benchmark: our TicTacToe / Kuhn Poker vs pgx, and our AlphaZero search vs mctx-on-pgx.
 
-Throughput (BENCHMARKS.md): a jitted ``lax.scan`` of ``steps`` over a vmapped batch taking
+Throughput (docs/benchmarks.md): a jitted ``lax.scan`` of ``steps`` over a vmapped batch taking
 random legal actions, auto-reset, with a checksum of observations and rewards. The pgx side is
 the anchor script's loop (``jax.random.categorical`` over the masked logits, a fresh batched
 ``init(split(k2, B))`` selected where an episode ended); ours steps ``envs.AutoReset`` with the

@@ -1,4 +1,4 @@
-"""Throughput: our Hanabi vs JaxMARL's, side by side in one process (see shared BENCHMARKS.md).
+"""Throughput: our Hanabi vs JaxMARL's, side by side in one process (see docs/benchmarks.md).
 
 Both run a jitted ``lax.scan`` of T steps over a vmapped batch of B games
 taking uniformly random legal actions, with auto-reset, consuming a checksum

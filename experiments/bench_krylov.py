@@ -1,4 +1,4 @@
-"""Krylov benchmark on the anchor's Heston system (``shared/anchors/bench_gmres.py``), side by
+"""Krylov benchmark on the anchor's Heston system (``experiments/anchors/bench_gmres.py``), side by
 side in one process: scipy GMRES (none / Jacobi / spilu), pyamg fgmres (+ the same spilu),
 jax.scipy gmres (none / Jacobi), lineax GMRES (none / Jacobi), and ours (FGMRES none / Jacobi /
 ILU(0) / block cyclic reduction truncated and exact). GMRES(50) to 1e-8, float64; times are the

@@ -6,7 +6,7 @@ MFU: against `peak_flops` when given (GPU preset: H200 dense bf16); with peak_fl
 reported against the measured throughput of one large jitted matmul in the same dtype
 (`train_mfu_vs_matmul`), since a CPU's nominal peak is not known here.
 
-    python experiments/bench_lm.py --preset cpu        # tiny Qwen2 of shared/anchors/bench_hf_generate.py
+    python experiments/bench_lm.py --preset cpu        # tiny Qwen2 of experiments/anchors/bench_hf_generate.py
     python experiments/bench_lm.py --preset gpu        # ~300M dense train MFU, ~1B decode at batch 1
 
 The model is built in transformers (random init, seed 0), saved as safetensors and imported, so both

@@ -1,6 +1,6 @@
 """Throughput: our UAV swarm vs JaxMARL MPE simple_tag at equal agent counts, side by side.
 
-Same method as shared BENCHMARKS.md / anchors/bench_jaxmarl_mpe.py: a jitted ``lax.scan``
+Same method as docs/benchmarks.md / experiments/anchors/bench_jaxmarl_mpe.py: a jitted ``lax.scan``
 of T steps over a vmapped batch of B environments taking uniformly random discrete
 actions, with auto-reset (ours: ``envs.AutoReset.batch_step``; JaxMARL: its own), consuming a
 checksum of observations and rewards; one warm-up call each, then ``repeats`` timed calls of

@@ -1,4 +1,4 @@
-"""Environments on one protocol: ``envs.make(name, **kwargs)``; see DESIGN.md."""
+"""Environments on one protocol: ``envs.make(name, **kwargs)``; see docs/design.md."""
 
 from jaxrl_reason.envs.core import (
     ILLEGAL_ACTION_RULES,

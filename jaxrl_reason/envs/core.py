@@ -1,4 +1,4 @@
-"""The Environment protocol shared by every environment (see DESIGN.md).
+"""The Environment protocol shared by every environment (see docs/design.md).
 
 An environment is a stateless object holding static configuration; all dynamic
 data lives in a ``state`` pytree. ``reset`` and ``step`` are pure functions of

@@ -9,7 +9,7 @@
   0.5 Crank-Nicolson), tridiagonal ``[n, n]``; rhs is the explicit part applied to the payoff.
 - ``heston``: one backward-Euler step of the 2-D Heston PDE with central differences including
   the mixed derivative (non-symmetric, ill-conditioned as dt grows); with default parameters
-  the matrix is exactly the one of ``shared/anchors/bench_gmres.py``. Unknowns are ordered
+  the matrix is exactly the one of ``experiments/anchors/bench_gmres.py``. Unknowns are ordered
   S fastest: index ``iv * ns + is``.
 """
 

@@ -1,5 +1,5 @@
 """The scipy anchor of the Krylov benchmarks, host-side: ILU with the anchor script's settings
-(``shared/anchors/bench_gmres.py``) and GMRES that reports its inner iterations. Shared by
+(``experiments/anchors/bench_gmres.py``) and GMRES that reports its inner iterations. Shared by
 ``experiments/bench_krylov.py`` and ``experiments/fgmres_finance.py``."""
 
 from __future__ import annotations
