@@ -33,15 +33,13 @@ class Trainer(Protocol[State]):
 
 
 class Policy(Protocol):
-    """An acting policy for ONE environment (vmap it over a batch).
+    """An acting policy for ONE environment (vmap it over a batch): ``policy(carry, key, ts) -> (carry, action)``.
 
-    Args:
-      carry: the policy's recurrent state (pytree; an empty array when it has none).
-      key: PRNG key for sampling.
-      ts: the environment's ``TimeStep``: ``obs [A, *obs_shape]``, ``legal_action_mask [A, N]``,
-        ``current_player []`` (turn-based games).
-    Returns:
-      ``(carry, action)``: ``action`` is ``[]`` int32 (the current player's move) for turn-based
+    - ``carry``: the policy's recurrent state (pytree; an empty array when it has none).
+    - ``key``: PRNG key for sampling.
+    - ``ts``: the environment's ``TimeStep``: ``obs [A, *obs_shape]``, ``legal_action_mask [A, N]``,
+      ``current_player []`` (turn-based games).
+    - returns ``(carry, action)``: ``action`` is ``[]`` int32 (the current player's move) for turn-based
       environments, ``[A]`` int32 for simultaneous-move ones.
     """
 

@@ -17,7 +17,9 @@ def compute_gae(
     """GAE(gamma, lambda) over a time-major trajectory.
 
     Args:
-      rewards, values, dones: ``[T, *batch]``; ``dones[t]`` marks that the
+      rewards: ``[T, *batch]``.
+      values: ``[T, *batch]``.
+      dones: ``[T, *batch]``; ``dones[t]`` marks that the
         episode ended at step ``t`` (no bootstrap from ``values[t + 1]``).
       last_value: ``[*batch]`` value of the state after the last step.
     Returns:
