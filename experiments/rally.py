@@ -66,7 +66,7 @@ class RMIXSettings:
     def __post_init__(self):
         check_hyperparameters(self)
 
-    def qmix_config(self, base: qmix.QMIXConfig) -> qmix.QMIXConfig:
+    def qmix_config(self, base: qmix.QMIXConfig) -> rmix.RMIXConfig:
         return dataclasses.replace(rmix.rmix_config(base, offline_updates=self.offline_updates),
                                    bc_online=self.bc_online, margin=self.margin, td_target=self.td_target,
                                    prior_bonus=self.prior_bonus)
@@ -181,7 +181,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     if "qmix" in config.methods:
         trainer = qmix.make_chunked(config.qmix, env)
         state = train(run_dir, "qmix", trainer, k_train, config.qmix.num_chunks, config.qmix.iters_per_chunk)
-        policies["qmix"] = qmix.greedy_policy(config.qmix, env, trainer.graphdef, state.params)
+        policies["qmix"] = qmix.greedy_policy(trainer.graphdef, state.params)
         env_steps["qmix"] = int(state.env_steps)
     if "rmix" in config.methods:
         policies["rmix"], env_steps["rmix"] = train_rmix(config, config.rmix, run_dir, "rmix", env, prior, k_train)

@@ -73,14 +73,10 @@ class Config:
 PRESETS = {"cpu": Config(), "full": Config(teacher_episodes=4096, train_steps=20000)}
 
 
-#: RMIX's agent-net input: observation, agent id and the prior's proposal (``qmix.agent_input``)
-RMIX_INPUT = rmix.rmix_config(qmix.QMIXConfig())
-
-
 def decision_features(env, kind: str, ts, proposal: jax.Array) -> jax.Array:
     """ONE environment's timestep, proposal [A] -> [A, D]: the RMIX agent input (``local``), or it with the
     global state in front (``global``)."""
-    x = qmix.agent_input(RMIX_INPUT, env, common.flat_obs(ts), proposal)
+    x = rmix.with_proposal(qmix.agent_input(common.flat_obs(ts)), proposal, env.num_actions)
     if kind == "global":
         g = common.global_state(ts)
         x = jnp.concatenate([jnp.broadcast_to(g, (x.shape[0], g.shape[-1])), x], -1)

@@ -11,6 +11,7 @@ from flax import nnx
 
 from jaxrl_reason import envs
 from jaxrl_reason.agents.rally import evaluate as rally_eval
+from jaxrl_reason.agents.rally import rmix
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.agents.rally.rmix import RoleValueNet
 from jaxrl_reason.envs.swarm import COMMANDER, COORDINATOR, EXECUTOR, NUM_ROLES
@@ -43,22 +44,55 @@ def test_role_value_heads_shape_and_errors():
 def test_config_and_env_errors():
     with pytest.raises(ValueError, match="prefill_steps"):
         qmix.QMIXConfig(num_envs=16, prefill_steps=8)
-    with pytest.raises(ValueError, match="agent_net"):
-        qmix.QMIXConfig(agent_net="transformer")
+    with pytest.raises(TypeError, match="agent_net"):
+        qmix.make_chunked(qmix.QMIXConfig(), ENV, agent_net="transformer")
     with pytest.raises(ValueError, match="discrete actions"):
         qmix.make_chunked(qmix.QMIXConfig(), envs.make("swarm", control="continuous"))
-    with pytest.raises(ValueError, match="td_target"):
-        qmix.QMIXConfig(td_target="expected")
-    with pytest.raises(ValueError, match="need a behaviour"):
-        qmix.make_chunked(qmix.QMIXConfig(td_target="prior"), ENV)
+    with pytest.raises(ValueError, match="explore"):
+        qmix.make_chunked(qmix.QMIXConfig(), ENV, prior=qmix.Prior(qmix.uniform_behaviour(ENV), explore=1.5))
     with pytest.raises(ValueError, match="turn-based"):
         mappo.make_chunked(ppo.PPOConfig(), envs.make("tictactoe"))
+
+
+def test_rmix_config_and_errors():
+    base = qmix.QMIXConfig(num_envs=8, hidden=16, eps_start=0.9)
+    cfg = rmix.rmix_config(base, offline_updates=7)
+    assert isinstance(cfg, qmix.QMIXConfig) and (cfg.num_envs, cfg.hidden, cfg.offline_updates) == (8, 16, 7)
+    assert (cfg.eps_start, cfg.bc_margin, cfg.prior_explore) == (0.3, 1.0, 0.5)  # the recipe's defaults
+    with pytest.raises(ValueError, match="td_target"):
+        rmix.RMIXConfig(td_target="expected")
+    with pytest.raises(ValueError, match="prior_explore"):
+        rmix.RMIXConfig(prior_explore=1.5)
+    with pytest.raises(TypeError, match="RMIXConfig"):
+        rmix.make_chunked(base, ENV, RulePrior(ENV))
+    with pytest.raises(ValueError, match="target x role"):
+        rmix.make_chunked(cfg, envs.make("catch"), RulePrior(ENV))
+    net = rmix.ConditionedRoleNet(10, 2 * NUM_ROLES, 16, rngs=nnx.Rngs(0), num_targets=2)
+    assert net(jnp.ones((4, 3, 10)), jnp.zeros((4, 3), jnp.int32)).shape == (4, 3, 2 * NUM_ROLES)
+    with pytest.raises(ValueError, match="conditioned on the prior"):
+        net(jnp.ones((4, 3, 10)))
+
+
+def test_large_margin_loss_on_prior_steps_only():
+    loss = rmix.large_margin_loss(rmix.RMIXConfig(bc_margin=2.0, bc_online=0.5, margin=0.5))
+    q = jnp.array([[[1.0, 0.0, 0.2]], [[0.0, 3.0, 0.0]]])  # [B=2, A=1, N=3]
+    action = jnp.array([[0], [0]])
+    first = qmix.Step(obs=None, gstate=None, legal=None, action=action, reward=None, done=None,
+                      from_prior=jnp.array([1.0, 0.0]), prior_action=action)
+    q_taken = jnp.take_along_axis(q, action[..., None], -1)[..., 0]
+    offline, m = loss(q, q_taken, first, False)
+    # step 0 (from the prior): max(1.0, 0.5, 0.7) - 1.0 = 0; step 1 is not the prior's: ignored
+    assert float(m["bc_loss"]) == 0.0 and float(offline) == 0.0
+    first = first._replace(from_prior=jnp.array([0.0, 1.0]))
+    offline, m = loss(q, q_taken, first, False)
+    online, _ = loss(q, q_taken, first, True)
+    np.testing.assert_allclose([float(m["bc_loss"]), float(offline), float(online)], [3.5, 7.0, 1.75])
 
 
 def test_prior_bonus_keeps_the_prior_unless_clearly_beaten():
     q = jnp.array([[0.0, 0.1, 0.05]])
     prior = jnp.array([2])
-    pick = lambda bonus: int(qmix.greedy_action(qmix.QMIXConfig(prior_bonus=bonus), ENV, q, prior)[0])
+    pick = lambda bonus: int(qmix.greedy_action(q, prior, bonus)[0])
     assert pick(0.0) == 1 and pick(0.04) == 1 and pick(0.06) == 2
 
 
@@ -146,6 +180,7 @@ def test_qmix_takes_exactly_the_env_step_budget():
     assert int(state.env_steps) == 92 and int(state.iteration) == 6
     assert int(state.buffer.current_index) == 23  # steps actually added per environment
     np.testing.assert_array_equal(np.asarray(metrics["env_steps"]), [84, 92, 92, 92])
+    assert "coverage" in metrics and "bc_loss" not in metrics  # the env's info_metrics; no auxiliary loss
     assert int(np.asarray(metrics["episodes"])[2:].sum()) == 0
     with pytest.raises(ValueError, match="multiple of num_envs"):
         qmix.QMIXConfig(num_envs=16, total_timesteps=20_001)

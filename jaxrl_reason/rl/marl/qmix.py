@@ -7,15 +7,17 @@ conditioned on the global state ``s`` whose mixing weights are made non-negative
 The team reward is the mean of the agents' rewards. Double-Q targets, Polyak target
 networks, epsilon-greedy exploration with a linear schedule.
 
-The same trainer runs the semi-offline RMIX recipe (``agents/rally/rmix.py``):
-``prefill_steps`` of transitions come from a ``behaviour`` policy (uniform for plain
-QMIX, a prior for RMIX), then ``offline_updates`` gradient steps on that data alone,
-with an optional large-margin loss on the prior's actions (DQfD style,
-``bc_margin``), then online learning where a fraction ``prior_explore`` of exploratory
-actions come from the prior. Every environment step, prefill included, counts
-towards ``total_timesteps``, and the trainer takes exactly that many: the prefill is
-rounded up so that the online phase is a whole number of iterations, and iterations
-past ``num_iters`` in the last (partial) chunk are no-ops.
+The trainer takes its pieces as arguments, so a variant needs no edit here:
+``agent_net`` (a factory of the shared per-agent network, ``AgentNet``), ``aux_loss``
+(a term added to the TD loss, ``AuxLoss``) and ``prior`` (a behaviour policy to start
+from, ``Prior``). ``prefill_steps`` of transitions come from the prior (uniformly random
+legal actions without one), then ``prior.offline_updates`` gradient steps on that data
+alone, then online learning. RMIX (``agents/rally/rmix.py``) is such a variant. Every
+environment step, prefill included, counts towards ``total_timesteps``, and the trainer
+takes exactly that many: the prefill is rounded up so that the online phase is a whole
+number of iterations, and iterations past ``num_iters`` in the last (partial) chunk are
+no-ops. The environment's own per-step metrics (``env.info_metrics``) are averaged over
+each iteration's steps and logged under their own names.
 
 Replay uses ``flashbax.make_flat_buffer`` (a maintained JAX buffer; pairs of
 consecutive steps per environment, so ``second`` is the next step).
@@ -43,6 +45,15 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 Behaviour = Callable[[jax.Array, envs.TimeStep], jax.Array]
 # restrict(legal [..., A, N], proposal [..., A]) -> legal' [..., A, N]
 Restrict = Callable[[jax.Array, jax.Array], jax.Array]
+# agent_net(in_dim, num_actions, hidden, *, rngs) -> module with
+# module(x [..., A, in_dim], proposal [..., A] int32 | None) -> utilities [..., A, num_actions];
+# x is the flat observation plus the one-hot agent id (``agent_input``), proposal the behaviour
+# policy's actions (None when acting without a prior); a network may ignore the proposal.
+AgentNet = Callable[..., nnx.Module]
+# aux_loss(q [B, A, N] legal-masked utilities in first's state, q_taken [B, A] those of first.action,
+#          first: Step, online: bool) -> (loss [], metrics {name: []}): added to the TD loss;
+#          online is False in the offline phase.
+AuxLoss = Callable[[jax.Array, jax.Array, "Step", bool], tuple[jax.Array, dict]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,16 +75,6 @@ class QMIXConfig:
     hidden: int = 64
     mixer_embed: int = 32
     max_grad_norm: float = 10.0
-    # semi-offline (RMIX) options
-    offline_updates: int = 0
-    bc_margin: float = 0.0  # weight of the large-margin loss on prior transitions (offline phase)
-    bc_online: float = 0.0  # its weight during the online phase
-    margin: float = 0.5
-    prior_explore: float = 0.0  # fraction of exploratory actions taken from the prior
-    agent_net: str = "mlp"  # "mlp" (plain QMIX) or "role" (RMIX role-value heads)
-    condition_on_prior: bool = False  # agent nets also see the behaviour policy's proposal (one-hot)
-    prior_bonus: float = 0.0  # acting only: the proposal's utility + this before the argmax
-    td_target: str = "max"  # "max" (Q-learning) or "prior" (SARSA on the prior's next proposal)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -92,12 +93,6 @@ class QMIXConfig:
         if self.buffer_size < self.prefill_rollout * self.num_envs:
             raise ValueError(f"QMIXConfig.buffer_size must hold at least the prefill "
                              f"({self.prefill_rollout * self.num_envs} steps)")
-        if self.td_target not in ("max", "prior"):
-            raise ValueError(f"QMIXConfig.td_target must be 'max' or 'prior', got {self.td_target!r}")
-        if self.agent_net not in ("mlp", "role"):
-            raise ValueError(f"QMIXConfig.agent_net must be 'mlp' or 'role', got {self.agent_net!r}")
-        if self.offline_updates < 0 or self.bc_margin < 0 or self.bc_online < 0 or self.prior_bonus < 0:
-            raise ValueError("offline_updates, bc_margin, bc_online and prior_bonus must be >= 0")
 
     @property
     def num_iters(self) -> int:
@@ -117,12 +112,13 @@ class QMIXConfig:
 
 
 class AgentQ(nnx.Module):
-    """Shared per-agent utility network: ``[..., D] -> [..., num_actions]``."""
+    """Shared per-agent utility network (an ``AgentNet``): ``[..., D] -> [..., num_actions]``,
+    the behaviour's proposal ignored."""
 
-    def __init__(self, in_dim: int, num_actions: int, hidden: int, *, rngs: nnx.Rngs, **_):
+    def __init__(self, in_dim: int, num_actions: int, hidden: int, *, rngs: nnx.Rngs):
         self.net = MLP([in_dim, hidden, hidden, num_actions], rngs=rngs)
 
-    def __call__(self, x):
+    def __call__(self, x, proposal=None):
         return self.net(x)
 
 
@@ -148,18 +144,46 @@ class MixingNets(nnx.Module):
         self.agent, self.mixer = agent, mixer
 
 
-AGENT_NETS: dict[str, type] = {"mlp": AgentQ}
-
-
-def build_nets(config: QMIXConfig, env: envs.Environment, key: jax.Array) -> MixingNets:
-    in_dim = math.prod(env.obs_shape) + env.num_agents + (env.num_actions if config.condition_on_prior else 0)
+def build_nets(config: QMIXConfig, env: envs.Environment, key: jax.Array, agent_net: AgentNet = AgentQ) -> MixingNets:
+    """The agent network (``agent_net`` on ``agent_input``'s width) and the mixer, from one key."""
+    in_dim = math.prod(env.obs_shape) + env.num_agents
     rngs = nnx.Rngs(key)
-    if config.agent_net not in AGENT_NETS:  # "role" is registered by agents.rally.rmix
-        import jaxrl_reason.agents.rally.rmix  # noqa: F401
-    agent = AGENT_NETS[config.agent_net](in_dim, env.num_actions, config.hidden, rngs=rngs,
-                                         num_targets=getattr(env, "num_targets", None))
+    agent = agent_net(in_dim, env.num_actions, config.hidden, rngs=rngs)
     mixer = MonotoneMixer(env.num_agents, common.global_state_dim(env), config.mixer_embed, rngs=rngs)
     return MixingNets(agent, mixer)
+
+
+def agent_input(obs: jax.Array) -> jax.Array:
+    """``[..., A, D]`` flat observations -> ``[..., A, D + A]`` agent-net input (one-hot agent id)."""
+    return common.with_agent_id(obs)
+
+
+class Prior(NamedTuple):
+    """A behaviour policy the learner starts from and leans on (semi-offline QMIX; only ``act`` is required).
+
+    ``act(key, ts) -> [A]``: its actions in ONE environment; they fill the replay buffer first and are
+    the ``proposal`` the agent network and ``restrict`` see. ``offline_updates``: gradient steps on that
+    prefill alone before online learning. ``explore``: fraction of exploratory actions taken from
+    ``act`` (the rest uniformly random). ``td_on_proposal``: the TD target takes the next state's
+    proposal instead of the greedy action (SARSA: the mixer then values the prior, and acting greedily
+    is one step of policy improvement). ``bonus``: acting only, the proposal's utility + ``bonus``
+    before the argmax (keep the prior's choice unless another is better by more). ``restrict(legal,
+    proposal) -> legal'`` narrows the actions the learner chooses among (acting, exploring, TD max).
+    """
+
+    act: Behaviour
+    offline_updates: int = 0
+    explore: float = 0.0
+    td_on_proposal: bool = False
+    bonus: float = 0.0
+    restrict: Restrict | None = None
+
+    def check(self) -> None:
+        if not callable(self.act):
+            raise TypeError(f"Prior.act must be a policy (key, ts) -> actions, got {type(self.act).__name__}")
+        if self.offline_updates < 0 or self.bonus < 0 or not 0.0 <= self.explore <= 1.0:
+            raise ValueError(f"Prior needs offline_updates >= 0, bonus >= 0 and explore in [0, 1], got "
+                             f"{self.offline_updates}, {self.bonus}, {self.explore}")
 
 
 class Step(NamedTuple):
@@ -198,23 +222,26 @@ def uniform_behaviour(env: envs.Environment) -> Behaviour:
     return lambda key, ts: envs.random_legal_action(key, env, ts)
 
 
-def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None,
-                 restrict: Restrict | None = None) -> ChunkedQMIX:
+def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet = AgentQ,
+                 aux_loss: AuxLoss | None = None, prior: Prior | None = None) -> ChunkedQMIX:
     """``init(key)`` (prefill + offline phase) and ``update_chunk(state)`` (online iterations).
 
-    ``behaviour`` fills the buffer first and, when ``prior_explore > 0``, supplies that
-    fraction of the exploratory actions; ``None`` means uniformly random legal actions.
-    ``restrict(legal, proposal) -> legal'`` narrows the actions the learner chooses among
-    (greedy, random exploration and the TD max) given the behaviour's proposal.
+    ``agent_net`` builds the shared per-agent network (``AgentNet``; default ``AgentQ``),
+    ``aux_loss`` adds a term to the TD loss (``AuxLoss``; its metrics are logged next to
+    ``td_loss``), ``prior`` is the behaviour policy to start from (``Prior``; ``None``:
+    uniformly random legal actions fill the buffer and nothing else changes).
     """
     common.check_discrete_simultaneous(env, "QMIX")
-    from_prior = behaviour is not None
-    if (config.prior_bonus or config.td_target == "prior") and not from_prior:
-        raise ValueError("QMIXConfig.prior_bonus and td_target='prior' need a behaviour (prior) policy")
-    behaviour = behaviour or uniform_behaviour(env)
+    if not callable(agent_net):
+        raise TypeError(f"agent_net must be a network factory (in_dim, num_actions, hidden, *, rngs), "
+                        f"got {agent_net!r}")
+    if prior is not None:
+        prior.check()
+    from_prior = prior is not None
+    prior = prior or Prior(uniform_behaviour(env))
     wrapped = envs.EpisodeStats(envs.AutoReset(env))
     E, A = config.num_envs, env.num_agents
-    graphdef, _ = nnx.split(build_nets(config, env, jax.random.key(0)))
+    graphdef, _ = nnx.split(build_nets(config, env, jax.random.key(0), agent_net))
     tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr)))
     buffer = fbx.make_flat_buffer(max_length=config.buffer_size, min_length=2 * E,
                                   sample_batch_size=config.batch_size, add_sequences=True, add_batch_size=E)
@@ -222,7 +249,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
     decay_steps = max(1.0, config.eps_decay_frac * online_steps)
 
     def agent_q(params, obs, legal, prior_action):
-        q = nnx.merge(graphdef, params).agent(agent_input(config, env, obs, prior_action))
+        q = nnx.merge(graphdef, params).agent(agent_input(obs), prior_action)
         return jnp.where(legal, q, -1e9)
 
     def env_step(params, eps, prior_explore, use_prior):
@@ -232,10 +259,10 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
             env_state, ts = carry
             k_prior, k_rand, k_u1, k_u2, k_env = jax.random.split(key, 5)
             obs = common.flat_obs(ts)
-            prior_a = jax.vmap(behaviour)(jax.random.split(k_prior, E), ts)
-            legal = ts.legal_action_mask if restrict is None else restrict(ts.legal_action_mask, prior_a)
+            prior_a = jax.vmap(prior.act)(jax.random.split(k_prior, E), ts)
+            legal = restricted(prior, ts.legal_action_mask, prior_a)
             rand_a = jax.random.categorical(k_rand, jnp.where(legal, 0.0, -jnp.inf)).astype(jnp.int32)
-            greedy = greedy_action(config, env, agent_q(params, obs, legal, prior_a), prior_a)
+            greedy = greedy_action(agent_q(params, obs, legal, prior_a), prior_a, prior.bonus)
             explore_from_prior = jax.random.uniform(k_u1, (E, A)) < prior_explore
             explore = jnp.where(explore_from_prior, prior_a, rand_a)
             explores = jax.random.uniform(k_u2, (E, A)) < eps
@@ -245,22 +272,22 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
             step = Step(obs, common.global_state(ts), legal, action, nts.reward.mean(-1),
                         nts.done.astype(jnp.float32), (prior_used & from_prior).astype(jnp.float32), prior_a)
             stats = (nts.info["returned_episode"], nts.info["returned_episode_return"].mean(-1),
-                     nts.info.get("coverage", jnp.zeros((E,))))
+                     wrapped.info_metrics(nts.info))
             return (env_state, nts), (step, stats)
 
         return fn
 
     def collect(params, env_state, ts, key, steps, eps, use_prior):
-        fn = env_step(params, eps, config.prior_explore if from_prior else 0.0, use_prior)
+        fn = env_step(params, eps, prior.explore, use_prior)
         (env_state, ts), (traj, stats) = jax.lax.scan(fn, (env_state, ts), jax.random.split(key, steps))
         return env_state, ts, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj), stats
 
-    def loss_fn(params, target_params, first: Step, second: Step, bc_weight):
+    def loss_fn(params, target_params, first: Step, second: Step, online):
         nets = nnx.merge(graphdef, params)
         q_all = agent_q(params, first.obs, first.legal, first.prior_action)  # [B, A, N]
         q_taken = jnp.take_along_axis(q_all, first.action[..., None], -1)[..., 0]
         q_tot = nets.mixer(q_taken, first.gstate)
-        if config.td_target == "prior":  # evaluate the prior: greedy acting is then policy improvement
+        if prior.td_on_proposal:  # evaluate the prior: greedy acting is then policy improvement
             next_a = second.prior_action
         else:
             next_a = jnp.argmax(agent_q(params, second.obs, second.legal, second.prior_action), -1)
@@ -269,18 +296,17 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
         target_tot = nnx.merge(graphdef, target_params).mixer(q_next, second.gstate)
         y = first.reward + config.gamma * (1.0 - first.done) * jax.lax.stop_gradient(target_tot)
         td = jnp.mean(optax.huber_loss(q_tot, y))
-        margin = jnp.where(jax.nn.one_hot(first.action, env.num_actions) > 0, 0.0, config.margin)
-        large_margin = jnp.max(q_all + margin, -1) - q_taken  # [B, A] >= 0
-        w = first.from_prior[:, None]
-        bc = jnp.sum(large_margin * w) / jnp.maximum(w.sum() * A, 1.0)
-        loss = td + bc_weight * bc
-        return loss, {"td_loss": td, "bc_loss": bc, "q_tot": q_tot.mean()}
+        metrics = {"td_loss": td, "q_tot": q_tot.mean()}
+        if aux_loss is None:
+            return td, metrics
+        aux, aux_metrics = aux_loss(q_all, q_taken, first, online)
+        return td + aux, {**metrics, **aux_metrics}
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
-    def learn(params, target_params, opt_state, buf, key, bc_weight):
+    def learn(params, target_params, opt_state, buf, key, online):
         batch = buffer.sample(buf, key).experience
-        grads, metrics = grad_fn(params, target_params, batch.first, batch.second, bc_weight)
+        grads, metrics = grad_fn(params, target_params, batch.first, batch.second, online)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         target_params = optax.incremental_update(params, target_params, config.tau)
@@ -288,7 +314,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
 
     def init(key: jax.Array) -> QMIXState:
         k_net, k_env, k_fill, k_off, k_run = jax.random.split(key, 5)
-        params = nnx.state(build_nets(config, env, k_net))
+        params = nnx.state(build_nets(config, env, k_net, agent_net))
         env_state, ts = jax.vmap(wrapped.reset)(jax.random.split(k_env, E))
         dummy = Step(common.flat_obs(ts)[0], common.global_state(ts)[0], ts.legal_action_mask[0],
                      jnp.zeros((A,), jnp.int32), jnp.float32(0), jnp.float32(0), jnp.float32(0),
@@ -301,12 +327,11 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
 
         def offline(carry, key):
             params, target_params, opt_state = carry
-            params, target_params, opt_state, _ = learn(params, target_params, opt_state, buf, key,
-                                                        config.bc_margin)
+            params, target_params, opt_state, _ = learn(params, target_params, opt_state, buf, key, False)
             return (params, target_params, opt_state), None
 
         (params, target_params, opt_state), _ = jax.lax.scan(
-            offline, (params, target_params, opt_state), jax.random.split(k_off, config.offline_updates))
+            offline, (params, target_params, opt_state), jax.random.split(k_off, prior.offline_updates))
         return QMIXState(params, target_params, opt_state, buf, env_state, ts, k_run,
                          jnp.int32(config.prefill_rollout * E), jnp.int32(0))
 
@@ -315,14 +340,13 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
         online_done = state.env_steps - config.prefill_rollout * E
         frac = jnp.clip(online_done / decay_steps, 0.0, 1.0)
         eps = config.eps_start + frac * (config.eps_end - config.eps_start)
-        env_state, ts, traj, (finished, ret, cov) = collect(
+        env_state, ts, traj, (finished, ret, env_metrics) = collect(
             state.params, state.env_state, state.timestep, k_col, config.rollout_steps, eps, False)
         buf = buffer.add(state.buffer, traj)
 
         def upd(carry, key):
             params, target_params, opt_state = carry
-            params, target_params, opt_state, m = learn(params, target_params, opt_state, buf, key,
-                                                        config.bc_online)
+            params, target_params, opt_state, m = learn(params, target_params, opt_state, buf, key, True)
             return (params, target_params, opt_state), m
 
         (params, target_params, opt_state), m = jax.lax.scan(
@@ -332,9 +356,12 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
         metrics = {k: v.mean() for k, v in m.items()}
         metrics.update(
             episode_return=jnp.where(finished, ret, 0.0).sum() / jnp.maximum(n, 1),
-            episodes=n, coverage=cov.mean(), epsilon=eps,
-            env_steps=state.env_steps + E * config.rollout_steps,
+            episodes=n, epsilon=eps, env_steps=state.env_steps + E * config.rollout_steps,
         )
+        clash = sorted(set(env_metrics) & set(metrics))
+        if clash:
+            raise ValueError(f"{env.name}.info_metrics returns {clash}, names QMIX logs itself; rename them")
+        metrics.update({k: v.mean() for k, v in env_metrics.items()})
         new = QMIXState(params, target_params, opt_state, buf, env_state, ts, key,
                         state.env_steps + E * config.rollout_steps, state.iteration + 1)
         return new, metrics
@@ -356,11 +383,11 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour
     return ChunkedQMIX(init, update_chunk, graphdef)
 
 
-def make_train(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour | None = None,
-               restrict: Restrict | None = None):
+def make_train(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet = AgentQ,
+               aux_loss: AuxLoss | None = None, prior: Prior | None = None):
     """``train(key) -> {"state", "metrics"}`` running every online iteration (``[num_iters]``)."""
-    chunked = make_chunked(dataclasses.replace(config, iters_per_chunk=max(config.num_iters, 1)), env, behaviour,
-                           restrict)
+    chunked = make_chunked(dataclasses.replace(config, iters_per_chunk=max(config.num_iters, 1)), env, agent_net,
+                           aux_loss, prior)
 
     def train(key):
         state, metrics = chunked.update_chunk(chunked.init(key))
@@ -369,35 +396,29 @@ def make_train(config: QMIXConfig, env: envs.Environment, behaviour: Behaviour |
     return train
 
 
-def agent_input(config: QMIXConfig, env: envs.Environment, obs, prior_action):
-    """``[..., A, D]`` observations -> agent-net input (agent id, optionally the proposal)."""
-    x = common.with_agent_id(obs)
-    if config.condition_on_prior:
-        x = jnp.concatenate([x, jax.nn.one_hot(prior_action, env.num_actions)], -1)
-    return x
+def restricted(prior: Prior | None, legal: jax.Array, proposal: jax.Array) -> jax.Array:
+    """``legal [..., A, N]`` narrowed by ``prior.restrict`` given the proposal ``[..., A]``."""
+    return legal if prior is None or prior.restrict is None else prior.restrict(legal, proposal)
 
 
-def greedy_action(config: QMIXConfig, env: envs.Environment, q: jax.Array, prior_action) -> jax.Array:
-    """``argmax`` of utilities ``[..., A, N]``; with ``prior_bonus`` the behaviour policy's
-    proposal is kept unless another action's utility beats it by more than the bonus
+def greedy_action(q: jax.Array, proposal: jax.Array | None = None, bonus: float = 0.0) -> jax.Array:
+    """``argmax`` of utilities ``[..., A, N]`` -> ``[..., A]`` int32; with a ``bonus`` the proposal
+    ``[..., A]`` is kept unless another action's utility beats it by more than the bonus
     (conservative improvement over the prior)."""
-    if config.prior_bonus and prior_action is not None:
-        q = q + config.prior_bonus * jax.nn.one_hot(prior_action, q.shape[-1])
+    if bonus and proposal is not None:
+        q = q + bonus * jax.nn.one_hot(proposal, q.shape[-1])
     return jnp.argmax(q, -1).astype(jnp.int32)
 
 
-def greedy_policy(config: QMIXConfig, env: envs.Environment, graphdef, params,
-                  behaviour: Behaviour | None = None, restrict: Restrict | None = None):
-    """``(policy_fn, carry)`` for ``rl.evaluate.evaluate``: greedy per-agent actions
-    (``behaviour`` supplies the proposals when ``config.condition_on_prior``)."""
-    if (config.condition_on_prior or restrict is not None or config.prior_bonus) and behaviour is None:
-        raise ValueError("a prior-conditioned or restricted Q-network needs the behaviour policy to act")
+def greedy_policy(graphdef, params, prior: Prior | None = None):
+    """``(policy_fn, carry)`` for ``rl.evaluate.evaluate``: greedy per-agent actions of the trained
+    networks (``prior`` supplies the proposals, the restriction and the bonus it was trained with)."""
 
     def policy_fn(carry, key, ts):
         nets = nnx.merge(graphdef, params)
-        prior_a = behaviour(key, ts) if behaviour is not None else None
-        q = nets.agent(agent_input(config, env, common.flat_obs(ts), prior_a))
-        legal = ts.legal_action_mask if restrict is None else restrict(ts.legal_action_mask, prior_a)
-        return carry, greedy_action(config, env, jnp.where(legal, q, -1e9), prior_a)
+        proposal = prior.act(key, ts) if prior is not None else None
+        q = nets.agent(agent_input(common.flat_obs(ts)), proposal)
+        legal = restricted(prior, ts.legal_action_mask, proposal)
+        return carry, greedy_action(jnp.where(legal, q, -1e9), proposal, prior.bonus if prior else 0.0)
 
     return policy_fn, jnp.zeros(())
