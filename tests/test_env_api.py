@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrl_reason.solvers  # noqa: F401  (registers its fgmres_blocksize env: every registered env is swept)
 from jaxrl_reason import envs
 from testutil import PlainView
 

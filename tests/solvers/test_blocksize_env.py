@@ -45,3 +45,26 @@ def test_bad_config_raises():
         BlockSizeEnv(family="bonds")
     with pytest.raises(ValueError, match="split"):
         BlockSizeEnv(n=16, pool_size=1, split="val")
+
+
+def test_the_solvers_package_registers_the_env_on_import(monkeypatch):
+    import importlib
+
+    import jaxrl_reason.solvers
+    from jaxrl_reason import envs
+    from jaxrl_reason.envs import registry
+
+    assert isinstance(envs.make("fgmres_blocksize", n=16, pool_size=1), BlockSizeEnv)
+    # a copy of the registry (restored after the test) without it, as if jaxrl_reason.solvers were never imported
+    monkeypatch.setattr(registry, "_REGISTRY", {k: v for k, v in registry._REGISTRY.items() if k != "fgmres_blocksize"})
+    with pytest.raises(ValueError, match=r"registered environments: catch, .*registered when its module is imported"):
+        envs.make("fgmres_blocksize")
+    importlib.reload(jaxrl_reason.solvers)  # importing the package registers it again
+    assert "fgmres_blocksize" in envs.registered_names()
+    importlib.reload(jaxrl_reason.solvers)  # registering the same target twice is fine
+    with pytest.raises(ValueError, match="already registered"):
+        envs.register("fgmres_blocksize", "jaxrl_reason.envs.catch:Catch")
+    with pytest.raises(ValueError, match="module:ClassName"):
+        envs.register("blocks_typo", "jaxrl_reason.solvers.blocksize_env.BlockSizeEnv")
+    envs.register("tiny_blocks", lambda **kw: BlockSizeEnv(n=16, pool_size=1, **kw))  # a factory
+    assert envs.make("tiny_blocks", max_cycles=3).max_episode_steps == 3
