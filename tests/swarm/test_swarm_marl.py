@@ -186,6 +186,28 @@ def test_qmix_takes_exactly_the_env_step_budget():
         qmix.QMIXConfig(num_envs=16, total_timesteps=20_001)
 
 
+def test_qmix_environments_split_over_the_data_mesh_take_the_same_chunk():
+    """mesh="data=8": each device steps its slice of the environments (the multi-process path); the chunk equals
+    the one-device chunk up to float rounding."""
+    runs = {}
+    for mesh in (None, "data=8"):
+        cfg = qmix.QMIXConfig(num_envs=8, rollout_steps=2, total_timesteps=96, prefill_steps=32, iters_per_chunk=2,
+                              batch_size=8, buffer_size=400, hidden=8, mixer_embed=4, mesh=mesh)
+        trainer = qmix.make_chunked(cfg, ENV)
+        state, metrics = jax.jit(trainer.update_chunk)(jax.jit(trainer.init)(jax.random.key(0)))
+        runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)
+        if mesh:
+            obs = state.timestep.obs
+            assert obs.sharding.shard_shape(obs.shape)[0] == 1  # 8 environments: one per device
+    (m1, p1), (m8, p8) = runs[None], runs["data=8"]
+    for k in m1:
+        np.testing.assert_allclose(m8[k], m1[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
+    with pytest.raises(ValueError, match="QMIXConfig num_envs = 4 is not divisible by the 8 devices"):
+        qmix.make_chunked(qmix.QMIXConfig(num_envs=4, total_timesteps=96, prefill_steps=32, buffer_size=400,
+                                          mesh="data=8"), ENV)
+
+
 def test_mappo_chunk_runs():
     cfg = ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64, updates_per_chunk=2, num_minibatches=2)
     trainer = mappo.make_chunked(cfg, ENV)

@@ -19,6 +19,10 @@ number of iterations, and iterations past ``num_iters`` in the last (partial) ch
 no-ops. The environment's own per-step metrics (``env.info_metrics``) are averaged over
 each iteration's steps and logged under their own names.
 
+``mesh="data=8"`` (in a multi-process run ``mesh=None``: data over every device of every process) splits
+the environments over the data axis: each device steps its slice; the buffer and the updates follow
+the shardings, so the run is the one-device run up to float rounding.
+
 Replay uses ``flashbax.make_flat_buffer`` (a maintained JAX buffer; pairs of
 consecutive steps per environment, so ``second`` is the next step).
 """
@@ -37,6 +41,7 @@ from flax import nnx, struct
 
 from jaxrl_reason import envs
 from jaxrl_reason.models.policies import MLP
+from jaxrl_reason.parallel.mesh import data_mesh, split_along
 from jaxrl_reason.rl.marl import common
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -75,6 +80,7 @@ class QMIXConfig:
     hidden: int = 64
     mixer_embed: int = 32
     max_grad_norm: float = 10.0
+    mesh: str | None = None  # e.g. "data=8": the environments split over the data axis (multi-process: over all)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -241,6 +247,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet 
     prior = prior or Prior(uniform_behaviour(env))
     wrapped = envs.EpisodeStats(envs.AutoReset(env))
     E, A = config.num_envs, env.num_agents
+    mesh = data_mesh(config.mesh, {"num_envs": E}, "QMIXConfig")
     graphdef, _ = nnx.split(build_nets(config, env, jax.random.key(0), agent_net))
     tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr)))
     buffer = fbx.make_flat_buffer(max_length=config.buffer_size, min_length=2 * E,
@@ -256,7 +263,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet 
         """One step of all environments; ``use_prior``: act with the behaviour policy only."""
 
         def fn(carry, key):
-            env_state, ts = carry
+            env_state, ts = split_along(carry, mesh, 0)  # each device steps its slice of the environments
             k_prior, k_rand, k_u1, k_u2, k_env = jax.random.split(key, 5)
             obs = common.flat_obs(ts)
             prior_a = jax.vmap(prior.act)(jax.random.split(k_prior, E), ts)
