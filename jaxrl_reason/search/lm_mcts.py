@@ -47,7 +47,7 @@ from flax import struct
 
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import R1_TAGS, Tokenizer
-from jaxrl_reason.rl.grpo.trainer import join
+from jaxrl_reason.models.lm.sequences import join
 from jaxrl_reason.tasks.rewards import verify_exact
 from jaxrl_reason.utils.validation import check_hyperparameters
 

@@ -11,7 +11,7 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer, join, response_positions, select_groups
+from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer, select_groups
 from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
@@ -56,16 +56,6 @@ def test_batch_must_divide_devices(model):
     with pytest.raises(ValueError, match="not divisible by the 8 devices"):
         GRPOTrainer.for_tasks(GRPOConfig(prompts_per_step=3, group_size=2, max_new_tokens=12, mesh="data=8"), model, TOK,
                               TASKS, 12)
-
-
-def test_join_and_positions():
-    prompts = np.array([[1, 7, 8, 0], [1, 9, 0, 0]])
-    out = join(prompts, np.array([3, 2]), np.array([[4, 5], [6, 0]]))
-    assert out.tolist() == [[1, 7, 8, 4, 5, 0], [1, 9, 6, 0, 0, 0]]
-    stale = np.array([[1, 7, 8, 3], [1, 9, 3, 3]])  # ids past a prompt's length never reach the sequence
-    out = np.asarray(join(stale, np.array([3, 2]), np.array([[4, 5], [6, 2]]), pad_id=2))
-    assert out[0, :5].tolist() == [1, 7, 8, 4, 5] and out[1, :4].tolist() == [1, 9, 6, 2]
-    assert response_positions(np.array([3, 2]), 2).tolist() == [[2, 3], [1, 2]]
 
 
 def test_select_groups_prefers_informative_groups():

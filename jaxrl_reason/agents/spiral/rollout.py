@@ -33,6 +33,7 @@ import numpy as np
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
+from jaxrl_reason.envs.wrappers import where_done
 from jaxrl_reason.agents.spiral.tokenizer import UNKNOWN, byte_ids, byte_offset, check_text, host_bytes, token_bytes
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
@@ -144,11 +145,6 @@ def _parse(game: GameSpec, tokens, legal):
     return jax.vmap(game.text.parse, in_axes=(0, 0, None))(response_bytes(game.tokenizer, tokens), legal, 0)
 
 
-def _select(done, old, new):
-    """Keep ``old`` where a game had already ended (batched pytrees, done [B])."""
-    return jax.tree.map(lambda a, b: jnp.where(done.reshape(done.shape + (1,) * (a.ndim - 1)), a, b), old, new)
-
-
 def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerConfig, *,
                  tokenizer: Tokenizer) -> Callable:
     """The LM as a responder: ``respond(params, prompts [B, P], key) -> SampleOutput`` (jitted sampler,
@@ -220,7 +216,7 @@ def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerCo
                 action = jnp.where(lm_turn, action, opp)
             active = ~done & lm_turn
             new_state, new_ts = jax.vmap(env.step)(jax.random.split(k_env, b), state, action)
-            state, ts = _select(done, (state, ts), (new_state, new_ts))
+            state, ts = where_done(done, (state, ts), (new_state, new_ts))  # ended games stay
             ret = ret + jnp.where(done[:, None], 0.0, new_ts.reward)
             bad = active & (status != gtext.OK)
             forfeit = forfeit | (bad[:, None] & (jnp.arange(2)[None] == player[:, None]))
@@ -316,7 +312,7 @@ def _python_fns(graphdef, game: GameSpec, b: int, sampler: SamplerConfig, oppone
     def step(key, state, ts, action):
         done = ts.terminated | ts.truncated
         new = jax.vmap(env.step)(jax.random.split(key, b), state, action)
-        state, ts = _select(done, (state, ts), new)
+        state, ts = where_done(done, (state, ts), new)
         return state, ts, new[1].reward
 
     return {"reset": reset, "sample": sample, "step": step}

@@ -34,10 +34,10 @@ from jaxrl_reason.agents.spiral.rollout import GAMES, GameSpec, make_rollout
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
+from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import data_mesh, replicate
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
-from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import gradient_step
 from jaxrl_reason.rl.rae import init_baseline
 from jaxrl_reason.utils.guard import guard_optimizer
@@ -168,7 +168,7 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
         plens = jnp.concatenate([jnp.full((game.max_turns * n_ep,), game.prompt_len, jnp.int32) for game in games])
         data["plens"] = plens
         data["seqs"] = join(data.pop("prompts"), plens, data["tokens"], pad_id)
-        data["mask"] = ((jnp.arange(n)[None] < data["lengths"][:, None]) & data["active"][:, None]).astype(jnp.float32)
+        data["mask"] = response_mask(data["lengths"], n, data["active"])
         num_rows = data["seqs"].shape[0]
         mb = -(-num_rows // cfg.minibatches)
         perm = jax.random.permutation(k_perm, mb * cfg.minibatches) % num_rows  # wraps: a few rows twice

@@ -43,6 +43,7 @@ from flax import nnx
 from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxrl_reason.models.lm.model import init_cache
+from jaxrl_reason.models.lm.sequences import join, span_mask
 from jaxrl_reason.parallel.mesh import check_batch_divides
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -105,20 +106,14 @@ class JoinedSample:
 
 def join_sample(prompts: jax.Array, prompt_lens: jax.Array, out: SampleOutput, pad_id: int = 0) -> JoinedSample:
     """prompts [B, P] (right-padded), prompt_lens [B], out (tokens [B, N]) -> JoinedSample [B, P+N]. Jittable."""
-    b, p = prompts.shape
-    n = out.tokens.shape[1]
-    idx = jnp.arange(p + n, dtype=jnp.int32)[None]
-    plens = jnp.asarray(prompt_lens, jnp.int32)[:, None]
-    prompt_mask = idx < plens
-    rel = idx - plens  # index into the completion
-    completion_mask = (rel >= 0) & (rel < out.lengths[:, None])
-    gather = jnp.clip(rel, 0, n - 1)
-    comp = jnp.take_along_axis(out.tokens, gather, axis=1)
-    padded = jnp.pad(jnp.asarray(prompts, jnp.int32), ((0, 0), (0, n)))
-    tokens = jnp.where(prompt_mask, padded, jnp.where(completion_mask, comp, pad_id))
-    logprobs = jnp.where(completion_mask, jnp.take_along_axis(out.logprobs, gather, axis=1), 0.0)
-    return JoinedSample(tokens=tokens, prompt_mask=prompt_mask, completion_mask=completion_mask, logprobs=logprobs,
-                        prompt_lens=plens[:, 0], lengths=out.lengths)
+    p, n = prompts.shape[1], out.tokens.shape[1]
+    plens = jnp.asarray(prompt_lens, jnp.int32)
+    generated = jnp.arange(n)[None] < out.lengths[:, None]
+    tokens = join(jnp.asarray(prompts, jnp.int32), plens, jnp.where(generated, out.tokens, pad_id), pad_id)
+    completion_mask = span_mask(plens, out.lengths, p + n)
+    logprobs = join(jnp.zeros(prompts.shape, jnp.float32), plens, jnp.where(generated, out.logprobs, 0.0), 0.0)
+    return JoinedSample(tokens=tokens, prompt_mask=span_mask(jnp.zeros_like(plens), plens, p + n),
+                        completion_mask=completion_mask, logprobs=logprobs, prompt_lens=plens, lengths=out.lengths)
 
 
 def sampling_logprobs(logits: jax.Array, temperature: float, top_k: int = 0, top_p: float = 1.0,

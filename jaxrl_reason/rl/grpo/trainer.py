@@ -53,7 +53,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_lora, lora_off, set_dropout
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
-from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
+from jaxrl_reason.models.lm.sequences import join, response_logprobs
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.distributed import host_values, to_global
 from jaxrl_reason.parallel.mesh import config_mesh
@@ -127,33 +127,6 @@ class GRPOState:
 
 def _optimizer(cfg: GRPOConfig) -> optax.GradientTransformation:
     return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
-
-
-def response_positions(prompt_lens: jax.Array, n: int) -> jax.Array:
-    """[B] -> [B, n] index into the model's [B, T-1] next-token outputs for response token i."""
-    return prompt_lens[:, None] - 1 + jnp.arange(n)[None]
-
-
-def join(prompts: jax.Array, prompt_lens: jax.Array, response: jax.Array, pad_id: int = 0) -> jax.Array:
-    """prompts [B, P] (right-padded), response [B, N] -> [B, P+N]: response right after each prompt."""
-    b, p = prompts.shape
-    base = jnp.where(jnp.arange(p)[None] < prompt_lens[:, None], prompts, pad_id)
-    base = jnp.pad(base, ((0, 0), (0, response.shape[1])), constant_values=pad_id)
-    return jax.vmap(lambda x, r, s: jax.lax.dynamic_update_slice(x, r, (s,)))(base, response, prompt_lens)
-
-
-def response_logprobs(model, tokens, prompt_lens, n: int, temperature: float, chunk: int = 64):
-    """log pi(response token) and entropy of pi at each response position, pi = softmax(logits / T).
-
-    tokens [B, P+N] (``join``), prompt_lens [B] -> (logp [B, n], entropy [B, n]). The head runs on
-    ``chunk`` positions at a time under remat (the LM stack's ``chunked_logprobs_entropy``), so
-    [B, n, V] logits are never all held at once; only the response positions go through the head.
-    """
-    h, _, _ = model.hidden(tokens[:, :-1])
-    idx = response_positions(prompt_lens, n)
-    h = jnp.take_along_axis(h, idx[..., None], axis=1)  # [B, n, D]
-    targets = jnp.take_along_axis(tokens, idx + 1, axis=1)
-    return chunked_logprobs_entropy(model, h, targets, chunk, temperature)
 
 
 def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Array, jax.Array]:
