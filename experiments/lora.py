@@ -30,7 +30,7 @@ from jaxrl_reason.models.lm.lora import (
 from jaxrl_reason.models.lm.train import make_optimizer
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
-from jaxrl_reason.rl.grpo.sft import sft_train
+from jaxrl_reason.models.lm.sft import fit
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks.base import sft_batch
 from jaxrl_reason.tasks.evaluation import greedy_eval
@@ -120,7 +120,7 @@ def _sft_arm(config: Config, name: str, model, tok, tasks):
     lora = name == "lora"
     m, wrt, lr = (apply_lora(_copy(model), config.lora), LoRAParam, config.lora_sft_lr) if lora else \
         (_copy(model), nnx.Param, config.sft_lr)
-    params = sft_train(m, data, config.sft_steps, ws.batch_size, lr, config.seed, wrt=wrt)
+    params, _ = fit(m, data, config.sft_steps, ws.batch_size, lr, config.seed, wrt=wrt, name="sft_train")
     return m, params, state_bytes(make_optimizer(lr, config.sft_steps).init(params))
 
 

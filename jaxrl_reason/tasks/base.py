@@ -25,6 +25,7 @@ import flax
 import jax
 import numpy as np
 
+from jaxrl_reason.models.lm.sft import sft_examples
 from jaxrl_reason.models.tokenizer import Tokenizer
 
 
@@ -156,13 +157,3 @@ def sft_batch(problems: Sequence[Problem], seq_len: int, with_trace: bool = True
             mask[i, max(first - 1, 0): first + b - a - 1] = False  # targets tokens[first : first + b - a]
     return {"tokens": out["tokens"], "loss_mask": mask.astype(np.float32)}
 
-
-def sft_examples(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], seq_len: int,
-                 tokenizer: Tokenizer) -> dict:
-    """(prompt ids, response ids) pairs -> {"tokens" [B, seq_len] int32 (prompt + response, right-padded),
-    "loss_mask" [B, seq_len-1] float32: 1 where the target token tokens[:, t+1] belongs to the response}."""
-    tokens, lens = tokenizer.pad_batch([list(q) + list(r) for q, r in zip(prompts, responses)], seq_len)
-    t = np.arange(seq_len - 1)[None]
-    starts = np.asarray([len(q) for q in prompts])[:, None]
-    mask = (t + 1 >= starts) & (t + 1 < lens[:, None])
-    return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}

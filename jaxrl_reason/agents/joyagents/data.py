@@ -1,7 +1,7 @@
 """Scripted traces for the SFT warm start of the JoyAgents system, rendered with the system's templates.
 
     convs = scripted_conversations(requests, cfg, TraceNoise(), rng, tokenizer=tok)   # [(prompt, response ids, agent)]
-    data = conversation_arrays([(p, r) for p, r, _ in convs], cfg.seq_len, tokenizer=tok)   # memagent's SFT arrays
+    data = sft_examples([p for p, _, _ in convs], [r for _, r, _ in convs], cfg.seq_len, tok)   # models.lm.sft
 
 Every request gives its four node conversations (route, step 1, step 2 for two-step routes, final) of
 the correct solution. ``TraceNoise`` makes the warm start deliberately imperfect so that RL and

@@ -55,8 +55,10 @@ import flax
 import jax
 import jax.numpy as jnp
 
-from jaxrl_reason.agents.memagent.agent import prompt_from_parts, render_parts, template_parts
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.models.lm import prompts
+from jaxrl_reason.models.lm.prompts import prompt_from_parts, template_parts
+from jaxrl_reason.models.lm.sequences import cut_at_eos
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.tasks.assistant import ROUTES, AssistantIds, char_ids, check_answers, encode_int, execute_call
@@ -101,29 +103,9 @@ def _system_ids(tokenizer: Tokenizer) -> SystemIds:
                      tool=AssistantIds.from_tokenizer(tokenizer))
 
 
-def parse_template(template: str, fields: tuple[str, ...], tokenizer: Tokenizer) -> tuple:
-    """``memagent.agent.template_parts`` with each literal as its ids (our own text: special tokens allowed):
-    (("field", name), ("lit", ids), ...), the parts ``render`` and ``build_prompt`` take.
-    ValueError when a literal does not round-trip through ``tokenizer`` (characters outside its vocabulary)
-    or needs more tokens than characters (the static prompt width counts one token per character)."""
-    out = []
-    for kind, x in template_parts(template, fields):
-        if kind == "text":
-            ids = tuple(tokenizer.encode(x, allow_special=True))
-            if tokenizer.decode(ids) != x:
-                raise ValueError(f"template {template!r}: {type(tokenizer).__name__} cannot spell {x!r} "
-                                 f"(characters outside its vocabulary)")
-            if len(ids) > len(x):
-                raise ValueError(f"template {template!r}: {x!r} is {len(ids)} tokens of {type(tokenizer).__name__}, "
-                                 f"more than its {len(x)} characters (the prompt width counts one per character)")
-            kind, x = "lit", ids
-        out.append((kind, x))
-    return tuple(out)
-
-
-def render(template: str, fields: tuple[str, ...], values: dict[str, list[int]], tokenizer: Tokenizer) -> list[int]:
-    """Host-side prompt: <bos> + template with each field replaced by its token ids (as ``build_prompt`` in jit)."""
-    return render_parts(parse_template(template, fields, tokenizer), values, tokenizer.bos_id)
+# the templates' literals must spell back exactly, in at most one token per character (static prompt widths)
+parse_template = functools.partial(prompts.parse_template, one_per_char=True)
+render = functools.partial(prompts.render, one_per_char=True)  # host-side prompt, as ``build_prompt`` in jit
 
 
 def build_prompt(parsed: tuple, values: dict, width: int, ids: SystemIds):
@@ -155,7 +137,7 @@ class SystemConfig:
         self.split_templates()
 
     def split_templates(self) -> tuple:
-        """(route, step, final) templates as ``memagent.agent.template_parts`` (no tokenizer)."""
+        """(route, step, final) templates as ``models.lm.prompts.template_parts`` (no tokenizer)."""
         return (template_parts(self.route_template, ROUTE_FIELDS), template_parts(self.step_template, STEP_FIELDS),
                 template_parts(self.final_template, FINAL_FIELDS))
 
@@ -238,22 +220,6 @@ class SystemOutput:
     call_valid: jax.Array  # [B] bool: a function-call step emitted a well-formed call
     reward: jax.Array  # [B] float32: exact match of the answer (0 for an invalid route)
     record: NodeRecord
-
-
-def content(tokens: jax.Array, lengths: jax.Array, limit, eos_id: int, pad_id: int
-            ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Sampled response tokens [B, T] -> (content [B, T-1] before the first eos, at most ``limit`` tokens,
-    pad after; lens [B]; ended [B]: False when no eos came within limit+1 tokens, an overlong, malformed
-    output). ``limit`` may be traced."""
-    w = tokens.shape[1] - 1
-    pos = jnp.arange(tokens.shape[1])[None]
-    is_eos = (tokens == eos_id) & (pos < lengths[:, None])
-    has = jnp.any(is_eos, axis=1)
-    n = jnp.where(has, jnp.argmax(is_eos, axis=1), lengths)
-    ended = has & (n <= limit)
-    n = jnp.minimum(n, limit)
-    out = jnp.where(pos[:, :w] < n[:, None], tokens[:, :w], pad_id)
-    return out, n.astype(jnp.int32), ended
 
 
 def _sample(graphdef, states, agent, prompts, plens, key, budget, temperature: float, t: int, ids: SystemIds):
@@ -368,7 +334,7 @@ def _run_system(graphdef, states: tuple, req: Requests, hints: jax.Array, key, *
             toks, lens = jax.lax.cond(n > start, lambda: sample(continuation_temperature), lambda: sample(temperature))
         toks = jnp.where(sampled, toks, fixed.tokens[n])
         lens = jnp.where(sampled, lens, fixed.lengths[n])
-        out, olen, ended = content(toks, lens, limit, ids.eos, ids.pad)
+        out, olen, ended = cut_at_eos(toks, lens, limit, ids.eos, ids.pad)
         hit = out[:, :1] == jnp.asarray(ids.routes, jnp.int32)[None]
         new_route = jnp.where(ended & (olen == 1) & jnp.any(hit, 1), jnp.argmax(hit, 1), -1).astype(jnp.int32)
         r_tok, r_len, r_call = _step_result(agent, out, olen, ended, w, ids)
@@ -397,5 +363,5 @@ def requests_from_arrays(arrays: dict) -> Requests:
 
 __all__ = ["AGENTS", "CALL", "ERROR", "FINAL_FIELDS", "MASTER", "MATH", "NODES", "NO_HINT", "NUM_NODES", "NodeRecord", "QA",
            "ROLE_CHARS", "ROUTE_AGENTS", "ROUTE_FIELDS", "Requests", "STEP_FIELDS", "SystemConfig", "SystemIds",
-           "SystemOutput", "build_prompt", "content", "empty_record", "parse_template", "render",
+           "SystemOutput", "build_prompt", "empty_record", "parse_template", "render",
            "requests_from_arrays", "run_system"]

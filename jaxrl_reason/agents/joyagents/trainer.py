@@ -56,15 +56,14 @@ from jaxrl_reason.agents.joyagents.data import TraceNoise, scripted_conversation
 from jaxrl_reason.agents.joyagents.memory import Memory, init_memory, retrieve, write
 from jaxrl_reason.agents.joyagents.system import (
     NUM_NODES, NodeRecord, Requests, SystemConfig, SystemIds, empty_record, run_system)
-from jaxrl_reason.agents.memagent.data import conversation_arrays
-from jaxrl_reason.agents.memagent.trainer import SFTConfig, train_conversations
 from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
+from jaxrl_reason.models.lm.sft import SFTConfig, fit, sft_examples
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
-from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
 from jaxrl_reason.utils.guard import guard_optimizer
@@ -107,8 +106,8 @@ def sft_warm_start(models: Sequence, requests: Sequence[AssistantRequest], confi
     losses = []
     for i, model in enumerate(models):
         mine = [(p, r) for p, r, a in convs if config.shared or a == i]
-        losses.append(train_conversations(model, conversation_arrays(mine, config.seq_len, tokenizer=tokenizer), sft,
-                                          seed + i))
+        data = sft_examples([p for p, _ in mine], [r for _, r in mine], config.seq_len, tokenizer)
+        losses.append(fit(model, data, sft.steps, sft.batch_size, sft.lr, [seed + i, 1002], name="JoyAgents SFT")[1])
     return losses
 
 
@@ -276,7 +275,7 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenize
             final_reward = rewards[0]
         n_resp = rows["tokens"].shape[1]
         seqs = join(rows["prompts"], rows["prompt_lens"], rows["tokens"], pad_id)
-        mask = ((jnp.arange(n_resp)[None] < rows["lengths"][:, None]) & rows["use"][:, None]).astype(jnp.float32)
+        mask = response_mask(rows["lengths"], n_resp, rows["use"])
         model_of = jnp.zeros_like(rows["agent"]) if system.shared else jnp.maximum(rows["agent"], 0)
 
         def logp_fn(params, seqs, plens, model_of):

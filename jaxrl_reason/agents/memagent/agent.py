@@ -31,14 +31,13 @@ token per character (valid ids, not the canonical tokenization); the memory the 
 reads back is whatever tokens it emits, multi-character ones included, and answers are scored on
 decoded text in evaluation (``trainer.evaluate_agent``), on ids in the RL reward. Each prompt starts with <bos>. ``render``
 builds the same prompt on the host (SFT data); ``build_prompt`` builds it inside jit from right-padded
-segments.
+segments (both from ``models.lm.prompts``, the templating JoyAgents shares).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 
 import flax
 import jax
@@ -46,54 +45,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxrl_reason.models.lm.prompts import (  # noqa: F401 (build_prompt, pack, render: importable here too)
+    build_prompt, pack, parse_template, prompt_from_parts, prompt_len, render, render_parts, template_parts)
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.models.lm.sequences import cut_at_eos
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.tasks.longcontext import encode_plain
 from jaxrl_reason.utils.validation import check_hyperparameters
 
-_FIELD = re.compile(r"\{(\w+)\}")
 UPDATE_FIELDS = ("question", "chunk", "memory")
 FINAL_FIELDS = ("question", "memory")
-
-
-def template_parts(template: str, fields: tuple[str, ...]) -> tuple:
-    """'{question}|{chunk}>' -> (("field", "question"), ("text", "|"), ...): the structure of a template,
-    without a tokenizer; ValueError unless each of ``fields`` occurs exactly once and no other field does."""
-    parts, names = [], []
-    for i, piece in enumerate(_FIELD.split(template)):
-        if i % 2:
-            if piece not in fields:
-                raise ValueError(f"template {template!r}: unknown field {{{piece}}}; allowed: {fields}")
-            names.append(piece)
-            parts.append(("field", piece))
-        elif piece:
-            parts.append(("text", piece))
-    for f in fields:
-        if names.count(f) != 1:
-            raise ValueError(f"template {template!r} must contain {{{f}}} exactly once (found {names.count(f)})")
-    return tuple(parts)
-
-
-def parse_template(template: str, fields: tuple[str, ...], tokenizer: Tokenizer) -> tuple:
-    """'{question}|{chunk}>' -> (("field", "question"), ("lit", (ids...)), ...): ``template_parts`` with
-    the literal text encoded by ``tokenizer`` (control tokens allowed: the template is our own text);
-    ValueError if a literal has text the tokenizer maps to <unk>."""
-    unk = tokenizer.single_token_id("<unk>")
-    out = []
-    for kind, x in template_parts(template, fields):
-        if kind == "text":
-            ids = tuple(tokenizer.encode(x, allow_special=True))
-            if unk is not None and unk in ids:
-                raise ValueError(f"template {template!r}: {x!r} has characters outside the vocabulary")
-            kind, x = "lit", ids
-        out.append((kind, x))
-    return tuple(out)
-
-
-def _prompt_len(parts: tuple, width: dict[str, int]) -> int:
-    """<bos> + literals + each field at its full width."""
-    return 1 + sum(len(x) if kind == "lit" else width[x] for kind, x in parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +118,11 @@ class MemAgent:
 
     @property
     def update_prompt_len(self) -> int:
-        return _prompt_len(self.update_parts, self._widths())
+        return prompt_len(self.update_parts, self._widths())
 
     @property
     def final_prompt_len(self) -> int:
-        return _prompt_len(self.final_parts, self._widths())
+        return prompt_len(self.final_parts, self._widths())
 
     @property
     def seq_len(self) -> int:
@@ -203,49 +165,6 @@ class AgentOutput:
     final: dict | None = None  # record=True: {"prompts" [B,Pf], "prompt_lens", "tokens" [B,A+1], "lengths"}
 
 
-def render(template: str, fields: tuple[str, ...], values: dict[str, list[int]], tokenizer: Tokenizer) -> list[int]:
-    """Host-side prompt: <bos> + template with each field replaced by its token ids."""
-    return render_parts(parse_template(template, fields, tokenizer), values, tokenizer.bos_id)
-
-
-def render_parts(parts: tuple, values: dict[str, list[int]], bos_id: int) -> list[int]:
-    """``render`` from a parsed template (``parse_template``)."""
-    out = [bos_id]
-    for kind, x in parts:
-        out.extend(x if kind == "lit" else values[x])
-    return out
-
-
-def pack(segments: list[tuple[jax.Array, jax.Array]], width: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
-    """Concatenate right-padded segments [(tokens [B, Ls], lens [B]), ...] -> (tokens [B, width], lens [B])."""
-    b = segments[0][0].shape[0]
-    out = jnp.full((b, width), pad_id, jnp.int32)
-    offset = jnp.zeros((b,), jnp.int32)
-    rows = jnp.arange(b)[:, None]
-    for toks, lens in segments:
-        pos = jnp.arange(toks.shape[1])[None]
-        idx = jnp.where(pos < lens[:, None], offset[:, None] + pos, width)  # out of range -> dropped
-        out = out.at[rows, idx].set(toks.astype(jnp.int32), mode="drop")
-        offset = offset + lens
-    return out, offset
-
-
-def build_prompt(template: str, fields: tuple[str, ...], values: dict, width: int, tokenizer: Tokenizer):
-    """values: {field: (tokens [B, L], lens [B])} -> prompt (tokens [B, width], lens [B]), <bos> first."""
-    return prompt_from_parts(parse_template(template, fields, tokenizer), values, width,
-                             bos_id=tokenizer.bos_id, pad_id=tokenizer.pad_id)
-
-
-def prompt_from_parts(parts: tuple, values: dict, width: int, *, bos_id: int, pad_id: int):
-    """``build_prompt`` from a parsed template and static ids (what jitted code holds)."""
-    b = next(iter(values.values()))[0].shape[0]
-    const = lambda ids: (jnp.broadcast_to(jnp.asarray(ids, jnp.int32), (b, len(ids))), jnp.full((b,), len(ids), jnp.int32))
-    segs = [const((bos_id,))]
-    for kind, x in parts:
-        segs.append(const(x) if kind == "lit" else values[x])
-    return pack(segs, width, pad_id)
-
-
 def _respond(graphdef, state, prompts, prompt_lens, key, limit: int, temperature: float, *, pad_id: int,
              eos_id: int):
     """One conversation turn for every row: sample up to ``limit`` content tokens + <eos>.
@@ -256,14 +175,9 @@ def _respond(graphdef, state, prompts, prompt_lens, key, limit: int, temperature
     scfg = SamplerConfig(max_new_tokens=limit + 1, temperature=temperature, pad_id=pad_id)
     out = generate(graphdef, state, prompts, prompt_lens, key, jnp.full((b, 1), eos_id, jnp.int32),
                    jnp.full((b,), limit + 1, jnp.int32), config=scfg)
-    pos = jnp.arange(limit + 1)[None]
-    is_eos = (out.tokens == eos_id) & (pos < out.lengths[:, None])
-    has_eos = jnp.any(is_eos, axis=1)
-    n = jnp.where(has_eos, jnp.argmax(is_eos, axis=1), out.lengths)
-    overflow = n > limit
-    n = jnp.minimum(n, limit)
-    content = jnp.where(pos[:, :limit] < n[:, None], out.tokens[:, :limit], pad_id)
-    return content, n.astype(jnp.int32), overflow, out.tokens, out.lengths
+    # a response without <eos> has all limit + 1 tokens (the only stop is <eos>): not ended = overflow
+    content, n, ended = cut_at_eos(out.tokens, out.lengths, limit, eos_id, pad_id)
+    return content, n, ~ended, out.tokens, out.lengths
 
 
 def initial_memory(agent: MemAgent, b: int) -> tuple[jax.Array, jax.Array]:

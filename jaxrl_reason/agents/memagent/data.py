@@ -9,7 +9,7 @@
 The oracle conversations are what the LM needs before RL (a tiny one trained from scratch, or a
 checkpoint learning the memory format): every memory update of the ideal overwrite rule
 (``task.oracle_update``) and the final answer, rendered with exactly the agent's templates
-(``agent.render_parts``), loss on the response (+ <eos>) only. Documents, questions, answers and
+(``models.lm.prompts.render_parts``), loss on the response (+ <eos>) only. Documents, questions, answers and
 memories are data: plain text, one token per character (``encode_plain``; with a checkpoint
 tokenizer a valid spelling, not its canonical tokenization).
 """
@@ -21,7 +21,9 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, render_parts
+from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent
+from jaxrl_reason.models.lm.prompts import render_parts
+from jaxrl_reason.models.lm.sft import sft_examples
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.tasks.longcontext import LongContextProblem, LongContextTask, encode_plain
 
@@ -69,12 +71,8 @@ def oracle_conversations(task: LongContextTask, problems: Sequence[LongContextPr
 def conversation_arrays(convs: Sequence[tuple[list[int], list[int]]], seq_len: int, *,
                         tokenizer: Tokenizer) -> dict[str, np.ndarray]:
     """-> {"tokens" [N, seq_len] int32 (right-padded with the tokenizer's pad), "loss_mask" [N, seq_len-1]
-    float32 (1 on response targets)}."""
-    tokens, lens = tokenizer.pad_batch([p + r for p, r in convs], seq_len)
-    starts = np.asarray([len(p) for p, _ in convs])
-    t = np.arange(seq_len - 1)[None]
-    mask = (t + 1 >= starts[:, None]) & (t + 1 < lens[:, None])
-    return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}
+    float32 (1 on response targets)}: ``models.lm.sft.sft_examples`` of the pairs."""
+    return sft_examples([p for p, _ in convs], [r for _, r in convs], seq_len, tokenizer)
 
 
 __all__ = ["conversation_arrays", "doc_batch", "oracle_conversations", "text_ids"]

@@ -22,9 +22,9 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
-from jaxrl_reason.agents.memagent.agent import DocBatch, _prompt_len, _respond, parse_template, prompt_from_parts, \
-    render_parts, template_parts
+from jaxrl_reason.agents.memagent.agent import DocBatch, _respond
 from jaxrl_reason.agents.memagent.data import text_ids
+from jaxrl_reason.models.lm.prompts import parse_template, prompt_from_parts, prompt_len, render_parts, template_parts
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.tasks.longcontext import LongContextProblem
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -71,7 +71,7 @@ class Reader:
     def doc_budget(self) -> int:
         """Document tokens that fit: window - <bos> - template - question - answer - <eos>."""
         c = self.config
-        return c.window - _prompt_len(self.parts, {"question": c.question_tokens, "document": 0}) - c.answer_tokens - 1
+        return c.window - prompt_len(self.parts, {"question": c.question_tokens, "document": 0}) - c.answer_tokens - 1
 
 
 def fits(batch: DocBatch, reader: Reader) -> bool:

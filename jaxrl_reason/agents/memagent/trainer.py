@@ -39,34 +39,18 @@ from flax import nnx
 
 from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, num_chunks, run_agent
 from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
-from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
+from jaxrl_reason.models.lm.sft import SFTConfig, fit
 from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
-from jaxrl_reason.rl.grpo.trainer import join, response_logprobs
 from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match, exact_match_text
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
-from jaxrl_reason.utils.guard import check_trained
 
 
 # ---------------------------------------------------------------------------------------- SFT
-@dataclasses.dataclass(frozen=True)
-class SFTConfig:
-    """Supervised warm start on oracle memory-update and final-answer conversations."""
-
-    problems: int = 512
-    steps: int = 300
-    batch_size: int = 64
-    lr: float = 3e-3
-
-    def __post_init__(self):
-        check_hyperparameters(self)
-        if self.problems < 1 or self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ValueError(f"SFTConfig: problems, steps, batch_size must be >= 1 and lr > 0, got {self}")
-
-
 def sft_warm_start(model, task: LongContextTask, agent: MemAgent, config: SFTConfig, seed: int = 0,
                    seq_len: int | None = None) -> np.ndarray:
     """Train ``model`` in place on oracle conversations of ``config.problems`` fresh problems.
@@ -80,19 +64,9 @@ def sft_warm_start(model, task: LongContextTask, agent: MemAgent, config: SFTCon
 
 
 def train_conversations(model, data: dict, config: SFTConfig, seed: int = 0) -> np.ndarray:
-    """Masked next-token SFT on {"tokens", "loss_mask"} rows (LM stack train step); model updated in place."""
-    optimizer = make_optimizer(config.lr, config.steps, warmup_steps=min(20, config.steps // 10))
-    graphdef, state = init_train_state(model, optimizer)
-    step = make_train_step(graphdef, optimizer, chunk=data["tokens"].shape[1])
-    rng = np.random.default_rng([seed, 1002])
-    losses = []
-    for _ in range(config.steps):
-        idx = rng.integers(0, len(data["tokens"]), config.batch_size)
-        state, m = step(state, {k: v[idx] for k, v in data.items()})
-        losses.append(m["nll"])
-    check_trained("memagent SFT", state, losses)
-    nnx.update(model, state.params, state.rest)
-    return np.asarray(jax.device_get(losses))
+    """Masked next-token SFT (``models.lm.sft.fit``) on {"tokens", "loss_mask"} rows; model updated in place.
+    Returns the per-step training loss [steps]."""
+    return fit(model, data, config.steps, config.batch_size, config.lr, [seed, 1002], name="memagent SFT")[1]
 
 
 # ---------------------------------------------------------------------------------------- RL
@@ -156,7 +130,7 @@ def conversations(out, rewards_adv: jax.Array, *, pad_id: int):
     lens = jnp.concatenate([flat(up["lengths"]), fin["lengths"]])
     active = jnp.concatenate([flat(up["active"]), jnp.ones((r,), bool)])
     index = jnp.concatenate([jnp.tile(jnp.arange(r), n), jnp.arange(r)])
-    mask = ((jnp.arange(t)[None] < lens[:, None]) & active[:, None]).astype(jnp.float32)
+    mask = response_mask(lens, t, active)
     return dict(prompts=prompts, prompt_lens=plens, tokens=tokens, mask=mask,
                 adv=broadcast_advantages(rewards_adv, index), index=index)
 

@@ -33,9 +33,8 @@ from flax import nnx, struct
 from jaxrl_reason.agents.rally.intent import RulePrior, act, decode
 from jaxrl_reason.envs.swarm import Swarm
 from jaxrl_reason.models.lm import LMConfig, Transformer
-from jaxrl_reason.models.lm import train as lm_train
+from jaxrl_reason.models.lm.sft import fit
 from jaxrl_reason.models.tokenizer import Tokenizer
-from jaxrl_reason.utils.guard import check_trained
 
 MAX_ACTIONS = 26  # one answer letter per action: 'a'..'z'
 
@@ -195,21 +194,14 @@ def train_llm_policy(env: Swarm, prior: RulePrior, key: jax.Array, *, tokenizer:
     cfg = lm_config or default_lm_config(tokenizer, max(128, L))
     tokenizer.check_model(cfg, L, "train_llm_policy")
     model = Transformer(cfg, rngs=nnx.Rngs(k_model))
-    optimizer = lm_train.make_optimizer(lr, sft_steps, warmup_steps=min(20, sft_steps // 10))
-    graphdef, state = lm_train.init_train_state(model, optimizer)
-    step = lm_train.make_train_step(graphdef, optimizer)
-    loss_mask = jnp.broadcast_to(jnp.asarray(mask), (batch, L - 1))
-    losses = []
-    for i, k in enumerate(jax.random.split(k_batch, sft_steps)):
-        idx = jax.random.randint(k, (batch,), 0, seqs.shape[0])
-        state, metrics = step(state, {"tokens": seqs[idx], "loss_mask": loss_mask})
-        losses.append(metrics["nll"])
+
+    def log(i, metrics):
         if run_dir is not None and (i % 10 == 0 or i == sft_steps - 1):
             run_dir.log(i, {"llm/sft_nll": metrics["nll"]})
-    check_trained("RALLY LLM SFT", state, losses)
-    params = nnx.state(nnx.merge(graphdef, state.params, state.rest))
-    full_graphdef = nnx.graphdef(nnx.merge(graphdef, state.params, state.rest))
-    return LLMIntentPolicy(env, full_graphdef, params, tokenizer=tokenizer)
+
+    data = {"tokens": seqs, "loss_mask": jnp.broadcast_to(jnp.asarray(mask), (seqs.shape[0], L - 1))}
+    fit(model, data, sft_steps, batch, lr, k_batch, chunk=128, name="RALLY LLM SFT", log=log)
+    return LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model), tokenizer=tokenizer)
 
 
 __all__ = ["LLMIntentPolicy", "act", "default_lm_config", "letter_action", "prior_traces", "render_consensus",

@@ -31,17 +31,15 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
-from tqdm.auto import tqdm
 
-from jaxrl_reason.agents.spiral.rollout import GameSpec, _render, _select
+from jaxrl_reason.agents.spiral.rollout import GameSpec, _render
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.games.kuhn_poker import CARD_NAMES
-from jaxrl_reason.models.lm.train import init_train_state, make_optimizer, make_train_step
+from jaxrl_reason.envs.wrappers import where_done
+from jaxrl_reason.models.lm import sft
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.utils.validation import check_hyperparameters
-from jaxrl_reason.utils.guard import check_trained
 
 KUHN_TEACHER_ALPHA = 1.0 / 6.0
 LABELS = ("expert", "played")
@@ -134,7 +132,7 @@ def teacher_games(game: GameSpec, num_games: int, expert_prob: float, key) -> di
             rec = dict(prompts=_render(game, state, ts.current_player), action=action, expert=best, legal=legal,
                        player=ts.current_player, active=~done, state=state)
             new = jax.vmap(env.step)(jax.random.split(k_e, b), state, action)
-            return _select(done, (state, ts), new), rec
+            return where_done(done, (state, ts), new), rec  # ended games stay
 
         _, recs = jax.lax.scan(turn, (state, ts), jax.random.split(k_play, game.max_turns))
         return recs
@@ -148,7 +146,7 @@ def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: 
     tok = games[0].tokenizer
     if any(g.tokenizer is not tok for g in games):
         raise ValueError("sft_examples: every game must use the same tokenizer")
-    seqs, starts = [], []
+    prompts, responses = [], []
     for game, k in zip(games, jax.random.split(key, len(games))):
         rec = teacher_games(game, cfg.games_per_game, cfg.expert_prob, k)
         target = rec["expert"] if cfg.labels == "expert" else rec["action"]
@@ -156,16 +154,13 @@ def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: 
             state = jax.tree.map(lambda x: x[t, i], rec["state"])
             p = int(rec["player"][t, i])
             resp = tok.encode(response_text(game, state, p, rec["legal"][t, i], target[t, i]))
-            prompt = rec["prompts"][t, i]
-            seqs.append(prompt.tolist() + resp + [tok.eos_id])
-            starts.append(len(prompt))
-    length = seq_len or max(map(len, seqs))
-    if max(map(len, seqs)) > length:
-        raise ValueError(f"an SFT example of {max(map(len, seqs))} tokens does not fit seq_len {length}")
-    tokens, lens = tok.pad_batch(seqs, length)
-    t = np.arange(length - 1)[None]
-    mask = (t + 1 >= np.asarray(starts)[:, None]) & (t + 1 < lens[:, None])
-    return {"tokens": tokens, "loss_mask": mask.astype(np.float32)}
+            prompts.append(rec["prompts"][t, i].tolist())
+            responses.append(resp + [tok.eos_id])
+    longest = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    length = seq_len or longest
+    if longest > length:
+        raise ValueError(f"an SFT example of {longest} tokens does not fit seq_len {length}")
+    return sft.sft_examples(prompts, responses, length, tok)
 
 
 def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConfig(), seed: int = 0,
@@ -175,15 +170,6 @@ def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConf
     specs = [GameSpec.make(g, style, tokenizer=tokenizer) for g in games]
     data = sft_examples(specs, cfg, jax.random.key(seed))
     tokenizer.check_model(model.cfg, data["tokens"].shape[1], "SPIRAL warm start")
-    optimizer = make_optimizer(cfg.lr, cfg.steps, warmup_steps=min(20, cfg.steps // 10))
-    graphdef, state = init_train_state(model, optimizer)
-    step = make_train_step(graphdef, optimizer, chunk=128)
-    rng = np.random.default_rng(seed)
-    nll = []
-    for _ in tqdm(range(cfg.steps), desc="SFT warm start", leave=False):
-        idx = rng.integers(0, len(data["tokens"]), cfg.batch_size)
-        state, m = step(state, {k: v[idx] for k, v in data.items()})
-        nll.append(m["nll"])
-    check_trained("SPIRAL SFT warm start", state, nll)
-    nnx.update(model, state.params, state.rest)
-    return state.params, {"nll": np.asarray(jax.device_get(nll)), "examples": len(data["tokens"])}
+    params, nll = sft.fit(model, data, cfg.steps, cfg.batch_size, cfg.lr, seed, chunk=128, name="SPIRAL SFT warm start",
+                          progress="SFT warm start")
+    return params, {"nll": nll, "examples": len(data["tokens"])}

@@ -19,9 +19,9 @@ from flax import nnx
 from jaxrl_reason.data import PromptFormat, render_prompt, task_rows
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm.hf_export import save_hf_model
+from jaxrl_reason.models.lm.sft import fit, sft_examples
 from jaxrl_reason.models.tokenizer import DEFAULT_SPECIAL, HFTokenizer
-from jaxrl_reason.rl.grpo.sft import sft_train
-from jaxrl_reason.tasks.base import response_ids, sample_problems, sft_examples
+from jaxrl_reason.tasks.base import response_ids, sample_problems
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -98,5 +98,5 @@ def make_start_checkpoint(path, cfg: StartConfig = StartConfig(), overwrite: boo
     tok = start_tokenizer(cfg)
     model = Transformer(start_model_config(cfg, tok.vocab_size), rngs=nnx.Rngs(cfg.seed))
     problems = sft_problems(cfg, exclude_prompts)
-    sft_train(model, sft_data(tok, problems, cfg.seq_len), cfg.sft_steps, cfg.batch_size, cfg.lr, cfg.seed)
+    fit(model, sft_data(tok, problems, cfg.seq_len), cfg.sft_steps, cfg.batch_size, cfg.lr, cfg.seed, name="sft_train")
     return save_hf_model(model, path, tok, overwrite=overwrite)
