@@ -47,7 +47,8 @@ from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
-from jaxrl_reason.search.lm_mcts import StepSearchConfig, make_step_search, sample_and_verify
+from jaxrl_reason.search.best_of_n import matched_best_of_n
+from jaxrl_reason.search.lm_mcts import StepSearchConfig, make_step_search
 from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
 from jaxrl_reason.tasks import calc_steps
 from jaxrl_reason.tasks.base import make_batch, prompt_ids, response_ids
@@ -315,50 +316,12 @@ def path_is_valid(trace) -> bool:
     return bool(steps) and all(calc_steps.step_is_valid(s) for s in steps)
 
 
-def take_matched(ok, tok, budget, groups):
-    """Per group, the fewest responses per problem whose mean tokens reach the group's mean budget.
-
-    ok, tok [B, N]: verified flag and tokens of N drawn responses; budget [B]; groups [B]
-    -> (solved [B]: any of the taken responses verified, tokens [B]: their tokens), or None when N
-    responses do not reach some group's budget.
-    """
-    solved, tokens = np.zeros(len(budget), bool), np.zeros(len(budget), np.int64)
-    for g in np.unique(groups):
-        m = groups == g
-        spent = np.cumsum(tok[m], axis=1).mean(0)  # [N]: mean tokens of the first j+1 responses
-        if spent[-1] < budget[m].mean():
-            return None
-        j = int(np.argmax(spent >= budget[m].mean()))
-        solved[m], tokens[m] = ok[m, : j + 1].any(1), tok[m, : j + 1].sum(1)
-    return solved, tokens
-
-
-def matched_best_of_n(config: Config, graphdef, params, key, part, budget, groups, tokenizer: Tokenizer):
-    """Best-of-N on one batch of problems with, in each group (difficulty), at least the searches' mean tokens.
-
-    budget [B]: the searches' tokens per problem (the largest over searches); groups [B]. Draws N responses
-    per problem, growing N until every group's budget can be met, then ``take_matched`` -> (solved [B], tokens [B]).
-    """
-    per_sample = config.grpo.max_new_tokens
-    n = max(1, int(budget.max() // per_sample))  # a lower bound; grow until every group's budget is reached
-    while True:
-        ok, tok = sample_and_verify(graphdef, params, key, part.prompts, part.prompt_lens, part.answers, part.answer_lens,
-                                    num_samples=n, max_new_tokens=per_sample, temperature=config.search.temperature,
-                                    tokenizer=tokenizer, verify=answer_verifier(config.task, tokenizer))
-        ok, tok = np.asarray(ok), np.asarray(tok)
-        taken = take_matched(ok, tok, budget, groups)
-        if taken is not None:
-            return taken
-        short = max(budget[groups == g].mean() / max(tok[groups == g].sum(1).mean(), 1.0) for g in np.unique(groups))
-        n = int(np.ceil(n * short)) + 1
-
-
 def search_vs_sampling(config: Config, searches: dict, graphdef, params, held, tokenizer: Tokenizer) -> list[dict]:
     """Each search in ``searches`` ({name: search fn}) vs best-of-N on held-out multi-step problems.
 
     Best-of-N draws whole responses until, per jitted batch and per difficulty within it, its mean
     tokens per problem reach the mean of each problem's largest spend over the searches
-    (``matched_best_of_n``), so it never has fewer tokens than a search it is compared with, overall or
+    (``search.best_of_n.matched_best_of_n``), so it never has fewer tokens than a search it is compared with, overall or
     in any difficulty row.
     -> table rows: "all", then one per difficulty ({name}_solved / _tokens per problem, and
     {name}_minus_bon / _se: the per-problem paired difference of solved to best-of-N).
@@ -375,8 +338,10 @@ def search_vs_sampling(config: Config, searches: dict, graphdef, params, held, t
     for i in range(0, config.compare_problems, config.search_batch):
         part = compare.take(range(i, i + config.search_batch))
         budget = np.max([f["tokens"][i: i + config.search_batch] for f in found.values()], axis=0)
-        ok, tok = matched_best_of_n(config, graphdef, params, jax.random.key(7 + i), part, budget,
-                                    diff[i: i + config.search_batch], tokenizer)
+        groups = diff[i: i + config.search_batch]
+        ok, tok = matched_best_of_n(graphdef, params, jax.random.key(7 + i), part, budget, groups,
+                                    max_new_tokens=config.grpo.max_new_tokens, temperature=config.search.temperature,
+                                    verify=answer_verifier(config.task, tokenizer), tokenizer=tokenizer)
         bon_solved.append(ok)
         bon_tokens.append(tok)
     found["best_of_n"] = {"solved": np.concatenate(bon_solved), "tokens": np.concatenate(bon_tokens)}

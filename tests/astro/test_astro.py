@@ -261,24 +261,6 @@ def test_countdown_verifier_runs_the_task_check_inside_jit_and_the_search(search
 
 
 
-def test_best_of_n_is_matched_to_the_search_tokens_per_difficulty(searched):
-    from jaxrl_reason.cli import load_experiment
-
-    astro = load_experiment("astro")
-    ok = np.array([[0, 0, 1], [0, 1, 0], [1, 0, 0]], bool)
-    tok = np.array([[5, 5, 5], [10, 10, 10], [4, 4, 4]])
-    # group 0 (rows 0, 1) needs a mean of 12 tokens: two responses each (mean 15; one gives 7.5); group 1 needs 1
-    solved, tokens = astro.take_matched(ok, tok, np.array([14, 10, 1]), np.array([0, 0, 1]))
-    assert solved.tolist() == [False, True, True] and tokens.tolist() == [10, 20, 4]
-    assert astro.take_matched(ok, tok, np.array([40, 40, 1]), np.array([0, 0, 1])) is None  # 3 responses: mean 22.5
-    graphdef, params, batch, _, _ = searched
-    config = types.SimpleNamespace(grpo=types.SimpleNamespace(max_new_tokens=8), search=CFG, task=RandomCalculation())
-    budget = np.array([30, 10])
-    solved, tokens = astro.matched_best_of_n(config, graphdef, params, jax.random.key(2), batch, budget, np.array([1, 2]),
-                                             TOK)
-    assert (tokens >= budget).all() and solved.dtype == bool  # one problem per group: at least its own budget
-
-
 def test_step_check_and_search_ids_come_from_the_tokenizer():
     """The in-jit step check and the search read the ids of the tokenizer they are given (no global vocabulary)."""
     from jaxrl_reason.tasks.calc_steps import step_checker, step_is_valid
