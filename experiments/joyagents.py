@@ -50,7 +50,7 @@ from jaxrl_reason.agents.joyagents.data import TraceNoise
 from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
 from jaxrl_reason.agents.joyagents.trainer import (
     JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
-from jaxrl_reason.agents.memagent.trainer import SFTConfig
+from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
 from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays

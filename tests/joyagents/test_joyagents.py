@@ -21,8 +21,8 @@ from jaxrl_reason.agents.joyagents.system import (
     NUM_NODES, NodeRecord, SystemConfig, SystemIds, requests_from_arrays, run_system)
 from jaxrl_reason.agents.joyagents.trainer import (
     JoyConfig, JoyTrainer, build_models, evaluate, select_top_k, sft_warm_start)
-from jaxrl_reason.agents.memagent.trainer import SFTConfig
 from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer, HFTokenizer
 from jaxrl_reason.rl.grpo.recipes import TinyLM
 from jaxrl_reason.tasks.assistant import (

@@ -1,4 +1,5 @@
-"""DeepSeek-style decoder LM stack: config, model, sampler, training utilities, HF import/export, sharding."""
+"""DeepSeek-style decoder LM stack: config, model, sampler, training utilities (`train`, the SFT loop `sft`), sequence
+helpers (`sequences`), id-level prompt templates (`prompts`), HF import/export, sharding."""
 
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.hf_export import save_hf_model
