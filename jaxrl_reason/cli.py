@@ -40,13 +40,13 @@ RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError, DataError, Rew
 
 
 def experiments_dir() -> pathlib.Path:
+    """The experiment scripts: ``jaxrl_reason/experiments/`` (installed with the package), or
+    ``$JAXRL_REASON_EXPERIMENTS``."""
     env = os.environ.get("JAXRL_REASON_EXPERIMENTS")
-    path = pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parents[1] / "experiments"
+    path = pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parent / "experiments"
     if not path.is_dir():
-        raise FileNotFoundError(
-            f"experiments folder not found at {path}; run from a clone of the repository "
-            "(pip install -e .) or set JAXRL_REASON_EXPERIMENTS"
-        )
+        raise SystemExit(f"experiments folder not found at {path}; unset JAXRL_REASON_EXPERIMENTS or point it at a "
+                         "folder of experiment scripts")
     return path
 
 

@@ -29,11 +29,14 @@ def _exports_something(init: pathlib.Path) -> bool:
 
 def public_modules() -> set[str]:
     """Every ``.py`` under jaxrl_reason/ whose name does not start with ``_``, and every package
-    ``__init__`` that exports something, as dotted module names."""
+    ``__init__`` that exports something, as dotted module names; but the experiment scripts
+    (``jaxrl_reason/experiments/``: ``jaxrl-reason list`` and each one's ``--help`` document them)."""
     found = set()
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(REPO)
         if "__pycache__" in rel.parts or any(p.startswith("_") for p in rel.parts[:-1]):
+            continue
+        if rel.parts[:2] == ("jaxrl_reason", "experiments"):
             continue
         if path.name == "__init__.py":
             if _exports_something(path):

@@ -16,7 +16,7 @@ import jaxrl_reason
 
 PACKAGE = pathlib.Path(jaxrl_reason.__file__).parent
 GENERIC = ("envs", "rl", "models", "search", "solvers")  # layers that must not know their users
-UPWARD = ("jaxrl_reason.agents", "experiments")
+UPWARD = ("jaxrl_reason.agents", "jaxrl_reason.experiments", "experiments")
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -29,6 +29,7 @@ NOT_CONFIGS = {
     "jaxrl_reason.agents.hanabi.records.Games",  # recorded games
     "jaxrl_reason.agents.spiral.rollout.GameSpec",  # a game's jitted functions, built by GameSpec.make
     "jaxrl_reason_experiment_device_check.Bench",  # a row of the device check: functions and budgets
+    "jaxrl_reason.rl.onpolicy.Hooks",  # the on-policy trainer's functions (losses, critic input, partner)
     "jaxrl_reason.envs.games.text.Slot",  # a prompt template slot
     "jaxrl_reason.models.lm.hf_import.HFFamily",  # a checkpoint family's conversion functions
     "jaxrl_reason.models.lm.hf_import.HFTensor",  # where one parameter lives in a checkpoint
@@ -113,7 +114,8 @@ def test_rule_table_accepts_valid_edges():
 
 # ------------------------------------------------------------------------------ every config
 def _modules():
-    mods = [importlib.import_module(m.name) for m in pkgutil.walk_packages(jaxrl_reason.__path__, "jaxrl_reason.")]
+    mods = [importlib.import_module(m.name) for m in pkgutil.walk_packages(jaxrl_reason.__path__, "jaxrl_reason.")
+            if not m.name.startswith("jaxrl_reason.experiments")]  # the scripts: loaded below, as the CLI does
     experiments = {}
     for name, path in available_experiments().items():
         if re.search(r"^PRESETS\b", path.read_text(), re.M):  # scripts without presets are not experiments
@@ -139,8 +141,16 @@ CONFIGS = {k: v for k, v in ALL.items() if k not in NOT_CONFIGS}
 
 
 def _calls_check(cls) -> bool:
+    """``cls.__post_init__`` calls ``check_hyperparameters(self)``, itself or through ``super().__post_init__()``
+    of a base config that does."""
     post = vars(cls).get("__post_init__")
-    return post is not None and "check_hyperparameters(self)" in inspect.getsource(post)
+    if post is None:
+        return False
+    source = inspect.getsource(post)
+    if "check_hyperparameters(self)" in source:
+        return True
+    bases = [b for b in cls.__mro__[1:] if "__post_init__" in vars(b)]
+    return "super().__post_init__()" in source and bool(bases) and _calls_check(bases[0])
 
 
 def test_every_config_calls_the_shared_check():
