@@ -35,6 +35,9 @@ from jaxrl_reason.utils.loggers import LOGGERS, LoggerError
 
 #: Failures a run reports as one clear line (exit code 1) instead of a traceback: the run dir, a checkpoint,
 #: a NaN/inf, the user's dataset, reward function or HF checkpoint directory, processes that cannot meet or agree.
+#: Bad input met while running (a batch that does not divide the devices, a missing file, ...): one line too;
+#: JAXRL_REASON_TRACEBACK=1 shows the traceback (e.g. to report a bug).
+INPUT_ERRORS = (ValueError, FileNotFoundError)
 RUN_ERRORS = (RunDirError, CheckpointError, guard.NonFiniteError, DataError, RewardError, HFImportError,
               distributed.DistributedError, LoggerError)
 
@@ -119,8 +122,10 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
             run_dir.save_json("summary", summary or {})
         finally:
             run_dir.close()
-    except RUN_ERRORS as err:  # clear message, exit code 1, no traceback
-        raise SystemExit(f"{name}: {type(err).__name__}: {err}") from None
+    except (*RUN_ERRORS, *INPUT_ERRORS) as err:  # clear message, exit code 1, no traceback
+        if isinstance(err, INPUT_ERRORS) and os.environ.get("JAXRL_REASON_TRACEBACK") == "1":
+            raise
+        raise SystemExit(f"{name}: {type(err).__name__}: {' '.join(str(err).split())}") from None
     print(json.dumps(summary, indent=2, default=str))
     return summary
 

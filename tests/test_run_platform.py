@@ -90,6 +90,11 @@ def test_cli_rejects_unknown_experiment_and_bad_config(tmp_path, capsys):
     assert listing["ppo_catch"].split(None, 1)[1].startswith("[cpu, gpu] PPO (PureJaxRL shape)")
     # the whole first paragraph of the docstring, on one line (the grpo one wraps over two source lines)
     assert listing["grpo"].endswith("reward functions; ends with the trained policy in HF format.")
+    # bad input met while running (not by the config's own checks) is one line too, e.g. a batch the mesh cannot split
+    with pytest.raises(SystemExit, match=r"^ppo_catch: ValueError: PPOConfig num_envs = 12 is not divisible by the 8 "
+                                         r"devices of the 'data' mesh axis .*; use a multiple of 8$"):
+        cli.main(["run", "ppo_catch", "--run-root", str(tmp_path), "--ppo.num-envs", "12", "--ppo.num-minibatches", "1",
+                  "--ppo.mesh", "data=8"])
     with pytest.raises(SystemExit):
         cli.main(["run", "grpo", "--help"])
     helped = capsys.readouterr().out
