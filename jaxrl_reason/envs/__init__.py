@@ -12,6 +12,7 @@ from jaxrl_reason.envs.core import (
 )
 from jaxrl_reason.envs.registry import env_class, make, register, registered_names
 from jaxrl_reason.envs.wrappers import AutoReset, EpisodeStats, Wrapper
+from jaxrl_reason.envs import games as _games  # noqa: E402,F401  (registers the two-player games: envs.games.GAMES)
 
 __all__ = [
     "ILLEGAL_ACTION_RULES",

@@ -3,7 +3,8 @@
 The environments of ``jaxrl_reason.envs`` are listed here as ``"module:ClassName"`` strings,
 imported on first use, so importing ``jaxrl_reason.envs`` stays cheap and one broken environment
 cannot break the rest. An environment defined elsewhere registers itself with ``register`` when
-its own package is imported (``jaxrl_reason.solvers`` registers ``fgmres_blocksize``), so this
+its own package is imported (``jaxrl_reason.solvers`` registers ``fgmres_blocksize``; the two-player
+games register through ``envs.games.register_game``, imported with ``jaxrl_reason.envs``), so this
 layer names none of its users.
 """
 
@@ -19,9 +20,6 @@ from jaxrl_reason.envs.core import Environment
 _REGISTRY: dict[str, str | Callable[..., Environment]] = {
     "catch": "jaxrl_reason.envs.catch:Catch",
     "hanabi": "jaxrl_reason.envs.hanabi:Hanabi",
-    "tictactoe": "jaxrl_reason.envs.games.tictactoe:TicTacToe",
-    "kuhn_poker": "jaxrl_reason.envs.games.kuhn_poker:KuhnPoker",
-    "negotiation": "jaxrl_reason.envs.games.negotiation:Negotiation",
     "swarm": "jaxrl_reason.envs.swarm:Swarm",
 }
 

@@ -34,6 +34,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from jaxrl_reason.agents.spiral import evaluation as E
+from jaxrl_reason.agents.spiral.rollout import GAMES
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
@@ -126,7 +127,7 @@ PRESETS = {
     ),
 }
 
-_EVAL_GAMES = ("tictactoe", "kuhn_poker", "negotiation")
+_EVAL_GAMES = GAMES  # registration order (envs.games.register_game)
 
 
 def load_lm(config: Config) -> tuple[Transformer, Tokenizer, Tokenizer | None]:

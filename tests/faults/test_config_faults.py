@@ -27,7 +27,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOT_CONFIGS = {
     "jaxrl_reason.agents.hanabi.play.Agent",  # a policy function + its parameters
     "jaxrl_reason.agents.hanabi.records.Games",  # recorded games
-    "jaxrl_reason.agents.spiral.rollout.GameSpec",  # a game's jitted functions, built by GameSpec.make
+    "jaxrl_reason.agents.spiral.rollout.LMGame",  # a game's env and text in an LM's ids, built by LMGame.make
+    "jaxrl_reason.envs.games.spec.GameSpec",  # a game's parts (env class, text, players, hooks), registered once
     "jaxrl_reason_experiment_device_check.Bench",  # a row of the device check: functions and budgets
     "jaxrl_reason.rl.onpolicy.Hooks",  # the on-policy trainer's functions (losses, critic input, partner)
     "jaxrl_reason.envs.games.text.Slot",  # a prompt template slot

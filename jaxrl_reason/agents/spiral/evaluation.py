@@ -14,8 +14,8 @@
 
 ``style`` is the prompt style the LM was trained on (``envs.games.text.STYLES``); ``tokenizer`` the
 LM's (the games render and parse in its ids: ``agents.spiral.tokenizer``).
-Opponents: ``random`` (every game), ``minimax`` (TicTacToe, perfect play), ``nash`` (Kuhn Poker,
-Nash alpha = 1/6), ``heuristic`` (Negotiation). The LM's Kuhn table is estimated by sampling
+Opponents: each game's ``GameSpec.opponents`` (``envs.games``): ``random`` (every game), ``minimax``
+(TicTacToe, perfect play), ``nash`` (Kuhn Poker, Nash alpha = 1/6), ``heuristic`` (Negotiation). The LM's Kuhn table is estimated by sampling
 ``samples`` answers at each of the 12 information sets and counting the aggressive action among the
 parseable, legal ones (the valid rate is returned separately; a set with no valid answer counts
 as 0.5). ``TaskView`` wraps the LM so the task code (``tasks/evaluation.py``, with the tasks'
@@ -34,35 +34,26 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral.rollout import GameSpec, _parse, _render, make_rollout
+from jaxrl_reason.agents.spiral.rollout import LMGame, _parse, _render, make_rollout
 from jaxrl_reason.agents.spiral.tokenizer import id_table
-from jaxrl_reason.agents.spiral.warmstart import KUHN_TEACHER_ALPHA, kuhn_policy_action
-from jaxrl_reason.envs.games import opponents as O
+from jaxrl_reason.envs.games import GAMES as GAME_SPECS
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.kuhn_poker import BET, CALL
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
 
-OPPONENTS = {"tictactoe": ("random", "minimax"), "kuhn_poker": ("random", "nash"),
-             "negotiation": ("random", "heuristic")}
+#: game -> its fixed opponents' names (``GameSpec.opponents``), for every registered game
+OPPONENTS = {name: tuple(spec.opponents) for name, spec in GAME_SPECS.items()}
 
 
-def opponent_fn(game: GameSpec, name: str):
-    if name not in OPPONENTS[game.name]:
-        raise ValueError(f"opponent {name!r} not available for {game.name}; choose from {OPPONENTS[game.name]}")
-    if name == "random":
-        return O.random_action
-    if name == "minimax":
-        return O.minimax_action
-    if name == "nash":
-        return kuhn_policy_action(O.kuhn_nash_policy(KUHN_TEACHER_ALPHA))
-    return O.negotiation_heuristic_action(game.env)
+def opponent_fn(game: LMGame, name: str):
+    return game.spec.opponent(name, game.env)
 
 
 @functools.lru_cache(maxsize=None)
 def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sampler: SamplerConfig, style: str,
               tokenizer: Tokenizer):
-    game = GameSpec.make(game_name, style, tokenizer=tokenizer)
+    game = LMGame.make(game_name, style, tokenizer=tokenizer)
     roll = make_rollout(graphdef, game, num_episodes, sampler, opponent_fn(game, opponent))
 
     @jax.jit
@@ -90,7 +81,7 @@ def win_rates(graphdef, params, game: str, opponent: str, num_episodes: int, sam
 
 def kuhn_infoset_prompts(style: str = "verbose", *, tokenizer: Tokenizer) -> tuple[jax.Array, jax.Array]:
     """Prompts ``[12, P]`` (card-major: J/Q/K x histories ``"", p, b, pb``) and legal masks ``[12, 4]``."""
-    game = GameSpec.make("kuhn_poker", style, tokenizer=tokenizer)
+    game = LMGame.make("kuhn_poker", style, tokenizer=tokenizer)
     env = game.env
     cards, hists = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
     cards, hists = cards.reshape(-1), hists.reshape(-1)
@@ -107,7 +98,7 @@ def kuhn_infoset_prompts(style: str = "verbose", *, tokenizer: Tokenizer) -> tup
 
 @functools.lru_cache(maxsize=None)
 def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int, style: str, tokenizer: Tokenizer):
-    game = GameSpec.make("kuhn_poker", style, tokenizer=tokenizer)
+    game = LMGame.make("kuhn_poker", style, tokenizer=tokenizer)
     prompts, legal = kuhn_infoset_prompts(style, tokenizer=tokenizer)
     sampler = dataclasses.replace(sampler, pad_id=tokenizer.pad_id)
     prompts, legal = jnp.repeat(prompts, samples, 0), jnp.repeat(legal, samples, 0)
@@ -138,10 +129,8 @@ def kuhn_lm_policy(graphdef, params, sampler: SamplerConfig, samples: int, key,
 def kuhn_lm_exploitability(graphdef, params, sampler: SamplerConfig, samples: int, key,
                            style: str = "verbose", *, tokenizer: Tokenizer) -> dict:
     table, valid = kuhn_lm_policy(graphdef, params, sampler, samples, key, style, tokenizer=tokenizer)
-    return {"exploitability": float(O.kuhn_exploitability(table)), "valid_rate": valid,
-            "value_vs_nash_p0": float(O.kuhn_value(table, O.kuhn_nash_policy(KUHN_TEACHER_ALPHA))),
-            "value_vs_random": float(O.kuhn_value_vs_uniform(table)),
-            "table": np.asarray(table).round(3).tolist()}
+    exact = {k: float(f(table)) for k, f in GAME_SPECS["kuhn_poker"].evaluations.items()}  # GameSpec.evaluations
+    return {**exact, "valid_rate": valid, "table": np.asarray(table).round(3).tolist()}
 
 
 # ----------------------------------------------------------------------------- transfer

@@ -1,7 +1,7 @@
 """Multi-turn, multi-agent LM episodes on device: render -> sample -> parse -> step, all turns of
 a batch of games in one ``lax.scan`` (no Python per turn).
 
-    game = GameSpec.make("kuhn_poker", tokenizer=spiral_tokenizer())   # agents.spiral.tokenizer
+    game = LMGame.make("kuhn_poker", tokenizer=spiral_tokenizer())   # agents.spiral.tokenizer
     roll = make_rollout(graphdef, game, num_episodes=64, sampler=SamplerConfig(max_new_tokens=24))
     ep = jax.jit(roll)(params, key)          # params: nnx.State of the LM (nnx.split(model)[1])
 
@@ -30,7 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason import envs
+from jaxrl_reason.envs.games import GAMES as GAME_SPECS
+from jaxrl_reason.envs.games import GameSpec as RulesSpec
+from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.wrappers import where_done
@@ -39,30 +41,34 @@ from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import split_along
 
-GAMES = ("tictactoe", "kuhn_poker", "negotiation")
+#: the games SPIRAL plays: every registered one (``envs.games.register_game``), in registration order
+GAMES = tuple(GAME_SPECS)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GameSpec:
-    """A game with its text interface in the ids of ``tokenizer`` (``byte_ids``: byte -> id for the
-    prompts; ``token_bytes``: id -> bytes for the answers). ``prompt_len`` counts the leading bos."""
+class LMGame:
+    """A registered game (``spec``: ``envs.games.GameSpec``) with its env and text interface in the ids of
+    ``tokenizer`` (``byte_ids``: byte -> id for the prompts; ``token_bytes``: id -> bytes for the answers).
+    ``prompt_len`` counts the leading bos."""
 
     name: str
     env: object
     text: gtext.GameText
     tokenizer: Tokenizer
+    spec: RulesSpec
 
     @staticmethod
-    def make(name: str, style: str = "verbose", *, tokenizer: Tokenizer, **env_kwargs) -> "GameSpec":
+    def make(name: str, style: str = "verbose", *, tokenizer: Tokenizer, **env_kwargs) -> "LMGame":
         """``style``: the prompt style of the text interface (``envs.games.text.STYLES``); ``tokenizer``:
         the LM's (``agents.spiral.tokenizer.spiral_tokenizer()`` for the presets), which must spell every
         character of the game's text as one token (ValueError naming the first that is not)."""
-        if name not in GAMES:
-            raise ValueError(f"unknown SPIRAL game {name!r}; choose from {GAMES}")
-        env = envs.make(name, **env_kwargs)
-        text = gtext.game_text(env, style)
+        if name not in GAME_SPECS:
+            raise ValueError(f"unknown SPIRAL game {name!r}; choose from {tuple(GAME_SPECS)}")
+        spec = game_spec(name)
+        env = spec.make_env(**env_kwargs)
+        text = spec.make_text(env, style)
         check_text(tokenizer, _game_chars(text), f"{name} game text")
-        return GameSpec(name=name, env=env, text=text, tokenizer=tokenizer)
+        return LMGame(name=name, env=env, text=text, tokenizer=tokenizer, spec=spec)
 
     @property
     def offset(self) -> int:
@@ -83,6 +89,9 @@ def _game_chars(text: gtext.GameText) -> str:
     seen = dict.fromkeys(gtext.to_str(np.concatenate([t.reshape(-1) for _, t in text.template.parts])))
     seen.update(dict.fromkeys(gtext.BOXED + "}" + "".join(text.action_strings)))
     return "".join(seen)
+
+
+GameSpec = LMGame  # the name before envs.games.GameSpec existed (tests, experiments)
 
 
 def response_bytes(tokenizer: Tokenizer, tokens: jax.Array) -> jax.Array:
@@ -133,14 +142,14 @@ def _mask_lm_seat(num_episodes: int, with_opponent: bool) -> jax.Array:
     return jnp.arange(num_episodes, dtype=jnp.int32) % 2 if with_opponent else jnp.full((num_episodes,), -1, jnp.int32)
 
 
-def _render(game: GameSpec, state, player):
+def _render(game: LMGame, state, player):
     """Batched prompts ``[B, P]``: bos + the rendered bytes, each mapped to its id (``byte_ids``)."""
     body = jax.vmap(game.text.render, in_axes=(0, 0, None))(state, player, 0)  # bytes
     body = jnp.asarray(byte_ids(game.tokenizer))[body]
     return jnp.concatenate([jnp.full((body.shape[0], 1), game.tokenizer.bos_id, jnp.int32), body], axis=1)
 
 
-def _parse(game: GameSpec, tokens, legal):
+def _parse(game: LMGame, tokens, legal):
     """Batched device parse of response ids ``[B, N]`` -> (action [B], status [B])."""
     return jax.vmap(game.text.parse, in_axes=(0, 0, None))(response_bytes(game.tokenizer, tokens), legal, 0)
 
@@ -181,7 +190,7 @@ def canned_responder(params, prompts, key) -> SampleOutput:
     return SampleOutput(tokens=table[pick], logprobs=jnp.zeros(table[pick].shape, jnp.float32), lengths=lens[pick])
 
 
-def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig,
+def make_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConfig,
                  opponent: Callable | None = None, responder: Callable | None = None, mesh=None) -> Callable:
     """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step).
 
@@ -232,7 +241,7 @@ def make_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerCo
     return rollout
 
 
-def python_rollout(graphdef, game: GameSpec, num_episodes: int, sampler: SamplerConfig, params, key,
+def python_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConfig, params, key,
                    opponent: Callable | None = None, responder: Callable | None = None) -> dict:
     """The same rollout driven turn by turn from Python (reference for the benchmark and tests).
 
@@ -292,7 +301,7 @@ def parse_text(text: gtext.GameText, answer: str, legal) -> tuple[int, int]:
     return a, (gtext.OK if legal[a] else gtext.ILLEGAL)
 
 
-def _python_fns(graphdef, game: GameSpec, b: int, sampler: SamplerConfig, opponent, responder):
+def _python_fns(graphdef, game: LMGame, b: int, sampler: SamplerConfig, opponent, responder):
     env = game.env
     respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler, tokenizer=game.tokenizer)
 

@@ -6,7 +6,8 @@ played by a *teacher* that mixes an expert with random-legal play, so that the p
 
 - TicTacToe: perfect minimax move with probability ``expert_prob``, else a random legal move;
 - Kuhn Poker: a Nash policy (alpha = 1/6) move with probability ``expert_prob``, else random legal;
-- Negotiation: the fixed heuristic with probability ``expert_prob``, else random legal.
+- Negotiation: the fixed heuristic with probability ``expert_prob``, else random legal;
+- any other registered game: its ``GameSpec.expert`` (``envs.games``), likewise.
 
 The SFT target at each visited position is the expert's move (``labels="expert"``, the default:
 imitation of the expert on the teacher's varied positions) or the move the teacher played
@@ -16,8 +17,8 @@ well as its mixed teacher).
 Each example is ``[bos] prompt`` + ``"<rationale> \\boxed{<action>}"`` + ``[eos]`` (ids of the games'
 tokenizer: the prompt as the rollout renders it, one id per character; the response encoded as plain
 text, ``tokenizer.encode``: a BPE's canonical tokens, which the rollout's parser reads) with the loss on
-the response only; the rationale is a short, state-derived sentence (free cells / own card / own
-values) so that responses carry a little "reasoning" whose length RL can keep or collapse.
+the response only; the rationale is a short, state-derived sentence (``GameSpec.rationale``: free
+cells / own card / own values) so that responses carry a little "reasoning" whose length RL can keep or collapse.
 
     params, metrics = warm_start(model, ("tictactoe", "kuhn_poker"), WarmStartConfig(), seed=0, style="compact",
                                  tokenizer=spiral_tokenizer())
@@ -32,16 +33,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_reason.agents.spiral.rollout import GameSpec, _render
+from jaxrl_reason.agents.spiral.rollout import LMGame, _render
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games.arena import mover_view
-from jaxrl_reason.envs.games.kuhn_poker import CARD_NAMES
+from jaxrl_reason.envs.games.opponents import KUHN_TEACHER_ALPHA, kuhn_policy_action  # noqa: F401  (moved there)
 from jaxrl_reason.envs.wrappers import where_done
 from jaxrl_reason.models.lm import sft
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
-KUHN_TEACHER_ALPHA = 1.0 / 6.0
 LABELS = ("expert", "played")
 
 
@@ -62,29 +62,12 @@ class WarmStartConfig:
             raise ValueError("WarmStartConfig: games_per_game, steps, batch_size must be >= 1")
 
 
-def kuhn_policy_action(pi: jax.Array):
-    """A Kuhn Poker player from a ``[3, 4]`` bet/call table (``opponents`` convention)."""
-
-    def act(key, state, ts):
-        h = jnp.minimum(state.hist, 3)
-        card = jnp.where(state.current_player == 0, state.cards[0], state.cards[1])
-        aggressive = jax.random.uniform(key) < pi[card, h]
-        facing = h >= 2
-        return jnp.where(facing, jnp.where(aggressive, 2, 3), jnp.where(aggressive, 1, 0)).astype(jnp.int32)
-
-    return act
+def expert_player(game: LMGame):
+    """The game's expert (``GameSpec.expert``: minimax / Kuhn Nash / negotiation heuristic / ...)."""
+    return game.spec.expert_player(game.env)
 
 
-def expert_player(game: GameSpec):
-    """The expert of each game (minimax / Kuhn Nash / negotiation heuristic)."""
-    if game.name == "tictactoe":
-        return O.minimax_action
-    if game.name == "kuhn_poker":
-        return kuhn_policy_action(O.kuhn_nash_policy(KUHN_TEACHER_ALPHA))
-    return O.negotiation_heuristic_action(game.env)
-
-
-def teacher_player(game: GameSpec, expert_prob: float):
+def teacher_player(game: LMGame, expert_prob: float):
     """``act(key, state, ts) -> (played, expert)``: the teacher's move (the expert's with probability
     ``expert_prob``, else random legal) and the expert's move at the same position."""
     expert = expert_player(game)
@@ -97,21 +80,16 @@ def teacher_player(game: GameSpec, expert_prob: float):
     return act
 
 
-def rationale(game: GameSpec, state, player: int, legal: np.ndarray) -> str:
-    """Short state-derived sentence written before the boxed answer (host side, one game)."""
-    if game.name == "tictactoe":
-        return "Free " + "".join(str(i) for i in np.flatnonzero(legal)) + "."
-    if game.name == "kuhn_poker":
-        return f"I hold {CARD_NAMES[int(state.cards[player])]}."
-    v = np.asarray(state.values)[player]
-    return f"Wood {int(v[0])} gold {int(v[1])}."
+def rationale(game: LMGame, state, player: int, legal: np.ndarray) -> str:
+    """Short state-derived sentence written before the boxed answer (host side, one game; ``GameSpec.rationale``)."""
+    return game.spec.rationale(game.env, state, player, legal)
 
 
-def response_text(game: GameSpec, state, player: int, legal: np.ndarray, action: int) -> str:
+def response_text(game: LMGame, state, player: int, legal: np.ndarray, action: int) -> str:
     return f"{rationale(game, state, player, legal)} \\boxed{{{game.text.action_strings[int(action)]}}}"
 
 
-def teacher_games(game: GameSpec, num_games: int, expert_prob: float, key) -> dict:
+def teacher_games(game: LMGame, num_games: int, expert_prob: float, key) -> dict:
     """Play ``num_games`` teacher-vs-teacher games; per turn ``[T, B]`` prompts, the played
     ``action``, the ``expert`` action at that position, legal masks, movers, states and an
     ``active`` flag (numpy)."""
@@ -140,7 +118,7 @@ def teacher_games(game: GameSpec, num_games: int, expert_prob: float, key) -> di
     return jax.device_get(play(key))
 
 
-def sft_examples(games: Sequence[GameSpec], cfg: WarmStartConfig, key, seq_len: int | None = None) -> dict:
+def sft_examples(games: Sequence[LMGame], cfg: WarmStartConfig, key, seq_len: int | None = None) -> dict:
     """Teacher turns of every game as ``{"tokens" [M, L], "loss_mask" [M, L-1]}`` (numpy), in the ids of
     the games' tokenizer (one tokenizer for all of them)."""
     tok = games[0].tokenizer
@@ -167,7 +145,7 @@ def warm_start(model, games: Sequence[str], cfg: WarmStartConfig = WarmStartConf
                style: str = "verbose", *, tokenizer: Tokenizer):
     """SFT ``model`` (in place) on teacher moves of ``games`` rendered in prompt ``style`` in the ids of
     ``tokenizer`` (the LM's: ``agents.spiral.tokenizer``); returns ``(params, {"nll": [steps], "examples": count})``."""
-    specs = [GameSpec.make(g, style, tokenizer=tokenizer) for g in games]
+    specs = [LMGame.make(g, style, tokenizer=tokenizer) for g in games]
     data = sft_examples(specs, cfg, jax.random.key(seed))
     tokenizer.check_model(model.cfg, data["tokens"].shape[1], "SPIRAL warm start")
     params, nll = sft.fit(model, data, cfg.steps, cfg.batch_size, cfg.lr, seed, chunk=128, name="SPIRAL SFT warm start",

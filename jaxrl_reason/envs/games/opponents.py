@@ -11,6 +11,7 @@
   (NashConv / 2; 0 exactly at a Nash equilibrium), ``kuhn_nash_policy(alpha)`` the known Nash
   family (game value -1/18). ``kuhn_average_*`` keep the time-averaged (sequence-form) policy of
   a run of self-play iterates. All are jnp functions, so they run inside training loops.
+  ``kuhn_policy_action(pi)`` plays a table; ``kuhn_nash_action`` plays Nash alpha = ``KUHN_TEACHER_ALPHA``.
 - Negotiation: ``negotiation_heuristic_action`` accepts any offer that raises its own inventory
   value and otherwise proposes a random offer that would (else denies).
 
@@ -30,6 +31,7 @@ from jaxrl_reason.envs.games.negotiation import ACCEPT, DENY, FIRST_OFFER, Negot
 from jaxrl_reason.envs.games.tictactoe import LINES
 
 _NEG = -1e9
+KUHN_TEACHER_ALPHA = 1.0 / 6.0  # the Nash member SPIRAL's teacher and "nash" opponent play
 
 
 def current_mask(ts) -> jax.Array:
@@ -179,6 +181,25 @@ def kuhn_nash_policy(alpha: float = 0.0) -> jax.Array:
         ],
         jnp.float32,
     )
+
+
+def kuhn_policy_action(pi: jax.Array):
+    """A Kuhn Poker player ``act(key, state, ts)`` from a ``[3, 4]`` bet/call table."""
+
+    def act(key, state, ts):
+        h = jnp.minimum(state.hist, 3)
+        card = jnp.where(state.current_player == 0, state.cards[0], state.cards[1])
+        aggressive = jax.random.uniform(key) < pi[card, h]
+        facing = h >= 2
+        return jnp.where(facing, jnp.where(aggressive, 2, 3), jnp.where(aggressive, 1, 0)).astype(jnp.int32)
+
+    return act
+
+
+def kuhn_nash_action(env=None):
+    """The Nash player (alpha = ``KUHN_TEACHER_ALPHA``) as ``act(key, state, ts)`` (``env`` unused)."""
+    del env
+    return kuhn_policy_action(kuhn_nash_policy(KUHN_TEACHER_ALPHA))
 
 
 def kuhn_own_reach(pi: jax.Array) -> jax.Array:

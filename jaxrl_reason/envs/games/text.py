@@ -111,6 +111,7 @@ class GameText:
 
     template: Template
     action_strings: tuple[str, ...]
+    game: type | None = None  # the environment class this interface renders (``game_text`` dispatch)
     window: int = 64  # bytes read after "\boxed{"
 
     def __init__(self, env):
@@ -177,7 +178,7 @@ def _n(values, width=1) -> tuple[str, ...]:
     return tuple(str(v).rjust(width) for v in values)
 
 
-def _check_style(style: str) -> str:
+def check_style(style: str) -> str:
     if style not in STYLES:
         raise ValueError(f"prompt style must be one of {STYLES}, got {style!r}")
     return style
@@ -192,12 +193,13 @@ def _short_history(text: str) -> str:
 
 
 class TicTacToeText(GameText):
+    game = TicTacToe
     action_strings = tuple(str(c) for c in range(9))
 
     def __init__(self, env: TicTacToe, style: str = "verbose"):
         cell = lambda i: Slot(f"cell{i}", (str(i), "X", "O"))
         legal = [Slot(f"legal{i}", ("  ", f" {i}")) for i in range(9)]
-        if _check_style(style) == "compact":
+        if check_style(style) == "compact":
             parts: list = ["TicTacToe. You are ", Slot("mark", ("X", "O")), ".\n"]
             for r in range(3):
                 parts += [cell(3 * r + c) for c in range(3)] + ["\n"]
@@ -227,6 +229,7 @@ class TicTacToeText(GameText):
 
 
 class KuhnPokerText(GameText):
+    game = KuhnPoker
     action_strings = kp.ACTION_NAMES
     _HISTORY_TEXT = (
         "no actions yet",
@@ -242,7 +245,7 @@ class KuhnPokerText(GameText):
 
     def __init__(self, env: KuhnPoker, style: str = "verbose"):
         legal = [Slot(f"legal{a}", ("", " " + n)) for a, n in enumerate(kp.ACTION_NAMES)]
-        if _check_style(style) == "compact":
+        if check_style(style) == "compact":
             self.template = Template([
                 "Kuhn Poker. You are P", Slot("player", ("0", "1")), ", card ", Slot("card", kp.CARD_NAMES),
                 ".\nHistory: ", Slot("history", tuple(_short_history(h) + "." for h in self._HISTORY_TEXT)),
@@ -269,6 +272,8 @@ class KuhnPokerText(GameText):
 
 
 class NegotiationText(GameText):
+    game = Negotiation
+
     def __init__(self, env: Negotiation, style: str = "verbose"):
         q = env.max_qty
         self.action_strings = ("accept", "deny") + tuple(
@@ -281,7 +286,7 @@ class NegotiationText(GameText):
             for who in ("you", "opponent") for r in range(2) for g in range(1, q + 1) for w in range(1, q + 1)
         )
         turn = Slot("turn", _n(range(1, env.max_turns + 2), 2))
-        if _check_style(style) == "compact":
+        if check_style(style) == "compact":
             short = ("none.",) + tuple(o.replace("opponent gives", "they give") for o in offers[1:])
             self.template = Template([
                 "Negotiation. You are P", Slot("player", ("0", "1")), ", turn ", turn, "/", str(env.max_turns),
@@ -319,15 +324,29 @@ class NegotiationText(GameText):
         }
 
 
+def _text_classes() -> dict:
+    """Env class -> its ``GameText`` subclass: every subclass that names its ``game`` (a game's text
+    module, imported with its package by the registry ``envs.games``, declares itself so)."""
+    out, todo = {}, list(GameText.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo += cls.__subclasses__()
+        if getattr(cls, "game", None) is not None:
+            out.setdefault(cls.game, cls)
+    return out
+
+
 def game_text(env, style: str = "verbose") -> GameText:
     """The text interface of a game environment (unwraps wrappers) in prompt ``style`` (``STYLES``)."""
+    classes = _text_classes()
     base = env
-    while hasattr(base, "env") and not isinstance(base, (TicTacToe, KuhnPoker, Negotiation)):
+    while hasattr(base, "env") and not isinstance(base, tuple(classes)):
         base = base.env
-    for cls, text_cls in ((TicTacToe, TicTacToeText), (KuhnPoker, KuhnPokerText), (Negotiation, NegotiationText)):
+    for cls, text_cls in classes.items():
         if isinstance(base, cls):
             return text_cls(base, style)
-    raise ValueError(f"no text interface for {env!r}; supported: TicTacToe, KuhnPoker, Negotiation")
+    names = ", ".join(c.__name__ for c in classes)
+    raise ValueError(f"no text interface for {env!r}; supported: {names}")
 
 
 __all__ = [
