@@ -7,7 +7,7 @@ inside jit and parses ``\\boxed{...}`` answers; ``opponents`` has random / minim
 and Kuhn Poker exact exploitability; ``arena`` plays matches.
 """
 
-from jaxrl_reason.envs.games import builtin
+from jaxrl_reason.envs.games import builtin, liars_dice
 from jaxrl_reason.envs.games.kuhn_poker import KuhnPoker
 from jaxrl_reason.envs.games.negotiation import Negotiation
 from jaxrl_reason.envs.games.spec import GameSpec
@@ -37,5 +37,6 @@ def game_spec(name: str) -> GameSpec:
 register_game(builtin.TICTACTOE)
 register_game(builtin.KUHN_POKER)
 register_game(builtin.NEGOTIATION)
+register_game(liars_dice.SPEC)
 
 __all__ = ["GAMES", "GameSpec", "KuhnPoker", "Negotiation", "TicTacToe", "game_spec", "register_game"]
