@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral.rollout import GAMES, GameSpec, make_rollout, python_rollout
+from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, make_rollout, python_rollout
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
 from jaxrl_reason.models.lm.config import LMConfig
@@ -71,7 +71,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     model = Transformer(config.lm, rngs=nnx.Rngs(config.seed))
     warm_start(model, (config.game,), config.warm, seed=config.seed, tokenizer=tok)
     graphdef, params = nnx.split(model)
-    game = GameSpec.make(config.game, tokenizer=tok)
+    game = LMGame.make(config.game, tokenizer=tok)
     sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=1.0, pad_id=tok.pad_id)
     device = jax.jit(make_rollout(graphdef, game, config.num_episodes, sampler))
     keys = [jax.random.key(config.seed + 100 + i) for i in range(config.repeats + 1)]

@@ -145,7 +145,7 @@ PRESETS = {
 
 def train(run_dir: RunDir, name: str, trainer, key, num_chunks: int, steps_per_chunk: int):
     sub = run_dir.child(name)
-    state = run_chunks(sub, jax.jit(trainer.init)(key), jax.jit(trainer.update_chunk), num_chunks,
+    state = run_chunks(sub, jax.jit(trainer.init)(key), jax.jit(trainer.update), num_chunks,
                        steps_per_chunk=steps_per_chunk, desc=name)
     sub.close()
     return state

@@ -52,8 +52,3 @@ class ChunkedTrain(NamedTuple):
     init: Callable[[jax.Array], Any]
     update: Callable[[Any], tuple[Any, Metrics]]
     graphdef: Any
-
-    @property
-    def update_chunk(self) -> Callable[[Any], tuple[Any, Metrics]]:
-        """Old name of ``update`` (kept while ``rl.marl.qmix``'s trainer and its callers still use it)."""
-        return self.update

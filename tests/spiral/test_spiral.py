@@ -16,7 +16,7 @@ from jaxrl_reason.agents.spiral.advantages import episode_advantages, turn_advan
 from jaxrl_reason.agents.spiral.evaluation import kuhn_infoset_prompts
 from jaxrl_reason.agents.spiral.rollout import (
     GAMES,
-    GameSpec,
+    LMGame,
     _game_chars,
     _parse,
     _render,
@@ -62,7 +62,7 @@ def text(ids) -> str:
 
 @pytest.fixture(scope="module")
 def kuhn():
-    return GameSpec.make("kuhn_poker", tokenizer=TOK)
+    return LMGame.make("kuhn_poker", tokenizer=TOK)
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +87,10 @@ def test_tokenizer_layout_and_task_id_table():
     assert TOK.decode(table[ids]) == s
     with pytest.raises(ValueError, match="no special token '<unk>'"):
         id_table(chars, ByteTokenizer())
-    game = GameSpec.make("kuhn_poker", tokenizer=TOK)
+    game = LMGame.make("kuhn_poker", tokenizer=TOK)
     first = next(c for c in _game_chars(game.text) if c not in CHARS)  # the first the character tokenizer lacks
     with pytest.raises(ValueError, match=f"CharTokenizer .*does not spell {re.escape(repr(first))} .*kuhn_poker"):
-        GameSpec.make("kuhn_poker", tokenizer=chars)
+        LMGame.make("kuhn_poker", tokenizer=chars)
 
 
 def _states(game, n=6, turns=3):
@@ -121,7 +121,7 @@ def test_byte_tokenizer_tables_are_byte_plus_offset(style):
     table, lens = token_bytes(TOK)
     assert table.shape == (264, 1) and (lens == 1).all()
     for name in GAMES:
-        game = GameSpec.make(name, style, tokenizer=TOK)
+        game = LMGame.make(name, style, tokenizer=TOK)
         state, ts = _states(game)
         want, got = jax.jit(lambda s, p, game=game: (jax.vmap(game.text.render, in_axes=(0, 0, None))(s, p, 8),
                                                      _render(game, s, p)))(state, ts.current_player)
@@ -138,7 +138,7 @@ def bpe():
     texts = []
     for name in GAMES:
         for style in ("verbose", "compact"):
-            game = GameSpec.make(name, style, tokenizer=TOK)
+            game = LMGame.make(name, style, tokenizer=TOK)
             state, _ = game.env.reset(jax.random.key(0))
             texts += [game.text.describe(state, 0)] + [f"I bet. \\boxed{{{a}}}" for a in game.text.action_strings]
     return HFTokenizer.train_bpe(texts * 4, 400, special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
@@ -147,7 +147,7 @@ def bpe():
 
 @pytest.mark.parametrize("name", GAMES)
 def test_bpe_renders_one_token_per_character_and_parses_its_canonical_tokens(bpe, name):
-    game = GameSpec.make(name, "compact", tokenizer=bpe)
+    game = LMGame.make(name, "compact", tokenizer=bpe)
     state, ts = _states(game, n=2, turns=2)
     prompts = np.asarray(jax.jit(lambda s, p: _render(game, s, p))(state, ts.current_player))
     parse = jax.jit(lambda ids, legal: _parse(game, ids, legal))
@@ -176,7 +176,7 @@ def test_bpe_renders_one_token_per_character_and_parses_its_canonical_tokens(bpe
 def test_bpe_warm_start_examples_parse(bpe):
     """Warm-start examples with a BPE: the rendered prompt, then the canonical tokens of the expert's answer,
     which the rollout's parser reads as a legal move."""
-    game = GameSpec.make("kuhn_poker", "compact", tokenizer=bpe)
+    game = LMGame.make("kuhn_poker", "compact", tokenizer=bpe)
     data = sft_examples([game], WarmStartConfig(games_per_game=8), jax.random.key(0))
     parse = jax.jit(lambda ids: _parse(game, ids, jnp.ones((ids.shape[0], 4), bool)))
     starts = np.argmax(data["loss_mask"], axis=1) + 1
@@ -218,7 +218,7 @@ def test_advantages_modes():
 
 @pytest.mark.parametrize("name", ["tictactoe", "kuhn_poker"])
 def test_host_parser_matches_device_parser(name):
-    game = GameSpec.make(name, tokenizer=TOK)
+    game = LMGame.make(name, tokenizer=TOK)
     texts = ["\\boxed{4}", "x \\boxed{check} \\boxed{ Bet }", "\\boxed{call", "boxed{fold}", "\\boxed{}",
              "\\boxed{ 8 }", "\\boxed{fold}", "\\boxed{\n9}", "nothing"]
     n = 40
@@ -290,7 +290,7 @@ def test_sft_targets_are_the_experts_moves_at_random_teacher_positions(labels):
     Nash move where Nash is deterministic (call with K facing a bet, fold with J), with "played" the
     random move (both answers appear)."""
     cfg = WarmStartConfig(expert_prob=0.0, games_per_game=96, labels=labels)
-    data = sft_examples([GameSpec.make("kuhn_poker", "compact", tokenizer=TOK)], cfg, jax.random.key(0))
+    data = sft_examples([LMGame.make("kuhn_poker", "compact", tokenizer=TOK)], cfg, jax.random.key(0))
     answers = {"K": set(), "J": set()}
     for tokens, mask in zip(data["tokens"], data["loss_mask"]):
         full = text(tokens)
@@ -319,7 +319,7 @@ def test_config_errors():
     with pytest.raises(ValueError, match="advantage"):
         SpiralConfig(advantage="ppo")
     with pytest.raises(ValueError, match="unknown SPIRAL game"):
-        GameSpec.make("go", tokenizer=TOK)
+        LMGame.make("go", tokenizer=TOK)
     small = LMConfig(vocab_size=96, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=512)
     with pytest.raises(ValueError, match="vocab_size 96 < the tokenizer's 264"):
         SpiralTrainer(SpiralConfig(games=("kuhn_poker",)), Transformer(small, rngs=nnx.Rngs(0)), tokenizer=TOK)

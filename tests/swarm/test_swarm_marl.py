@@ -174,7 +174,7 @@ def test_qmix_takes_exactly_the_env_step_budget():
     assert (cfg.num_iters, cfg.prefill_rollout, cfg.num_chunks) == (6, 11, 2)
     trainer = qmix.make_chunked(cfg, ENV)
     state = jax.jit(trainer.init)(jax.random.key(0))
-    update = jax.jit(trainer.update_chunk)
+    update = jax.jit(trainer.update)
     state, _ = update(state)
     state, metrics = update(state)
     assert int(state.env_steps) == 92 and int(state.iteration) == 6
@@ -194,7 +194,7 @@ def test_qmix_environments_split_over_the_data_mesh_take_the_same_chunk():
         cfg = qmix.QMIXConfig(num_envs=8, rollout_steps=2, total_timesteps=96, prefill_steps=32, iters_per_chunk=2,
                               batch_size=8, buffer_size=400, hidden=8, mixer_embed=4, mesh=mesh)
         trainer = qmix.make_chunked(cfg, ENV)
-        state, metrics = jax.jit(trainer.update_chunk)(jax.jit(trainer.init)(jax.random.key(0)))
+        state, metrics = jax.jit(trainer.update)(jax.jit(trainer.init)(jax.random.key(0)))
         runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)
         if mesh:
             obs = state.timestep.obs
@@ -211,7 +211,7 @@ def test_qmix_environments_split_over_the_data_mesh_take_the_same_chunk():
 def test_mappo_chunk_runs():
     cfg = ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64, updates_per_chunk=2, num_minibatches=2)
     trainer = mappo.make_chunked(cfg, ENV)
-    state, metrics = jax.jit(trainer.update_chunk)(jax.jit(trainer.init)(jax.random.key(0)))
+    state, metrics = jax.jit(trainer.update)(jax.jit(trainer.init)(jax.random.key(0)))
     assert metrics["value_loss"].shape == (2,) and np.isfinite(np.asarray(metrics["value_loss"])).all()
     assert int(state.update) == 2
 

@@ -91,7 +91,6 @@ def _game_chars(text: gtext.GameText) -> str:
     return "".join(seen)
 
 
-GameSpec = LMGame  # the name before envs.games.GameSpec existed (tests, experiments)
 
 
 def response_bytes(tokenizer: Tokenizer, tokens: jax.Array) -> jax.Array:

@@ -10,7 +10,7 @@ The presets' tokenizer: ids ``0..7`` are the special tokens ``<pad> <bos> <eos> 
 <answer> </answer> <unk>`` (the character tokenizer's, same ids), ids ``8..263`` are bytes (byte ``b``
 -> ``b + 8``). Why bytes and not the tasks' character tokenizer: the game text needs characters
 (``\\``, ``{``, ``|``, newline) that it does not have. Nothing here is a global vocabulary: the
-experiment constructs the tokenizer and hands it to ``GameSpec.make``, ``warm_start``,
+experiment constructs the tokenizer and hands it to ``LMGame.make``, ``warm_start``,
 ``SpiralTrainer`` and the evaluation.
 
 Any other tokenizer works when it spells every character of the game text as one token, e.g. a

@@ -30,7 +30,7 @@ import optax
 from flax import nnx
 
 from jaxrl_reason.agents.spiral.advantages import MODES, episode_advantages, turn_advantages
-from jaxrl_reason.agents.spiral.rollout import GAMES, GameSpec, make_rollout
+from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, make_rollout
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
@@ -101,7 +101,7 @@ class SpiralTrainer:
     def __init__(self, config: SpiralConfig, model, *, tokenizer: Tokenizer):
         self.config = config
         self.tokenizer = tokenizer
-        self.games = [GameSpec.make(g, config.prompt_style, tokenizer=tokenizer) for g in config.games]
+        self.games = [LMGame.make(g, config.prompt_style, tokenizer=tokenizer) for g in config.games]
         self.prompt_len = max(g.prompt_len for g in self.games)
         model.cfg.check_cache(self.prompt_len, config.max_new_tokens, self.prompt_len + config.max_new_tokens)
         tokenizer.check_model(model.cfg, self.prompt_len + config.max_new_tokens, "SpiralTrainer")
@@ -129,7 +129,7 @@ class SpiralTrainer:
         return self._step(state)
 
 
-def _opponent(name: str, game: GameSpec):
+def _opponent(name: str, game: LMGame):
     if name == "random":
         return O.random_action
     raise ValueError(name)

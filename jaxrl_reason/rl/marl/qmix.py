@@ -220,7 +220,7 @@ class QMIXState:
 
 class ChunkedQMIX(NamedTuple):
     init: Callable[[jax.Array], QMIXState]
-    update_chunk: Callable[[QMIXState], tuple[QMIXState, dict]]
+    update: Callable[[QMIXState], tuple[QMIXState, dict]]
     graphdef: Any
 
 
@@ -230,7 +230,7 @@ def uniform_behaviour(env: envs.Environment) -> Behaviour:
 
 def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet = AgentQ,
                  aux_loss: AuxLoss | None = None, prior: Prior | None = None) -> ChunkedQMIX:
-    """``init(key)`` (prefill + offline phase) and ``update_chunk(state)`` (online iterations).
+    """``init(key)`` (prefill + offline phase) and ``update(state)`` (online iterations).
 
     ``agent_net`` builds the shared per-agent network (``AgentNet``; default ``AgentQ``),
     ``aux_loss`` adds a term to the TD loss (``AuxLoss``; its metrics are logged next to
@@ -384,10 +384,10 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet 
 
         return jax.lax.cond(state.iteration < config.num_iters, lambda s: iteration(s, None), skip, state)
 
-    def update_chunk(state: QMIXState):
+    def update(state: QMIXState):
         return jax.lax.scan(maybe_iteration, state, None, length=config.iters_per_chunk)
 
-    return ChunkedQMIX(init, update_chunk, graphdef)
+    return ChunkedQMIX(init, update, graphdef)
 
 
 def make_train(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet = AgentQ,
@@ -397,7 +397,7 @@ def make_train(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet = 
                            aux_loss, prior)
 
     def train(key):
-        state, metrics = chunked.update_chunk(chunked.init(key))
+        state, metrics = chunked.update(chunked.init(key))
         return {"state": state, "metrics": metrics}
 
     return train
