@@ -38,7 +38,7 @@ from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_m
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import data_mesh, replicate
 from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
-from jaxrl_reason.rl.grpo.update import gradient_step
+from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.rl.rae import init_baseline
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -169,18 +169,14 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
         data["plens"] = plens
         data["seqs"] = join(data.pop("prompts"), plens, data["tokens"], pad_id)
         data["mask"] = response_mask(data["lengths"], n, data["active"])
-        num_rows = data["seqs"].shape[0]
-        mb = -(-num_rows // cfg.minibatches)
-        perm = jax.random.permutation(k_perm, mb * cfg.minibatches) % num_rows  # wraps: a few rows twice
-        batches = jax.tree.map(lambda x: x[perm].reshape((cfg.minibatches, mb) + x.shape[1:]), data)
 
         def loss_fn(params, b):
             model = nnx.merge(graphdef, params, state.rest)
             logp, ent = response_logprobs(model, b["seqs"], b["plens"], n, cfg.temperature, cfg.logprob_chunk)
             return grpo_loss(logp, b["logprobs"], b["adv"], b["mask"], entropy=ent, config=cfg.loss)
 
-        (params, opt_state), m = jax.lax.scan(gradient_step(loss_fn, optimizer),
-                                              (state.params, state.opt_state), batches)
+        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm,
+                                                  1, cfg.minibatches, wrap=True)  # turn counts need not divide
         metrics.update({k: v.mean() for k, v in m.items()})
         metrics["active_turns"] = data["active"].sum()
         metrics["mean_abs_adv"] = (jnp.abs(data["adv"]) * data["active"]).sum() / jnp.maximum(data["active"].sum(), 1)

@@ -31,16 +31,20 @@ def gradient_step(loss_fn: Callable, optimizer: optax.GradientTransformation) ->
 
 
 def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation, params, opt_state, data, key,
-                     epochs: int, minibatches: int):
-    """``epochs`` passes over ``data`` (pytree of [N, ...] rows, N divisible by ``minibatches``), each a
-    fresh shuffle split into ``minibatches`` gradient steps. -> ((params, opt_state), metrics [E, M])."""
+                     epochs: int, minibatches: int, *, wrap: bool = False):
+    """``epochs`` passes over ``data`` (pytree of [N, ...] rows), each a fresh shuffle split into
+    ``minibatches`` gradient steps. -> ((params, opt_state), metrics [E, M]).
+
+    N must divide into ``minibatches`` unless ``wrap``: then each shuffle draws ``ceil(N / M) * M``
+    positions modulo N, so the last few rows of an epoch are ones already seen (SPIRAL's turn counts)."""
     n = jax.tree.leaves(data)[0].shape[0]
-    if n % minibatches:
+    if n % minibatches and not wrap:
         raise ValueError(f"minibatch_epochs: {n} rows do not split into {minibatches} minibatches")
+    size = -(-n // minibatches)
     step = gradient_step(loss_fn, optimizer)
 
     def epoch(carry, k):
-        perm = jax.random.permutation(k, n).reshape(minibatches, -1)
+        perm = (jax.random.permutation(k, size * minibatches) % n).reshape(minibatches, size)
         return jax.lax.scan(step, carry, jax.tree.map(lambda x: x[perm], data))
 
     return jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, epochs))
