@@ -58,7 +58,7 @@ import jax.numpy as jnp
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.lm import prompts
 from jaxrl_reason.models.lm.prompts import prompt_from_parts, template_parts
-from jaxrl_reason.models.lm.sequences import cut_at_eos
+from jaxrl_reason.models.lm.sequences import RowBatch, cut_at_eos
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.tasks.assistant import ROUTES, AssistantIds, char_ids, check_answers, encode_int, execute_call
@@ -178,7 +178,7 @@ class SystemConfig:
 
 
 @flax.struct.dataclass
-class Requests:
+class Requests(RowBatch):
     """text [B, R] (right-padded), text_lens [B], answer [B, A'], answer_lens [B], kind [B] (request type)."""
 
     text: jax.Array
@@ -186,13 +186,6 @@ class Requests:
     answer: jax.Array
     answer_lens: jax.Array
     kind: jax.Array
-
-    def __len__(self) -> int:
-        return self.text.shape[0]
-
-    def repeat(self, g: int) -> "Requests":
-        """Each request ``g`` times in a row ([B] -> [B*g], group-major)."""
-        return jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), self)
 
 
 @flax.struct.dataclass

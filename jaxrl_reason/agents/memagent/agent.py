@@ -48,7 +48,7 @@ from flax import nnx
 from jaxrl_reason.models.lm.prompts import (  # noqa: F401 (build_prompt, pack, render: importable here too)
     build_prompt, pack, parse_template, prompt_from_parts, prompt_len, render, render_parts, template_parts)
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
-from jaxrl_reason.models.lm.sequences import cut_at_eos
+from jaxrl_reason.models.lm.sequences import RowBatch, cut_at_eos
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.tasks.longcontext import encode_plain
@@ -135,7 +135,7 @@ class MemAgent:
 
 
 @flax.struct.dataclass
-class DocBatch:
+class DocBatch(RowBatch):
     """Right-padded token arrays. doc [B, L], question [B, Q], answer [B, A'] (expected), lens [B]."""
 
     doc: jax.Array
@@ -144,13 +144,6 @@ class DocBatch:
     question_lens: jax.Array
     answer: jax.Array
     answer_lens: jax.Array
-
-    def __len__(self) -> int:
-        return self.doc.shape[0]
-
-    def repeat(self, g: int) -> "DocBatch":
-        """Each document ``g`` times in a row ([B] -> [B*g], group-major)."""
-        return jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), self)
 
 
 @flax.struct.dataclass

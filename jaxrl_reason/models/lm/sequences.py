@@ -6,6 +6,9 @@ cut at the first eos, and the log-probs of a response under a model. All jittabl
     logp, ent = response_logprobs(model, seqs, prompt_lens, n, temperature)
     content, lens, ended = cut_at_eos(tokens, lengths, limit, eos_id, pad_id)
 
+``RowBatch`` is the base of the agents' per-example batches (``flax.struct`` dataclasses of ``[B, ...]``
+arrays, e.g. MemAgent's ``DocBatch``, JoyAgents' ``Requests``): ``len`` and ``repeat`` for GRPO groups.
+
 Conventions: prompts are right-padded ``[B, P]`` with lengths ``prompt_lens [B]``; a response is
 ``[B, N]`` with lengths ``[B]`` (the sampler's ``SampleOutput``: eos included, pad after).
 """
@@ -16,6 +19,17 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
+
+
+class RowBatch:
+    """Mixin for a ``flax.struct.dataclass`` whose fields are all ``[B, ...]`` arrays (one row per example)."""
+
+    def __len__(self) -> int:
+        return jax.tree.leaves(self)[0].shape[0]
+
+    def repeat(self, g: int):
+        """Each row ``g`` times in a row ([B] -> [B*g], group-major: GRPO's groups)."""
+        return jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), self)
 
 
 def join(prompts: jax.Array, prompt_lens: jax.Array, response: jax.Array, pad_id: int = 0) -> jax.Array:
