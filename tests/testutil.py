@@ -42,7 +42,7 @@ def constant_model(cfg, token: int):
     return nnx.split(model)
 
 
-# -- parity with transformers (tests/lm/test_hf_*.py) ------------------------------------------------
+# -- parity with transformers (tests/models/lm/test_hf_*.py) ------------------------------------------------
 def hf_logits(hf, toks):
     """A transformers model's logits [B, T, V] (numpy) for int tokens [B, T]."""
     import torch

@@ -13,7 +13,7 @@ and cannot express 128 x 128 weight blocks with float32 scales. qwix is not a de
 The backward pass (custom VJP) quantises the same way: dgrad = g @ W^T and wgrad = x^T @ g are FP8
 products with float32 accumulation, as in DeepSeek-V3.
 Where it is used (``LMConfig.fp8``): every `layers.Linear` and the routed-expert GEMMs (moe.py);
-see `LMConfig` for what stays in higher precision. Measured: tests/lm/test_lm_model.py
+see `LMConfig` for what stays in higher precision. Measured: tests/models/lm/test_model.py
 (`test_fp8_training_tracks_bf16_with_mtp`) and experiments/bench_lm.py (`fp8_vs_bf16.png`).
 """
 

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

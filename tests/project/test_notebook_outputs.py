@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 MIN_WORDS = 150
 MAX_BYTES = 1_500_000
 

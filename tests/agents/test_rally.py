@@ -216,4 +216,4 @@ def test_mappo_chunk_runs():
     assert int(state.update) == 2
 
 # The RMIX learning test (semi-offline role-value mixing beats random play by a clear margin) runs
-# inside notebooks/06_swarm.ipynb (tests/swarm/test_swarm_notebook.py), which trains it anyway.
+# inside notebooks/06_swarm.ipynb (tests/notebooks/test_06_swarm.py), which trains it anyway.

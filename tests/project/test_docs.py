@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "jaxrl_reason"
 API_DIR = REPO / "docs" / "api"
 ENTRY = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)

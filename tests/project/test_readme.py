@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 
 
