@@ -1,4 +1,5 @@
-"""Run directories, checkpoints (missing / corrupt / mismatched), CLI errors, kill-and-resume."""
+"""The CLI: errors and listing, kill-and-resume of a run (run directories and checkpoints themselves:
+tests/utils/test_experiment.py, tests/utils/test_checkpoint.py)."""
 
 import json
 import os
@@ -8,71 +9,14 @@ import subprocess
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxrl_reason import cli
-from jaxrl_reason.utils.checkpoint import CheckpointError, Checkpointer
-from jaxrl_reason.utils.experiment import RunDir, RunDirError
+from jaxrl_reason.utils.checkpoint import Checkpointer
 from testutil import subprocess_xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _state(seed=0):
-    return {"w": jnp.arange(6.0).reshape(2, 3) + seed, "key": jax.random.key(seed), "n": jnp.int32(seed),
-            "empty": jnp.zeros((3, 0))}
-
-
-def test_checkpoint_round_trip_and_errors(tmp_path):
-    ck = Checkpointer(tmp_path / "ck", interval=2)
-    with pytest.raises(CheckpointError, match="no checkpoint found"):
-        ck.restore(_state())
-    assert not ck.save(1, _state(1))  # not due
-    assert ck.save(2, _state(2)) and ck.save(3, _state(3), force=True)
-    step, restored = ck.restore(_state())
-    assert step == 3
-    np.testing.assert_array_equal(restored["w"], _state(3)["w"])
-    np.testing.assert_array_equal(jax.random.key_data(restored["key"]), jax.random.key_data(_state(3)["key"]))
-    with pytest.raises(CheckpointError, match="model or config changed"):
-        ck.restore({"w": jnp.zeros((2, 4)), "key": jax.random.key(0), "n": jnp.int32(0), "empty": jnp.zeros((3, 0))})
-    with pytest.raises(CheckpointError, match="holds 3 arrays but the training state has 1"):
-        ck.restore({"w": jnp.zeros((2, 3))})
-    # corrupt the newest step: clear error naming the fix; the older step stays restorable
-    for f in (tmp_path / "ck" / "3").rglob("*"):
-        if f.is_file():
-            f.write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match=r"corrupt: unreadable.*delete .*3 to resume from step 2"):
-        ck.restore(_state())
-    step, restored = ck.restore(_state(), step=2)
-    assert step == 2 and int(restored["n"]) == 2
-
-
-def test_run_dir_metrics_table_plot_and_resume_checks(tmp_path):
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class C:
-        lr: float = 0.1
-
-    run = RunDir.create("exp", C(), root=tmp_path)
-    run.log_many(1, {"loss": np.array([3.0, 2.0, 1.0])})
-    run.truncate_metrics(2)
-    assert [r["step"] for r in run.read_metrics()] == [1, 2]
-    assert run.plot(["loss"]).exists()
-    assert "| a | b |" in run.write_table("t", [{"a": 1, "b": 2.5}])
-    run.close()
-    assert RunDir.create("exp", C(), root=tmp_path, resume=True).path == run.path
-    with pytest.raises(RunDirError, match=r"differs from the run in .*: lr \(run: 0.1, now: 0.2\); .* start a new run "
-                                          r"\(the same command without --resume\)"):
-        RunDir.create("exp", C(lr=0.2), root=tmp_path, resume=True)
-    with pytest.raises(RunDirError, match="no earlier run"):
-        RunDir.create("other", C(), root=tmp_path, resume=True)
-    RunDir.create("nested", {"grpo": {"loss": {"eps": 0.2}}, "steps": 3}, root=tmp_path).close()
-    with pytest.raises(RunDirError, match=r": grpo\.loss\.eps \(run: 0\.2, now: 0\.3\); resume"):
-        RunDir.create("nested", {"grpo": {"loss": {"eps": 0.3}}, "steps": 3}, root=tmp_path, resume=True)
 
 
 def test_cli_rejects_unknown_experiment_and_bad_config(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""MARL pieces on the swarm: monotone mixer, config errors, MAPPO/QMIX smoke, prior consensus,
-and a learning test (semi-offline RMIX-style training beats random play)."""
+"""RALLY on the swarm: role-value heads, RMIX config and loss, prior consensus, the prior against random play and
+the lookahead (QMIX / MAPPO themselves: tests/rl/test_marl.py)."""
 
 import functools
 
@@ -15,19 +15,10 @@ from jaxrl_reason.agents.rally import rmix
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.agents.rally.rmix import RoleValueNet
 from jaxrl_reason.envs.swarm import COMMANDER, COORDINATOR, EXECUTOR, NUM_ROLES
-from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.evaluate import random_policy
-from jaxrl_reason.rl.marl import mappo, qmix
+from jaxrl_reason.rl.marl import qmix
 
 ENV = envs.make("swarm", num_agents=3, num_targets=2, max_steps=30)
-
-
-def test_mixer_is_monotone_in_agent_values():
-    mixer = qmix.MonotoneMixer(3, 5, 8, rngs=nnx.Rngs(0))
-    q = jax.random.normal(jax.random.key(1), (64, 3))
-    s = jax.random.normal(jax.random.key(2), (64, 5))
-    grads = jax.vmap(jax.grad(lambda q, s: mixer(q, s)))(q, s)
-    assert (np.asarray(grads) >= 0).all() and (np.asarray(grads) > 0).any()
 
 
 def test_role_value_heads_shape_and_errors():
@@ -39,19 +30,6 @@ def test_role_value_heads_shape_and_errors():
     assert net(x).shape == (4, 3, 2 * NUM_ROLES)
     with pytest.raises(ValueError, match="target x role"):
         RoleValueNet(10, 5, 16, rngs=nnx.Rngs(0), num_targets=2)
-
-
-def test_config_and_env_errors():
-    with pytest.raises(ValueError, match="prefill_steps"):
-        qmix.QMIXConfig(num_envs=16, prefill_steps=8)
-    with pytest.raises(TypeError, match="agent_net"):
-        qmix.make_chunked(qmix.QMIXConfig(), ENV, agent_net="transformer")
-    with pytest.raises(ValueError, match="discrete actions"):
-        qmix.make_chunked(qmix.QMIXConfig(), envs.make("swarm", control="continuous"))
-    with pytest.raises(ValueError, match="explore"):
-        qmix.make_chunked(qmix.QMIXConfig(), ENV, prior=qmix.Prior(qmix.uniform_behaviour(ENV), explore=1.5))
-    with pytest.raises(ValueError, match="turn-based"):
-        mappo.make_chunked(ppo.PPOConfig(), envs.make("tictactoe"))
 
 
 def test_rmix_config_and_errors():
@@ -164,56 +142,6 @@ def test_rally_scripts_lookahead_labels_and_config_errors():
         rally.Config(methods=("prior", "rmix_llm"))
     with pytest.raises(ValueError, match="unknown"):
         rally.Config(baselines=("oracle",))
-
-
-def test_qmix_takes_exactly_the_env_step_budget():
-    # prefill 40 -> 10 per env; 23 per env in all -> 6 online iterations of 2 steps, prefill rounded up
-    # to 11; 4 iterations per chunk -> the second chunk is partial and must not overrun the budget
-    cfg = qmix.QMIXConfig(num_envs=4, rollout_steps=2, total_timesteps=92, prefill_steps=40, iters_per_chunk=4,
-                          batch_size=8, buffer_size=400, hidden=8, mixer_embed=4)
-    assert (cfg.num_iters, cfg.prefill_rollout, cfg.num_chunks) == (6, 11, 2)
-    trainer = qmix.make_chunked(cfg, ENV)
-    state = jax.jit(trainer.init)(jax.random.key(0))
-    update = jax.jit(trainer.update)
-    state, _ = update(state)
-    state, metrics = update(state)
-    assert int(state.env_steps) == 92 and int(state.iteration) == 6
-    assert int(state.buffer.current_index) == 23  # steps actually added per environment
-    np.testing.assert_array_equal(np.asarray(metrics["env_steps"]), [84, 92, 92, 92])
-    assert "coverage" in metrics and "bc_loss" not in metrics  # the env's info_metrics; no auxiliary loss
-    assert int(np.asarray(metrics["episodes"])[2:].sum()) == 0
-    with pytest.raises(ValueError, match="multiple of num_envs"):
-        qmix.QMIXConfig(num_envs=16, total_timesteps=20_001)
-
-
-def test_qmix_environments_split_over_the_data_mesh_take_the_same_chunk():
-    """mesh="data=8": each device steps its slice of the environments (the multi-process path); the chunk equals
-    the one-device chunk up to float rounding."""
-    runs = {}
-    for mesh in (None, "data=8"):
-        cfg = qmix.QMIXConfig(num_envs=8, rollout_steps=2, total_timesteps=96, prefill_steps=32, iters_per_chunk=2,
-                              batch_size=8, buffer_size=400, hidden=8, mixer_embed=4, mesh=mesh)
-        trainer = qmix.make_chunked(cfg, ENV)
-        state, metrics = jax.jit(trainer.update)(jax.jit(trainer.init)(jax.random.key(0)))
-        runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)
-        if mesh:
-            obs = state.timestep.obs
-            assert obs.sharding.shard_shape(obs.shape)[0] == 1  # 8 environments: one per device
-    (m1, p1), (m8, p8) = runs[None], runs["data=8"]
-    for k in m1:
-        np.testing.assert_allclose(m8[k], m1[k], rtol=1e-4, atol=1e-5, err_msg=k)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
-    with pytest.raises(ValueError, match="QMIXConfig num_envs = 4 is not divisible by the 8 devices"):
-        qmix.make_chunked(qmix.QMIXConfig(num_envs=4, total_timesteps=96, prefill_steps=32, buffer_size=400,
-                                          mesh="data=8"), ENV)
-
-
-def test_mappo_chunk_runs():
-    cfg = ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64, updates_per_chunk=2, num_minibatches=2)
-    trainer = mappo.make_chunked(cfg, ENV)
-    state, metrics = jax.jit(trainer.update)(jax.jit(trainer.init)(jax.random.key(0)))
-    assert metrics["value_loss"].shape == (2,) and np.isfinite(np.asarray(metrics["value_loss"])).all()
-    assert int(state.update) == 2
 
 # The RMIX learning test (semi-offline role-value mixing beats random play by a clear margin) runs
 # inside notebooks/06_swarm.ipynb (tests/notebooks/test_06_swarm.py), which trains it anyway.
