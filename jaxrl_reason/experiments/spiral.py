@@ -14,7 +14,8 @@ with the checkpoint's tokenizer instead of the character tokenizer.
 
 Writes per step metrics (JSONL + TensorBoard), ``compare.png`` (eval win rate vs random, response
 length, format-error rate and gradient norm of every variant on shared axes), ``results.md`` (win /
-draw / loss / forfeit vs random and vs minimax / Kuhn Nash, Kuhn exploitability of the LM policy,
+draw / loss / forfeit vs random and vs minimax / Kuhn Nash, the games' exact evaluations of the LM policy
+(``GameSpec.evaluations``: Kuhn exploitability, value vs random and vs Nash),
 grad-norm std, transfer accuracy on RandomCalculation and Countdown) for the warm-started model
 ("sft") and after self-play for every variant.
 
@@ -38,6 +39,7 @@ from jaxrl_reason.agents.spiral.rollout import GAMES
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
+from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
@@ -70,7 +72,7 @@ class Config:
     eval_every: int = 10
     eval_episodes: int = 64
     final_eval_episodes: int = 256
-    kuhn_samples: int = 32
+    infoset_samples: int = 32  # LM answers sampled per information set (games with exact evaluations)
     transfer_problems: int = 64
     transfer_max_new_tokens: int = 32
 
@@ -84,9 +86,9 @@ class Config:
             raise ValueError(f"unknown arch {self.arch!r}; known: {sorted(ARCHS)}")
         if self.max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {self.max_seq_len}")
-        if min(self.steps, self.eval_every, self.kuhn_samples, self.transfer_problems,
+        if min(self.steps, self.eval_every, self.infoset_samples, self.transfer_problems,
                self.transfer_max_new_tokens) < 1:
-            raise ValueError("steps, eval_every, kuhn_samples, transfer_problems, transfer_max_new_tokens must be >= 1")
+            raise ValueError("steps, eval_every, infoset_samples, transfer_problems, transfer_max_new_tokens must be >= 1")
         for n in (self.eval_episodes, self.final_eval_episodes):
             if n < 2 or n % 2:
                 raise ValueError(f"eval episode counts must be even and >= 2, got {n}")
@@ -107,7 +109,7 @@ PRESETS = {
     "cpu": Config(
         warm=WarmStartConfig(games_per_game=2048, steps=1000, batch_size=32, lr=3e-3),
         spiral=SpiralConfig(episodes_per_game=32, max_new_tokens=28, lr=2e-4, prompt_style="compact"),
-        steps=60, eval_every=10, eval_episodes=128, final_eval_episodes=1024, kuhn_samples=64, transfer_problems=32,
+        steps=60, eval_every=10, eval_episodes=128, final_eval_episodes=1024, infoset_samples=64, transfer_problems=32,
     ),
     # SPIRAL starts from Qwen3-4B(-Base); the largest Qwen3 in recipes.ARCHS, and one that fits one GPU, is
     # Qwen3-0.6B: random weights of its configuration (throughput), or --model a Qwen3-0.6B(-Base) checkpoint.
@@ -122,7 +124,7 @@ PRESETS = {
         spiral=SpiralConfig(episodes_per_game=128, max_new_tokens=128, lr=1e-6, minibatches=16, prompt_style="verbose"),
         variants=("rae:tictactoe+kuhn_poker+negotiation", "none:tictactoe+kuhn_poker+negotiation",
                   "rae:kuhn_poker", "fixed:tictactoe+kuhn_poker+negotiation"),
-        steps=200, eval_every=25, eval_episodes=128, final_eval_episodes=512, kuhn_samples=32,
+        steps=200, eval_every=25, eval_episodes=128, final_eval_episodes=512, infoset_samples=32,
         transfer_problems=512, transfer_max_new_tokens=256,
     ),
 }
@@ -148,7 +150,8 @@ def load_lm(config: Config) -> tuple[Transformer, Tokenizer, Tokenizer | None]:
 
 def evaluate_model(config: Config, graphdef, params, model, games, sampler, key, tokenizer: Tokenizer,
                    task_tokenizer: Tokenizer | None) -> dict:
-    """Final evaluation row: vs every fixed opponent of each game, Kuhn exploitability, transfer."""
+    """Final evaluation row: vs every fixed opponent of each game, each game's exact evaluations of the LM's
+    policy (``GameSpec.evaluations``: Kuhn Poker's exploitability, ...), transfer."""
     row, style = {}, config.spiral.prompt_style
     for game in games:
         for opp in E.OPPONENTS[game]:
@@ -157,11 +160,12 @@ def evaluate_model(config: Config, graphdef, params, model, games, sampler, key,
                             tokenizer=tokenizer)
             for k in ("win", "draw", "loss", "forfeit", "mean_return", "return_se"):
                 row[f"{game}_vs_{opp}/{k}"] = r[k]
-    if "kuhn_poker" in games:
-        k = E.kuhn_lm_exploitability(graphdef, params, sampler, config.kuhn_samples, key, style, tokenizer=tokenizer)
-        row["kuhn/exploitability"] = k["exploitability"]
-        row["kuhn/value_vs_random"] = k["value_vs_random"]
-        row["kuhn/valid_rate"] = k["valid_rate"]
+    for game in games:
+        if game_spec(game).evaluations:
+            k = E.lm_policy_evaluations(graphdef, params, game, sampler, config.infoset_samples, key, style,
+                                        tokenizer=tokenizer)
+            for name in (*game_spec(game).evaluations, "valid_rate"):
+                row[f"{game}/{name}"] = k[name]
     for task, r in E.transfer_eval(model, config.transfer_problems, max_new_tokens=config.transfer_max_new_tokens,
                                    tokenizer=tokenizer, task_tokenizer=task_tokenizer).items():
         row[f"transfer_{task}/accuracy"] = r["accuracy"]
@@ -234,8 +238,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
     summary = {"results_md": str(run_dir.path / "results.md"), "sft_examples": warm_m["examples"]}
     for r in rows:
         for k, v in r.items():
-            if "_vs_random/" in k and k.rsplit("/", 1)[1] in ("win", "loss", "forfeit", "mean_return") \
-                    or k in ("kuhn/exploitability", "kuhn/value_vs_random", "grad_norm_std"):
+            game, _, name = k.partition("/")
+            if "_vs_random/" in k and name in ("win", "loss", "forfeit", "mean_return") or k == "grad_norm_std" \
+                    or game in GAMES and name in game_spec(game).evaluations:
                 summary[f"{r['variant']} | {k}"] = v
     print(md)
     return summary

@@ -8,7 +8,7 @@ Writes learning curves (``curves_*.png``), metrics and a results table (``result
   minimax player (uniform among optimal moves, so games differ), ``ttt_eval_games`` games per
   seat; the curve tracks the network alone vs minimax during training.
 - Kuhn Poker: exact exploitability of the *current* policy and of the *time-averaged* policy
-  (sequence-form average of every update's policy, ``opponents.kuhn_average_*``; self-play
+  (sequence-form average of every update's policy, ``envs.games.kuhn_poker.average_*``; self-play
   converges in average, the current iterate cycles), per advantage mode.
 - Negotiation: payoff vs the fixed heuristic from both seats, per advantage mode.
 """
@@ -22,8 +22,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxrl_reason import envs
-from jaxrl_reason.envs.games import arena, opponents as O
-from jaxrl_reason.rl.selfplay import SelfPlay, SelfPlayConfig, kuhn_policy_table
+from jaxrl_reason.envs.games import arena, game_spec, kuhn_poker
+from jaxrl_reason.envs.games import opponents as O
+from jaxrl_reason.rl.selfplay import SelfPlay, SelfPlayConfig
 from jaxrl_reason.search.alphazero import AlphaZero, AlphaZeroConfig
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -88,7 +89,7 @@ def train_tictactoe(config: Config, run_dir: RunDir) -> list[dict]:
     az = AlphaZero(config.tictactoe)
     state = az.init(jax.random.key(config.seed))
     env = envs.make("tictactoe")
-    minimax = O.batched(O.minimax_action)
+    minimax = O.batched(game_spec("tictactoe").opponent("minimax", env))
     n = config.ttt_curve_games
     curve = jax.jit(lambda params, key: (
         arena.play(env, (network_player(az, params), minimax), key, n)[0][:, 0],
@@ -115,21 +116,21 @@ def train_selfplay(sp_config: SelfPlayConfig, adv: str, config: Config, run_dir:
     """PPO self-play; for Kuhn Poker also the exploitability of the current and the averaged policy."""
     sp = SelfPlay(dataclasses.replace(sp_config, advantage=adv, seed=config.seed))
     state = sp.init(jax.random.key(config.seed))
-    table = jax.jit(lambda params: kuhn_policy_table(lambda o, m: sp.probs(params, o, m)))
-    avg = O.kuhn_average_init()
+    table = jax.jit(lambda params: kuhn_poker.policy_table(lambda o, m: sp.probs(params, o, m)))
+    avg = kuhn_poker.average_init()
     history = []
     for i in tqdm(range(sp.config.num_updates), desc=f"{sp_config.env} {adv}"):
         state, m = sp.update(state)
         if kuhn:
             pi = table(state.params)
-            avg = O.kuhn_average_update(avg, pi)
-            m = {**m, "exploitability": O.kuhn_exploitability(pi),
-                 "exploitability_avg": O.kuhn_exploitability(O.kuhn_average_policy(avg))}
+            avg = kuhn_poker.average_update(avg, pi)
+            m = {**m, "exploitability": kuhn_poker.exploitability(pi),
+                 "exploitability_avg": kuhn_poker.exploitability(kuhn_poker.average_policy(avg))}
         if i % config.log_every == 0 or i == sp.config.num_updates - 1:
             m = {k: float(v) for k, v in m.items()}
             history.append(m)
             run_dir.log(i, {f"{sp_config.env}_{adv}/{k}": v for k, v in m.items()})
-    return sp, state, history, (O.kuhn_average_policy(avg) if kuhn else None)
+    return sp, state, history, (kuhn_poker.average_policy(avg) if kuhn else None)
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
@@ -150,7 +151,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     run_dir.plot([f"kuhn_poker_{a}/{k}" for a in config.advantages for k in ("exploitability", "exploitability_avg")],
                  "curves_kuhn.png")
     neg_env = envs.make("negotiation")
-    heuristic = O.batched(O.negotiation_heuristic_action(neg_env))
+    heuristic = O.batched(game_spec("negotiation").opponent("heuristic", neg_env))
     for adv in config.advantages:
         sp, state, _, _ = train_selfplay(config.negotiation, adv, config, run_dir)
         first, second = _both_seats(neg_env, sp.policy_player(state.params), heuristic,

@@ -86,7 +86,8 @@ def episode_targets(config: SelfPlayConfig):
 class SelfPlay:
     def __init__(self, config: SelfPlayConfig, env=None, metrics_fn: Callable | None = None):
         """``metrics_fn(policy_fn) -> dict`` adds metrics each update; ``policy_fn(obs, mask)``
-        returns action probabilities (e.g. Kuhn exploitability)."""
+        returns action probabilities (e.g. a game's ``GameSpec.policy_metrics``: Kuhn Poker's exact
+        exploitability, ``envs.games.GAMES["kuhn_poker"].policy_metrics``)."""
         self.config = c = config
         self.env = env if env is not None else envs.make(c.env)
         if self.env.num_agents != 2 or not self.env.turn_based:
@@ -135,21 +136,3 @@ class SelfPlay:
         """All ``num_updates`` updates in one scan: ``(final state, metrics [num_updates])``."""
         return jax.lax.scan(lambda s, _: self._update(s), self.init(key), None, self.config.num_updates)
 
-
-def kuhn_policy_table(policy_fn) -> jax.Array:
-    """``[3, 4]`` bet/call probabilities of ``policy_fn(obs, mask) -> probs`` at the 12 infosets."""
-    from jaxrl_reason.envs.games import opponents as O
-
-    obs, mask = O.kuhn_infoset_obs()
-    probs = policy_fn(obs.reshape(12, -1), mask.reshape(12, -1)).reshape(3, 4, -1)
-    return O.kuhn_table_from_probs(probs)
-
-
-def kuhn_exploitability_metric(policy_fn) -> dict:
-    """``metrics_fn`` for Kuhn Poker: exact exploitability of the current policy and its
-    ``[3, 4]`` table (``policy_table``; feed the stacked tables to
-    ``opponents.kuhn_average_exploitability_curve`` for the time-averaged policy)."""
-    from jaxrl_reason.envs.games import opponents as O
-
-    table = kuhn_policy_table(policy_fn)
-    return {"exploitability": O.kuhn_exploitability(table), "policy_table": table}

@@ -105,3 +105,20 @@ def test_generic_layers_do_not_import_their_users(graph):
 def test_the_package_import_graph_has_no_cycle(graph):
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_games_are_reached_through_the_registry(graph):
+    """Adding a game touches its own package (``envs/games/<name>/``) and one registry line: outside that package
+    and the registry (``envs.games``), no module imports a game package; SPIRAL, self-play, AlphaZero and the
+    arena read ``envs.games.GAMES`` (its ``GameSpec``). Experiment scripts may: they study particular games."""
+    games = {f"jaxrl_reason.envs.games.{d.name}" for d in (PACKAGE / "envs" / "games").iterdir()
+             if (d / "__init__.py").is_file()}
+    assert {"jaxrl_reason.envs.games.kuhn_poker", "jaxrl_reason.envs.games.liars_dice"} <= games
+
+    def inside(name, game):
+        return name == game or name.startswith(game + ".")
+
+    direct = sorted(f"{name} -> {target}" for name, targets in graph.items()
+                    if name != "jaxrl_reason.envs.games" and not name.startswith("jaxrl_reason.experiments")
+                    for target in targets for game in games if inside(target, game) and not inside(name, game))
+    assert not direct, "modules that import a game package instead of reading its GameSpec:\n" + "\n".join(direct)

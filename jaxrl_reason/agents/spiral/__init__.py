@@ -8,5 +8,5 @@ Role-conditioned Advantage Estimation (arXiv 2506.24119), fully on device.
 - ``advantages``: RAE, plain self-play and fixed-opponent advantages per turn.
 - ``warmstart``: SFT warm start on formatted heuristic / random-legal moves.
 - ``trainer``: multi-game self-play trainer with per-game metrics.
-- ``evaluation``: win rates vs fixed opponents, Kuhn exploitability of the LM, transfer eval.
+- ``evaluation``: win rates vs fixed opponents, the games' exact evaluations of the LM (Kuhn exploitability), transfer eval.
 """

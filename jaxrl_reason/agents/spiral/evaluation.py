@@ -1,13 +1,15 @@
-"""Evaluation of a SPIRAL LM: win rates vs fixed opponents, Kuhn exploitability, transfer to tasks.
+"""Evaluation of a SPIRAL LM: win rates vs fixed opponents, the games' exact evaluations (Kuhn exploitability), transfer.
 
     tok, task_tok = spiral_tokenizer(), CharTokenizer()   # the LM's and the reasoning tasks' tokenizers
     win_rates(graphdef, params, "tictactoe", "minimax", 256, sampler, key, style="verbose", tokenizer=tok)
         -> {"win", "draw", "loss", "forfeit", "format_error", "mean_return", "return_se"} of the LM
            (seats alternate; ``return_se`` is the standard error of ``mean_return``)
-    kuhn_lm_policy(graphdef, params, sampler, samples=64, key, tokenizer=tok)
-                                                       -> ([3, 4] bet/call table, valid rate)
-    kuhn_lm_exploitability(..., tokenizer=tok)         -> exploitability of that table, and its
-                                                          exact value against a uniformly random player
+    lm_infoset_policy(graphdef, params, "kuhn_poker", sampler, samples=64, key, tokenizer=tok)
+                                                       -> ([N, A] action probabilities at the game's
+                                                           information sets, valid rate)
+    lm_policy_evaluations(..., tokenizer=tok)          -> the game's exact evaluations of that policy
+                                                          (GameSpec.evaluations: Kuhn's exploitability,
+                                                          value vs random, ...), valid rate, probs
     transfer_eval(model, num_problems, seed, max_new_tokens, tokenizer=tok, task_tokenizer=task_tok)
                                                        -> tasks.evaluation.greedy_eval per task
                                                           (task_tokenizer=None: a checkpoint's tokenizer)
@@ -15,10 +17,11 @@
 ``style`` is the prompt style the LM was trained on (``envs.games.text.STYLES``); ``tokenizer`` the
 LM's (the games render and parse in its ids: ``agents.spiral.tokenizer``).
 Opponents: each game's ``GameSpec.opponents`` (``envs.games``): ``random`` (every game), ``minimax``
-(TicTacToe, perfect play), ``nash`` (Kuhn Poker, Nash alpha = 1/6), ``heuristic`` (Negotiation). The LM's Kuhn table is estimated by sampling
-``samples`` answers at each of the 12 information sets and counting the aggressive action among the
-parseable, legal ones (the valid rate is returned separately; a set with no valid answer counts
-as 0.5). ``TaskView`` wraps the LM so the task code (``tasks/evaluation.py``, with the tasks'
+(TicTacToe, perfect play), ``nash`` (Kuhn Poker, Nash alpha = 1/6), ``heuristic`` (Negotiation, Liar's Dice).
+A game with exact evaluations (``GameSpec.infosets`` and ``evaluations``: Kuhn Poker) has the LM's policy
+estimated by sampling ``samples`` answers at each information set and counting each action among the
+parseable, legal ones (the valid rate is returned separately; a set with no valid answer counts as uniform
+over its legal actions). ``TaskView`` wraps the LM so the task code (``tasks/evaluation.py``, with the tasks'
 tokenizer, the character tokenizer for the presets) runs it unchanged: task token ids are mapped into
 the LM's ids on the way in (``agents.spiral.tokenizer.id_table``) and the logits restricted to the
 task tokens on the way out. A checkpoint's LM is evaluated on the tasks encoded with its own tokenizer.
@@ -38,7 +41,6 @@ from jaxrl_reason.agents.spiral.rollout import LMGame, _parse, _render, make_rol
 from jaxrl_reason.agents.spiral.tokenizer import id_table
 from jaxrl_reason.envs.games import GAMES as GAME_SPECS
 from jaxrl_reason.envs.games import text as gtext
-from jaxrl_reason.envs.games.kuhn_poker import BET, CALL
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
 
@@ -79,29 +81,35 @@ def win_rates(graphdef, params, game: str, opponent: str, num_episodes: int, sam
     return {k: float(v) for k, v in jax.device_get(out).items()}
 
 
-def kuhn_infoset_prompts(style: str = "verbose", *, tokenizer: Tokenizer) -> tuple[jax.Array, jax.Array]:
-    """Prompts ``[12, P]`` (card-major: J/Q/K x histories ``"", p, b, pb``) and legal masks ``[12, 4]``."""
-    game = LMGame.make("kuhn_poker", style, tokenizer=tokenizer)
-    env = game.env
-    cards, hists = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
-    cards, hists = cards.reshape(-1), hists.reshape(-1)
-    mover = ((hists == 1) | (hists == 2)).astype(np.int32)
-    other = (cards + 1) % 3  # never shown to the mover
-    deal = np.where(mover[:, None] == 0, np.stack([cards, other], 1), np.stack([other, cards], 1))
-    states = jax.vmap(env.init_state)(jnp.asarray(deal))
-    states = states.replace(hist=jnp.asarray(hists, jnp.int32))
-    prompts = _render(game, states, jnp.asarray(mover))
-    facing = hists >= 2
-    legal = np.where(facing[:, None], [False, False, True, True], [True, True, False, False])
-    return prompts, jnp.asarray(legal)
+def infoset_prompts(game: LMGame) -> tuple[jax.Array, jax.Array]:
+    """Prompts ``[N, P]`` of the game's information sets (``GameSpec.infosets``, in their order: Kuhn Poker's
+    12 are card-major, J/Q/K x histories ``"", p, b, pb``), each for the player to act, and legal masks ``[N, A]``."""
+    if game.spec.infosets is None:
+        raise ValueError(f"{game.name} has no information sets to evaluate a policy at (GameSpec.infosets)")
+    states, player, legal = game.spec.infosets(game.env)
+    return _render(game, states, jnp.asarray(player)), jnp.asarray(legal)
+
+
+def infoset_probs(action: jax.Array, status: jax.Array, legal: jax.Array, samples: int) -> jax.Array:
+    """``[N, A]`` action frequencies among the parseable, legal answers (``OK``) of ``samples`` answers per
+    information set (``action``, ``status``: ``[N * samples]``, set-major); uniform over the legal actions
+    where no answer was valid."""
+    n, num_actions = legal.shape
+    ok = (status == gtext.OK).reshape(n, samples)
+    counts = (jax.nn.one_hot(action.reshape(n, samples), num_actions, dtype=jnp.int32) * ok[..., None]).sum(1)
+    n_ok = ok.sum(1)
+    uniform = legal / legal.sum(-1, keepdims=True)
+    return jnp.where(n_ok[:, None] > 0, counts / jnp.maximum(n_ok, 1)[:, None], uniform)
 
 
 @functools.lru_cache(maxsize=None)
-def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int, style: str, tokenizer: Tokenizer):
-    game = LMGame.make("kuhn_poker", style, tokenizer=tokenizer)
-    prompts, legal = kuhn_infoset_prompts(style, tokenizer=tokenizer)
+def _infoset_policy_fn(graphdef, game_name: str, sampler: SamplerConfig, samples: int, style: str,
+                       tokenizer: Tokenizer):
+    game = LMGame.make(game_name, style, tokenizer=tokenizer)
+    prompts, legal = infoset_prompts(game)
+    n = prompts.shape[0]
     sampler = dataclasses.replace(sampler, pad_id=tokenizer.pad_id)
-    prompts, legal = jnp.repeat(prompts, samples, 0), jnp.repeat(legal, samples, 0)
+    prompts, legal_rep = jnp.repeat(prompts, samples, 0), jnp.repeat(legal, samples, 0)
     b = prompts.shape[0]
 
     @jax.jit
@@ -109,28 +117,27 @@ def _kuhn_policy_fn(graphdef, sampler: SamplerConfig, samples: int, style: str, 
         out = generate(graphdef, params, prompts, jnp.full((b,), prompts.shape[1], jnp.int32), key,
                        jnp.full((b, 1), tokenizer.eos_id, jnp.int32), jnp.full((b,), sampler.max_new_tokens, jnp.int32),
                        config=sampler)
-        action, status = _parse(game, out.tokens, legal)
-        ok = (status == gtext.OK).reshape(12, samples)
-        aggressive = ((action == BET) | (action == CALL)).reshape(12, samples) & ok
-        n_ok = ok.sum(1)
-        p = jnp.where(n_ok > 0, aggressive.sum(1) / jnp.maximum(n_ok, 1), 0.5)
-        return p.reshape(3, 4), ok.mean()
+        action, status = _parse(game, out.tokens, legal_rep)
+        return infoset_probs(action, status, legal, samples), (status == gtext.OK).reshape(n, samples).mean()
 
     return run
 
 
-def kuhn_lm_policy(graphdef, params, sampler: SamplerConfig, samples: int, key,
-                   style: str = "verbose", *, tokenizer: Tokenizer) -> tuple[jax.Array, float]:
-    """The LM's Kuhn Poker behaviour as a ``[3, 4]`` bet/call table, and its valid-answer rate."""
-    table, valid = _kuhn_policy_fn(graphdef, sampler, samples, style, tokenizer)(params, key)
-    return table, float(valid)
+def lm_infoset_policy(graphdef, params, game: str, sampler: SamplerConfig, samples: int, key,
+                      style: str = "verbose", *, tokenizer: Tokenizer) -> tuple[jax.Array, float]:
+    """The LM's behaviour at ``game``'s information sets as action probabilities ``[N, A]`` (``infoset_probs``
+    of ``samples`` sampled answers per set), and its valid-answer rate."""
+    probs, valid = _infoset_policy_fn(graphdef, game, sampler, samples, style, tokenizer)(params, key)
+    return probs, float(valid)
 
 
-def kuhn_lm_exploitability(graphdef, params, sampler: SamplerConfig, samples: int, key,
-                           style: str = "verbose", *, tokenizer: Tokenizer) -> dict:
-    table, valid = kuhn_lm_policy(graphdef, params, sampler, samples, key, style, tokenizer=tokenizer)
-    exact = {k: float(f(table)) for k, f in GAME_SPECS["kuhn_poker"].evaluations.items()}  # GameSpec.evaluations
-    return {**exact, "valid_rate": valid, "table": np.asarray(table).round(3).tolist()}
+def lm_policy_evaluations(graphdef, params, game: str, sampler: SamplerConfig, samples: int, key,
+                          style: str = "verbose", *, tokenizer: Tokenizer) -> dict:
+    """The game's exact evaluations (``GameSpec.evaluations``) of the LM's policy at its information sets, its
+    valid-answer rate and the action probabilities (``probs``, rounded)."""
+    probs, valid = lm_infoset_policy(graphdef, params, game, sampler, samples, key, style, tokenizer=tokenizer)
+    exact = {k: float(f(probs)) for k, f in GAME_SPECS[game].evaluations.items()}
+    return {**exact, "valid_rate": valid, "probs": np.asarray(probs).round(3).tolist()}
 
 
 # ----------------------------------------------------------------------------- transfer

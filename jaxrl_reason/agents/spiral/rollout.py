@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_reason.envs.games import GAMES as GAME_SPECS
-from jaxrl_reason.envs.games import GameSpec as RulesSpec
+from jaxrl_reason.envs.games import GameSpec
 from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
@@ -55,7 +55,7 @@ class LMGame:
     env: object
     text: gtext.GameText
     tokenizer: Tokenizer
-    spec: RulesSpec
+    spec: GameSpec
 
     @staticmethod
     def make(name: str, style: str = "verbose", *, tokenizer: Tokenizer, **env_kwargs) -> "LMGame":
@@ -194,7 +194,7 @@ def make_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConf
     """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step).
 
     ``params``: the LM's full ``nnx.State``. ``opponent(key, state, ts) -> action`` acts on one
-    unbatched game (``envs.games.opponents``); None = self-play (the LM plays both seats).
+    unbatched game (one of the game's ``GameSpec.opponents``); None = self-play (the LM plays both seats).
     ``responder(params, prompts, key) -> SampleOutput`` replaces the LM sampler (scripted players in
     tests); default ``lm_responder``. ``mesh``: the games are split over its ``data`` axis (each device,
     of every process, plays its slice of the one seeded batch; the same games as without a mesh).

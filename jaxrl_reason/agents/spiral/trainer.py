@@ -31,7 +31,6 @@ from flax import nnx
 
 from jaxrl_reason.agents.spiral.advantages import MODES, episode_advantages, turn_advantages
 from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, make_rollout
-from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
@@ -43,7 +42,7 @@ from jaxrl_reason.rl.rae import init_baseline
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
-OPPONENTS = ("random",)
+OPPONENTS = ("random",)  # the fixed opponents of advantage="fixed" (every GameSpec has them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,16 +128,10 @@ class SpiralTrainer:
         return self._step(state)
 
 
-def _opponent(name: str, game: LMGame):
-    if name == "random":
-        return O.random_action
-    raise ValueError(name)
-
-
 def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
     graphdef, games, n_ep = trainer.graphdef, trainer.games, cfg.episodes_per_game
     opp = cfg.advantage == "fixed"
-    rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler, _opponent(cfg.opponent, g) if opp else None,
+    rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler, g.spec.opponent(cfg.opponent, g.env) if opp else None,
                              mesh=trainer.mesh) for g in games]
     p_max, n = trainer.prompt_len, cfg.max_new_tokens
     optimizer, pad_id = trainer.optimizer, trainer.tokenizer.pad_id

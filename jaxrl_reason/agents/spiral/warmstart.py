@@ -36,7 +36,6 @@ import numpy as np
 from jaxrl_reason.agents.spiral.rollout import LMGame, _render
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games.arena import mover_view
-from jaxrl_reason.envs.games.opponents import KUHN_TEACHER_ALPHA, kuhn_policy_action  # noqa: F401  (moved there)
 from jaxrl_reason.envs.wrappers import where_done
 from jaxrl_reason.models.lm import sft
 from jaxrl_reason.models.tokenizer import Tokenizer

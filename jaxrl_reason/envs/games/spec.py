@@ -4,13 +4,26 @@ A spec names the game's environment class (the rules), its text interface for LM
 players (``opponents``: ``name -> (env -> act(key, state, ts) -> action)`` on one unbatched game, as in
 ``envs.games.opponents``; ``"random"`` always), which of them is the *expert* (SPIRAL's warm-start
 teacher imitates it), the teacher's short rationale sentence, and exact evaluation hooks where the
-game has them (``evaluations``: e.g. Kuhn Poker's exploitability of a policy table). SPIRAL, self-play,
+game has them:
+
+- ``infosets(env) -> (states [N], player [N], legal [N, A])``: every information set of the game, one
+  representative state each (batched; ``player`` is the one to act there), for exact evaluation of a
+  policy that reads states (an LM reads their prompts: ``agents.spiral.evaluation``).
+- ``evaluations``: ``name -> f(probs [N, A]) -> scalar``, exact evaluations of a policy given as its
+  action probabilities at ``infosets`` (in their order); e.g. Kuhn Poker's exploitability.
+- ``policy_metrics(policy_fn) -> dict``: exact metrics of an observation-level policy
+  ``policy_fn(obs [n, *obs_shape], mask [n, A]) -> probs [n, A]`` (jnp, so it runs inside a training
+  loop): self-play's ``metrics_fn`` (``rl.selfplay.SelfPlay``).
+
+A game lives in one package, ``envs.games.<name>/`` (``rules``, ``text``, ``expert``, ``SPEC`` in its
+``__init__``), registered by one ``register_game(<name>.SPEC)`` line in ``envs.games``. SPIRAL, self-play,
 AlphaZero and the arena read the spec (``envs.games.GAMES[name]``) instead of dispatching on names.
 
     spec = GAMES["kuhn_poker"]
     env = spec.make_env()                       # envs.make(name) builds the same
     text = spec.make_text(env, "compact")       # envs.games.text.GameText
     act = spec.opponent("nash", env)            # act(key, state, ts) -> int32 action
+    metrics = spec.policy_metrics(policy_fn)    # {"exploitability", "policy_table"}
 """
 
 from __future__ import annotations
@@ -40,8 +53,8 @@ class GameSpec:
     ``env``: the environment class (``(**kwargs) -> Environment``); ``text``: ``(env, style) -> GameText``;
     ``opponents``: fixed players built from the env (``"random"`` is added); ``expert``: the name of the
     warm-start teacher's expert among them; ``rationale(env, state, player, legal [A]) -> str``: the
-    teacher's sentence before its boxed answer (host side, one game); ``evaluations``: exact evaluation
-    functions (name -> function; documented by the game)."""
+    teacher's sentence before its boxed answer (host side, one game); ``infosets``, ``evaluations``,
+    ``policy_metrics``: exact evaluation hooks (module docstring; None / empty where the game has none)."""
 
     name: str
     env: type
@@ -49,7 +62,9 @@ class GameSpec:
     opponents: Mapping[str, Callable[[Environment], Player]]
     expert: str
     rationale: Callable[..., str]
-    evaluations: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
+    infosets: Callable[[Environment], tuple[Any, jax.Array, jax.Array]] | None = None
+    evaluations: Mapping[str, Callable[[jax.Array], jax.Array]] = dataclasses.field(default_factory=dict)
+    policy_metrics: Callable[[Callable], dict] | None = None
 
     def __post_init__(self):
         if not self.name or not isinstance(self.name, str):
@@ -58,6 +73,8 @@ class GameSpec:
         if self.expert not in self.opponents:
             raise ValueError(f"GameSpec {self.name!r}: expert {self.expert!r} is not among its opponents "
                              f"{tuple(self.opponents)}")
+        if self.evaluations and self.infosets is None:
+            raise ValueError(f"GameSpec {self.name!r}: evaluations act on probabilities at infosets; give infosets")
 
     def make_env(self, **kwargs) -> Environment:
         """The game's environment (the same as ``envs.make(name, **kwargs)``)."""

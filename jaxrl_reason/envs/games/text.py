@@ -1,5 +1,10 @@
 """Text interface for language-model players: prompts as token ids inside jit, answers parsed back.
 
+The generic machinery: ``GameText`` (the parser and renderer every game's interface subclasses),
+``Template`` / ``Slot``, ``encode`` / ``to_str``, the prompt ``STYLES`` and the parse status codes.
+Each game's subclass lives in its package (``envs.games.<name>.text``, named by its
+``GameSpec.text``); ``envs.games.game_text(env, style)`` builds the one of any registered game.
+
 Vocabulary: ids are **byte values plus an offset**: ASCII byte ``b`` becomes id ``b + offset``
 (``offset`` is a parameter, default 0), so the vocabulary is ``256 + offset`` ids and a
 byte-level tokenizer whose byte ids start at ``offset`` consumes the prompts unchanged.
@@ -36,11 +41,6 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from jaxrl_reason.envs.games import kuhn_poker as kp
-from jaxrl_reason.envs.games.kuhn_poker import KuhnPoker
-from jaxrl_reason.envs.games.negotiation import FIRST_OFFER, RESOURCE_NAMES, Negotiation
-from jaxrl_reason.envs.games.tictactoe import TicTacToe, bits_to_cells
 
 VOCAB_BYTES = 256
 INVALID_ACTION = -1
@@ -111,7 +111,6 @@ class GameText:
 
     template: Template
     action_strings: tuple[str, ...]
-    game: type | None = None  # the environment class this interface renders (``game_text`` dispatch)
     window: int = 64  # bytes read after "\boxed{"
 
     def __init__(self, env):
@@ -174,183 +173,14 @@ class GameText:
         return int(a), STATUS_NAMES[int(s)]
 
 
-def _n(values, width=1) -> tuple[str, ...]:
-    return tuple(str(v).rjust(width) for v in values)
-
-
 def check_style(style: str) -> str:
+    """``style`` if it is one of ``STYLES`` (ValueError otherwise)."""
     if style not in STYLES:
         raise ValueError(f"prompt style must be one of {STYLES}, got {style!r}")
     return style
 
 
-def _short_history(text: str) -> str:
-    """``"Player 0 checked, Player 1 bet"`` -> ``"P0 check, P1 bet"`` (compact Kuhn history)."""
-    for long, short in (("Player ", "P"), ("checked", "check"), ("folded", "fold"), ("called", "call"),
-                        ("no actions yet", "none")):
-        text = text.replace(long, short)
-    return text
-
-
-class TicTacToeText(GameText):
-    game = TicTacToe
-    action_strings = tuple(str(c) for c in range(9))
-
-    def __init__(self, env: TicTacToe, style: str = "verbose"):
-        cell = lambda i: Slot(f"cell{i}", (str(i), "X", "O"))
-        legal = [Slot(f"legal{i}", ("  ", f" {i}")) for i in range(9)]
-        if check_style(style) == "compact":
-            parts: list = ["TicTacToe. You are ", Slot("mark", ("X", "O")), ".\n"]
-            for r in range(3):
-                parts += [cell(3 * r + c) for c in range(3)] + ["\n"]
-            parts += ["Legal:", *legal, "\nAnswer \\boxed{n}.\n"]
-        else:
-            parts = ["Tic-Tac-Toe on a 3x3 board. You play ", Slot("mark", ("X", "O")),
-                     " (X moves first). Three in a row wins.\nBoard (free cells show their number):\n"]
-            for r in range(3):
-                for c in range(3):
-                    parts += [" ", cell(3 * r + c), " " if c == 2 else " |"]
-                parts.append("\n" if r == 2 else "\n---+---+---\n")
-            parts += ["Legal moves:", *legal, "\nYour move. Answer with the cell number as \\boxed{n}.\n"]
-        self.template = Template(parts)
-        super().__init__(env)
-
-    def slot_values(self, state, player):
-        cells = bits_to_cells(state.marks)  # [2, 9]
-        x_player = state.first_player
-        x_cells = jnp.where(x_player == 0, cells[0], cells[1])
-        o_cells = jnp.where(x_player == 0, cells[1], cells[0])
-        vals = {"mark": (player != x_player).astype(jnp.int32)}
-        empty = ~(x_cells | o_cells)
-        for i in range(9):
-            vals[f"cell{i}"] = jnp.where(x_cells[i], 1, jnp.where(o_cells[i], 2, 0))
-            vals[f"legal{i}"] = (empty[i] & ~state.terminated).astype(jnp.int32)
-        return vals
-
-
-class KuhnPokerText(GameText):
-    game = KuhnPoker
-    action_strings = kp.ACTION_NAMES
-    _HISTORY_TEXT = (
-        "no actions yet",
-        "Player 0 checked",
-        "Player 0 bet",
-        "Player 0 checked, Player 1 bet",
-        "Player 0 checked, Player 1 checked",
-        "Player 0 bet, Player 1 folded",
-        "Player 0 bet, Player 1 called",
-        "Player 0 checked, Player 1 bet, Player 0 folded",
-        "Player 0 checked, Player 1 bet, Player 0 called",
-    )
-
-    def __init__(self, env: KuhnPoker, style: str = "verbose"):
-        legal = [Slot(f"legal{a}", ("", " " + n)) for a, n in enumerate(kp.ACTION_NAMES)]
-        if check_style(style) == "compact":
-            self.template = Template([
-                "Kuhn Poker. You are P", Slot("player", ("0", "1")), ", card ", Slot("card", kp.CARD_NAMES),
-                ".\nHistory: ", Slot("history", tuple(_short_history(h) + "." for h in self._HISTORY_TEXT)),
-                "\nLegal:", *legal, "\nAnswer \\boxed{action}.\n",
-            ])
-        else:
-            self.template = Template([
-                "Kuhn Poker. Deck: J < Q < K; each player antes 1 chip and holds one card. Player 0 acts "
-                "first: check or bet 1; facing a bet: call or fold. Higher card wins at showdown.\n"
-                "You are Player ", Slot("player", ("0", "1")), ". Your card: ", Slot("card", kp.CARD_NAMES),
-                ".\nHistory: ", Slot("history", tuple(h + "." for h in self._HISTORY_TEXT)), "\nLegal actions:",
-                *legal, "\nAnswer with \\boxed{action}.\n",
-            ])
-        super().__init__(env)
-
-    def slot_values(self, state, player):
-        card = jnp.where(player == 0, state.cards[0], state.cards[1])
-        facing = (state.hist == 2) | (state.hist == 3)
-        live = ~state.terminated & (state.current_player == player)
-        legal = [live & ~facing, live & ~facing, live & facing, live & facing]
-        vals = {"player": player, "card": card, "history": state.hist}
-        vals.update({f"legal{a}": legal[a].astype(jnp.int32) for a in range(4)})
-        return vals
-
-
-class NegotiationText(GameText):
-    game = Negotiation
-
-    def __init__(self, env: Negotiation, style: str = "verbose"):
-        q = env.max_qty
-        self.action_strings = ("accept", "deny") + tuple(
-            f"give {g} {RESOURCE_NAMES[r]} for {w} {RESOURCE_NAMES[1 - r]}"
-            for r in range(2) for g in range(1, q + 1) for w in range(1, q + 1)
-        )
-        inv = _n(range(2 * env.initial_amount + 1), 2)
-        offers = ("none.",) + tuple(
-            f"{who} give{'s' if who != 'you' else ''} {g} {RESOURCE_NAMES[r]} for {w} {RESOURCE_NAMES[1 - r]}."
-            for who in ("you", "opponent") for r in range(2) for g in range(1, q + 1) for w in range(1, q + 1)
-        )
-        turn = Slot("turn", _n(range(1, env.max_turns + 2), 2))
-        if check_style(style) == "compact":
-            short = ("none.",) + tuple(o.replace("opponent gives", "they give") for o in offers[1:])
-            self.template = Template([
-                "Negotiation. You are P", Slot("player", ("0", "1")), ", turn ", turn, "/", str(env.max_turns),
-                ".\nValues: wood ", Slot("vw", _n(range(7))), ", gold ", Slot("vg", _n(range(7))),
-                ".\nYou ", Slot("w0", inv), " wood ", Slot("g0", inv), " gold; opp ", Slot("w1", inv),
-                " wood ", Slot("g1", inv), " gold.\nOffer: ", Slot("offer", short),
-                f"\n\\boxed{{accept|deny|give G wood for W gold|give G gold for W wood}}, G, W in 1..{q}.\n",
-            ])
-        else:
-            self.template = Template([
-                "Negotiation. Trade wood and gold; after ", str(env.max_turns), " turns the player whose "
-                "inventory value grew more wins.\nYou are Player ", Slot("player", ("0", "1")),
-                ". Turn ", turn, " of ", str(env.max_turns),
-                ".\nYour private values: wood ", Slot("vw", _n(range(7))), ", gold ", Slot("vg", _n(range(7))),
-                ".\nYou hold ", Slot("w0", inv), " wood and ", Slot("g0", inv), " gold; the opponent holds ",
-                Slot("w1", inv), " wood and ", Slot("g1", inv), " gold.\nPending offer: ", Slot("offer", offers),
-                "\nActions: \\boxed{accept} (a pending offer from the opponent), \\boxed{deny}, or "
-                f"\\boxed{{give G wood for W gold}} / \\boxed{{give G gold for W wood}} with G, W in 1..{q}.\n",
-            ])
-        super().__init__(env)
-
-    def slot_values(self, state, player):
-        me = jnp.arange(2) == player
-        mine = jnp.where(me[:, None], state.inventory, 0).sum(0)
-        theirs = jnp.where(me[:, None], 0, state.inventory).sum(0)
-        vals = jnp.where(me[:, None], state.values, 0).sum(0)
-        n_off = self.env.num_offers
-        offer = jnp.where(
-            state.pending >= 0, 1 + state.pending + jnp.where(state.proposer == player, 0, n_off), 0
-        )
-        return {
-            "player": player, "turn": jnp.minimum(state.turn, self.env.max_turns),
-            "vw": vals[0], "vg": vals[1], "w0": mine[0], "g0": mine[1], "w1": theirs[0], "g1": theirs[1],
-            "offer": offer,
-        }
-
-
-def _text_classes() -> dict:
-    """Env class -> its ``GameText`` subclass: every subclass that names its ``game`` (a game's text
-    module, imported with its package by the registry ``envs.games``, declares itself so)."""
-    out, todo = {}, list(GameText.__subclasses__())
-    while todo:
-        cls = todo.pop(0)
-        todo += cls.__subclasses__()
-        if getattr(cls, "game", None) is not None:
-            out.setdefault(cls.game, cls)
-    return out
-
-
-def game_text(env, style: str = "verbose") -> GameText:
-    """The text interface of a game environment (unwraps wrappers) in prompt ``style`` (``STYLES``)."""
-    classes = _text_classes()
-    base = env
-    while hasattr(base, "env") and not isinstance(base, tuple(classes)):
-        base = base.env
-    for cls, text_cls in classes.items():
-        if isinstance(base, cls):
-            return text_cls(base, style)
-    names = ", ".join(c.__name__ for c in classes)
-    raise ValueError(f"no text interface for {env!r}; supported: {names}")
-
-
 __all__ = [
     "BOXED", "ILLEGAL", "STYLES", "INVALID_ACTION", "NO_ANSWER", "OK", "STATUS_NAMES", "UNKNOWN",
-    "GameText", "KuhnPokerText", "NegotiationText", "Slot", "Template", "TicTacToeText",
-    "encode", "game_text", "to_str", "FIRST_OFFER",
+    "GameText", "Slot", "Template", "check_style", "encode", "to_str",
 ]

@@ -1,6 +1,6 @@
 """SPIRAL: tokenizer and task-id adapter, the byte <-> id tables (the byte tokenizer's are byte + 8; a byte-level
 BPE renders one token per character and parses its canonical tokens), advantages, host/device parse twins,
-scripted-player rollouts (device loop == Python-driven loop, forfeits), Kuhn infoset prompts, config errors, one
+scripted-player rollouts (device loop == Python-driven loop, forfeits), infoset prompts and frequencies, config errors, one
 LM train step, the experiment from a tiny HF checkpoint and the gpu preset's Qwen3-0.6B shapes (abstract)."""
 
 import math
@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.agents.spiral.advantages import episode_advantages, turn_advantages
-from jaxrl_reason.agents.spiral.evaluation import kuhn_infoset_prompts
+from jaxrl_reason.agents.spiral.evaluation import infoset_probs, infoset_prompts
 from jaxrl_reason.agents.spiral.rollout import (
     GAMES,
     LMGame,
@@ -267,7 +267,7 @@ def test_forfeit_rules_and_fixed_opponent(kuhn, scripted_selfplay):
 
 
 def test_kuhn_infoset_prompts():
-    prompts, legal = kuhn_infoset_prompts(tokenizer=TOK)
+    prompts, legal = infoset_prompts(LMGame.make("kuhn_poker", tokenizer=TOK))
     assert prompts.shape[0] == 12 and int(prompts[0, 0]) == TOK.bos_id
     for i, (card, hist) in enumerate([(c, h) for c in "JQK" for h in range(4)]):
         t = text(prompts[i])
@@ -277,11 +277,23 @@ def test_kuhn_infoset_prompts():
 
 
 def test_compact_kuhn_infoset_prompts():
-    prompts, _ = kuhn_infoset_prompts("compact", tokenizer=TOK)
-    verbose, _ = kuhn_infoset_prompts(tokenizer=TOK)
+    prompts, _ = infoset_prompts(LMGame.make("kuhn_poker", "compact", tokenizer=TOK))
+    verbose, _ = infoset_prompts(LMGame.make("kuhn_poker", tokenizer=TOK))
     assert prompts.shape[1] < verbose.shape[1] // 2
     texts = [text(p) for p in prompts]
     assert len(set(texts)) == 12 and "card K." in texts[-1] and "History: P0 check, P1 bet." in texts[-1]
+
+
+def test_infoset_probs_count_valid_answers_else_uniform_over_legal():
+    """Per information set: each action's share of the OK answers; no OK answer -> uniform over the legal ones."""
+    legal = jnp.asarray([[True, True, False, False], [False, False, True, True], [True, True, False, False]])
+    ok, bad = gtext.OK, gtext.ILLEGAL
+    action = jnp.asarray([1, 1, 0, 3, 2, 2, 3, 3, -1], jnp.int32)  # 3 samples per set, set-major
+    status = jnp.asarray([ok, ok, ok, ok, bad, ok, bad, bad, gtext.NO_ANSWER], jnp.int32)
+    probs = np.asarray(infoset_probs(action, status, legal, 3))
+    np.testing.assert_allclose(probs, [[1 / 3, 2 / 3, 0, 0], [0, 0, 1 / 2, 1 / 2], [1 / 2, 1 / 2, 0, 0]])
+    with pytest.raises(ValueError, match="information sets"):
+        infoset_prompts(LMGame.make("tictactoe", tokenizer=TOK))  # no GameSpec.infosets
 
 
 @pytest.mark.parametrize("labels", ["expert", "played"])
@@ -378,7 +390,7 @@ def test_experiment_runs_from_a_checkpoint(experiment, bpe, tmp_path):
         model=str(ckpt), arch="qwen3-0.6b", max_seq_len=256, variants=("rae:kuhn_poker",), steps=1, eval_every=1,
         warm=WarmStartConfig(games_per_game=8, steps=2, batch_size=4),
         spiral=SpiralConfig(episodes_per_game=2, max_new_tokens=8, prompt_style="compact"),
-        eval_episodes=2, final_eval_episodes=2, kuhn_samples=1, transfer_problems=2, transfer_max_new_tokens=4)
+        eval_episodes=2, final_eval_episodes=2, infoset_samples=1, transfer_problems=2, transfer_max_new_tokens=4)
     model, tok, task_tok = experiment.load_lm(cfg)
     assert isinstance(tok, HFTokenizer) and tok.eos == "<|im_end|>" and task_tok is None
     assert model.cfg.vocab_size == bpe.vocab_size and model.cfg.max_seq_len == 256  # the checkpoint, not the arch

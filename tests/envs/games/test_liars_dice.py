@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxrl_reason import envs
-from jaxrl_reason.envs.games import GAMES, text
+from jaxrl_reason.envs.games import GAMES, game_text, text
 from jaxrl_reason.envs.games.liars_dice import LiarsDice, bid_probs, heuristic_action
 from jaxrl_reason.envs.games.opponents import random_action
 
@@ -29,7 +29,7 @@ def test_registered_once_through_its_spec():
     spec = GAMES["liars_dice"]
     assert spec.env is LiarsDice and isinstance(envs.make("liars_dice"), LiarsDice)
     assert tuple(spec.opponents) == ("random", "heuristic") and spec.expert == "heuristic"
-    assert isinstance(text.game_text(envs.make("liars_dice")), type(spec.make_text(envs.make("liars_dice"))))
+    assert isinstance(game_text(envs.make("liars_dice")), type(spec.make_text(envs.make("liars_dice"))))
 
 
 @pytest.mark.parametrize("d0,d1", list(itertools.product(range(3), repeat=2)))
@@ -88,7 +88,7 @@ def test_heuristic_probabilities_and_moves():
 @pytest.mark.parametrize("style", text.STYLES)
 def test_text_hides_the_opponents_dice_and_parses_every_action(style):
     env = LiarsDice(dice=2, faces=3)
-    gt = text.game_text(env, style)
+    gt = game_text(env, style)
     a = gt.describe(env.init_state(jnp.asarray([[0, 2], [1, 1]])), 0)
     assert a == gt.describe(env.init_state(jnp.asarray([[0, 2], [0, 0]])), 0) and "1 3" in a
     s = env.transition(None, env.init_state(jnp.asarray([[0, 2], [1, 1]])), 4).state  # P0 bids 2x2

@@ -1,4 +1,5 @@
-"""Negotiation: rule tests with hand-written game records."""
+"""Negotiation (``envs.games.negotiation``): rule tests with hand-written game records, the heuristic expert and
+its spec."""
 
 import jax
 import jax.numpy as jnp
@@ -6,6 +7,9 @@ import numpy as np
 import pytest
 
 from jaxrl_reason import envs
+from jaxrl_reason.envs.games import GAMES, arena
+from jaxrl_reason.envs.games import negotiation as neg
+from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games.negotiation import ACCEPT, DENY
 
 NEG = envs.make("negotiation")
@@ -84,3 +88,24 @@ def test_negotiation_private_values_not_in_opponent_obs():
     a = NEG.timestep(neg_state(((1, 6), (6, 1)))).obs[0]
     b = NEG.timestep(neg_state(((1, 6), (4, 3)))).obs[0]
     np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ expert (heuristic) and spec
+def test_heuristic_beats_random():
+    heur = O.batched(neg.SPEC.opponent("heuristic", NEG))
+    rn, _ = arena.play(NEG, (heur, O.batched(O.random_action)), jax.random.key(3), 200)
+    assert float(rn[:, 0].mean()) > 0.0
+
+
+def test_offer_gains_use_the_movers_values():
+    s = neg_state()  # player 0 values wood 1, gold 6
+    gains = np.asarray(neg.offer_gains(NEG, s))
+    give_wood_for_gold = NEG.offer_action(0, 1, 1) - neg.FIRST_OFFER
+    give_gold_for_wood = NEG.offer_action(1, 1, 1) - neg.FIRST_OFFER
+    assert gains[give_wood_for_gold] == 6 - 1 and gains[give_gold_for_wood] == 1 - 6
+
+
+def test_spec_registers_the_package():
+    assert GAMES["negotiation"] is neg.SPEC and neg.SPEC.env is neg.Negotiation and neg.SPEC.text is neg.NegotiationText
+    assert tuple(neg.SPEC.opponents) == ("random", "heuristic") and neg.SPEC.expert == "heuristic"
+    assert neg.SPEC.rationale(NEG, neg_state(), 1, None) == "Wood 6 gold 1."

@@ -1,4 +1,5 @@
-"""TicTacToe: rule tests with hand-written game records, a mask property test and a pgx differential test."""
+"""TicTacToe (``envs.games.tictactoe``): rule tests with hand-written game records, a mask property test, the
+minimax expert, its spec and a pgx differential test."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxrl_reason import envs
+from jaxrl_reason.envs.games import GAMES, arena
+from jaxrl_reason.envs.games import opponents as O
+from jaxrl_reason.envs.games import tictactoe as ttt
 
 TTT = envs.make("tictactoe")
 _step = {TTT: jax.jit(TTT.step)}
@@ -91,6 +95,33 @@ def test_ttt_mask_matches_rules(cells):
         np.testing.assert_array_equal(ts.legal_action_mask[ts.current_player], expected)
         s, ts = _step[TTT](KEY, s, jnp.int32(c))
         taken.add(c)
+
+
+# ------------------------------------------------------------------ expert (minimax) and spec
+def test_minimax_table_known_values():
+    q = ttt.minimax_table()
+    assert q[0].max() == 0 and (q[0] == 0).all()  # every opening move draws
+    assert (q.max(1) > -2).sum() == 4520  # non-terminal positions reachable in play
+    s = TTT.init_state(0).replace(marks=jnp.asarray([0b11, 0b11000]))  # X to win at 2
+    assert int(ttt.minimax_q(s)[2]) == 1
+
+
+def test_minimax_never_loses_to_random_and_draws_itself():
+    play_n = jax.jit(lambda k, p: arena.play(TTT, p, k, 200), static_argnums=1)
+    mm, rnd = O.batched(ttt.SPEC.opponent("minimax", TTT)), O.batched(O.random_action)
+    r0, ill0 = play_n(jax.random.key(0), (mm, rnd))
+    r1, ill1 = play_n(jax.random.key(1), (rnd, mm))
+    assert (np.asarray(r0[:, 0]) >= 0).all() and (np.asarray(r1[:, 1]) >= 0).all()
+    assert int(ill0) == 0 and int(ill1) == 0
+    r, _ = play_n(jax.random.key(2), (mm, mm))
+    assert (np.asarray(r) == 0).all()  # perfect play draws
+
+
+def test_spec_registers_the_package():
+    assert GAMES["tictactoe"] is ttt.SPEC and ttt.SPEC.env is ttt.TicTacToe and ttt.SPEC.text is ttt.TicTacToeText
+    assert tuple(ttt.SPEC.opponents) == ("random", "minimax") and ttt.SPEC.expert == "minimax"
+    assert ttt.SPEC.expert_player(TTT) is ttt.minimax_action
+    assert ttt.SPEC.rationale(TTT, None, 0, np.asarray([True, False, True] + [False] * 6)) == "Free 02."
 
 
 # ------------------------------------------------------------------ pgx differential tests

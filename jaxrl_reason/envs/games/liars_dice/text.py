@@ -9,7 +9,6 @@ from jaxrl_reason.envs.games.text import GameText, Slot, Template, check_style
 
 
 class LiarsDiceText(GameText):
-    game = LiarsDice
 
     def __init__(self, env: LiarsDice, style: str = "verbose"):
         bids = tuple(f"{q}x{f}" for q in range(1, 2 * env.dice + 1) for f in range(1, env.faces + 1))
