@@ -159,7 +159,7 @@ def test_sharded_adapters_follow_their_kernels(base):
     assert len(sharded.blocks.attn.q_proj.lora.b[...].sharding.device_set) == 8
     np.testing.assert_allclose(np.asarray(sharded(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5)
     tr = GRPOTrainer.for_tasks(dataclasses.replace(GRPO, mesh="data=4,tensor=2"), base, TOK, TASKS, prompt_len=12)
-    s = tr.init(jax.random.key(0))  # (a sharded GRPO step is the one test_grpo_trainer runs, plus adapters)
+    s = tr.init(jax.random.key(0))  # (a sharded GRPO step is the one tests/rl/grpo/test_trainer.py runs, plus adapters)
     b = s.params["blocks"]["attn"]["q_proj"]["lora"]["b"]
     assert b[...].sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor") and len(b[...].sharding.device_set) == 8
 
