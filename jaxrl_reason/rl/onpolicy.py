@@ -33,7 +33,7 @@ Advantage normalisation (``config.adv_norm``), one rule for the family: ``"rollo
 standardises the advantages over the policy-loss entries (``targets.mask``: the acting turns) of the
 whole rollout, once per update, before the minibatches. ``"minibatch"`` does the same in each
 minibatch (CleanRL, JaxMARL's IPPO); ``"none"`` keeps them raw (SPIRAL's RAE, whose per-role baseline
-is the normaliser). Adam (eps 1e-5, PureJaxRL's) after global-norm clipping; with ``anneal_lr`` the
+is the normaliser). Adam (``adam_eps``, default 1e-5 as PureJaxRL) after global-norm clipping; with ``anneal_lr`` the
 learning rate falls linearly to 0 over all gradient steps.
 
 Data parallelism (``mesh``, see ``rl.ppo``): the environments (dim 0 of env state, timestep and
@@ -62,7 +62,6 @@ from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 ADV_NORMS = ("rollout", "minibatch", "none")
-ADAM_EPS = 1e-5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +82,7 @@ class OnPolicyConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     adv_norm: str = "rollout"  # see the module docstring
+    adam_eps: float = 1e-5  # PureJaxRL's; optax's default is 1e-8
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -95,6 +95,8 @@ class OnPolicyConfig:
                              f"num_minibatches={self.num_minibatches} (minibatches split environments)")
         if self.adv_norm not in ADV_NORMS:
             raise ValueError(f"{name}.adv_norm must be one of {ADV_NORMS}, got {self.adv_norm!r}")
+        if not self.adam_eps > 0:
+            raise ValueError(f"{name}.adam_eps must be > 0, got {self.adam_eps}")
 
 
 class Transition(NamedTuple):
@@ -170,10 +172,10 @@ def standardise(x: jax.Array, mask: jax.Array) -> jax.Array:
 
 
 def make_optimizer(config: OnPolicyConfig, total_steps: int) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam (eps 1e-5); linear annealing to 0 over ``total_steps``."""
+    """Global-norm clipping then Adam (``config.adam_eps``); linear annealing to 0 over ``total_steps``."""
     lr = optax.linear_schedule(config.lr, 0.0, total_steps) if config.anneal_lr else config.lr
     return guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                                       optax.adam(lr, eps=ADAM_EPS)))
+                                       optax.adam(lr, eps=config.adam_eps)))
 
 
 def ppo_objective(config: OnPolicyConfig) -> Loss:

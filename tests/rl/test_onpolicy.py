@@ -25,10 +25,21 @@ FAMILY = (PPOConfig, IPPOConfig, SelfPlayConfig)
     (dict(gamma=1.5), "gamma"),
     (dict(lr=-1.0), "lr"),
     (dict(adv_norm="batch"), "adv_norm"),
+    (dict(adam_eps=0.0), "adam_eps"),
 ])
 def test_family_shares_config_names_and_checks(config, kwargs, match):
     with pytest.raises(ValueError, match=match):
         config(**kwargs)
+
+
+def test_adam_eps_reaches_the_optimizer():
+    """One Adam step from zero moments moves each parameter by lr * g / (|g| + eps): eps is the config's."""
+    params = {"w": jnp.asarray([1e-6, 1.0])}
+    grads = {"w": jnp.asarray([1e-6, 1.0])}
+    for eps in (1e-5, 1e-8):
+        tx = onpolicy.make_optimizer(PPOConfig(lr=1.0, anneal_lr=False, max_grad_norm=1e9, adam_eps=eps), 10)
+        updates, _ = tx.update(grads, tx.init(params), params)
+        np.testing.assert_allclose(updates["w"], -grads["w"] / (jnp.abs(grads["w"]) + eps), rtol=1e-4)
 
 
 def test_standardise_uses_only_masked_entries():
