@@ -90,3 +90,22 @@ def tiny_hf_checkpoint(path, tokenizer, max_positions: int = 256):
                                    max_position_embeddings=max_positions, tie_word_embeddings=True)
     transformers.Qwen3ForCausalLM(cfg).float().eval().save_pretrained(path)
     return path
+
+
+class GameRecord:
+    """Hand-written records on one unbatched two-player game: ``step`` (jitted), ``view`` (the TimeStep of
+    a state without stepping) and ``play`` (a list of actions from a state, checking the game has not ended)."""
+
+    def __init__(self, env, key=None):
+        self.env, self.key = env, jax.random.key(0) if key is None else key
+        self.step = jax.jit(env.step)
+
+    def view(self, state):
+        return self.env.timestep(state, jnp.zeros(2), state.terminated, False, {})
+
+    def play(self, state, actions):
+        ts = None
+        for a in actions:
+            assert ts is None or not bool(ts.done), "record continues after the end"
+            state, ts = self.step(self.key, state, jnp.int32(a))
+        return state, ts

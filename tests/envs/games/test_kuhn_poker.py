@@ -6,26 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import testutil
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games import GAMES
 from jaxrl_reason.envs.games import kuhn_poker as kp
 
 KUHN = envs.make("kuhn_poker")
-_step = {KUHN: jax.jit(KUHN.step)}
+RECORD = testutil.GameRecord(KUHN)
 KEY = jax.random.key(0)
-
-
-def view(env, state):
-    """TimeStep of ``state`` without stepping (zero reward)."""
-    return env.timestep(state, jnp.zeros(2), state.terminated, False, {})
-
-
-def play(env, state, actions):
-    ts = None
-    for a in actions:
-        assert ts is None or not bool(ts.done), "record continues after the end"
-        state, ts = _step[env](KEY, state, jnp.int32(a))
-    return state, ts
 
 
 # ------------------------------------------------------------------ Kuhn records
@@ -40,19 +28,19 @@ def play(env, state, actions):
     ],
 )
 def test_kuhn_records(cards, actions, reward):
-    _, ts = play(KUHN, KUHN.init_state(cards), actions)
+    _, ts = RECORD.play(KUHN.init_state(cards), actions)
     assert bool(ts.terminated)
     np.testing.assert_array_equal(ts.reward, [reward, -reward])
 
 
 def test_kuhn_masks_and_illegal():
     s = KUHN.init_state((0, 1))
-    ts = view(KUHN, s)
+    ts = RECORD.view(s)
     np.testing.assert_array_equal(ts.legal_action_mask[0], [True, True, False, False])
     assert not bool(ts.legal_action_mask[1].any())
-    s, ts = play(KUHN, s, [kp.BET])
+    s, ts = RECORD.play(s, [kp.BET])
     np.testing.assert_array_equal(ts.legal_action_mask[1], [False, False, True, True])
-    _, bad = _step[KUHN](KEY, s, jnp.int32(kp.CHECK))
+    _, bad = RECORD.step(KEY, s, jnp.int32(kp.CHECK))
     assert bool(bad.terminated)
     np.testing.assert_array_equal(bad.reward, [0.0, -1.0])
 
@@ -62,16 +50,16 @@ def test_kuhn_information_sets_are_distinct_observations():
     seen = {}
     for deal in kp.DEALS:
         for hist_actions in ([], [kp.CHECK], [kp.BET], [kp.CHECK, kp.BET]):
-            s, ts = play(KUHN, KUHN.init_state(deal), hist_actions) if hist_actions else (
-                KUHN.init_state(deal), view(KUHN, KUHN.init_state(deal)))
+            s, ts = RECORD.play(KUHN.init_state(deal), hist_actions) if hist_actions else (
+                KUHN.init_state(deal), RECORD.view(KUHN.init_state(deal)))
             p = int(ts.current_player)
             key = (int(deal[p]), len(hist_actions), tuple(hist_actions))
             obs = tuple(np.asarray(ts.obs[p]).tolist())
             assert seen.setdefault(obs, key) == key, (obs, key, seen[obs])
     assert len(seen) == 12
     # the opponent's card never shows in a player's observation
-    a = view(KUHN, KUHN.init_state((0, 1))).obs[0]
-    b = view(KUHN, KUHN.init_state((0, 2))).obs[0]
+    a = RECORD.view(KUHN.init_state((0, 1))).obs[0]
+    b = RECORD.view(KUHN.init_state((0, 2))).obs[0]
     np.testing.assert_array_equal(a, b)
 
 
@@ -155,9 +143,9 @@ def test_spec_evaluations_and_policy_metrics():
 def test_nash_player_plays_its_table():
     act = jax.jit(kp.SPEC.expert_player(KUHN))
     s = KUHN.init_state((2, 0))  # K opens: bets with 3 alpha = 1/2
-    bets = [int(act(jax.random.key(i), s, view(KUHN, s))) for i in range(200)]
+    bets = [int(act(jax.random.key(i), s, RECORD.view(s))) for i in range(200)]
     assert set(bets) == {kp.CHECK, kp.BET} and 0.35 < np.mean(np.asarray(bets) == kp.BET) < 0.65
-    s, ts = play(KUHN, KUHN.init_state((0, 2)), [kp.BET])  # K facing a bet always calls
+    s, ts = RECORD.play(KUHN.init_state((0, 2)), [kp.BET])  # K facing a bet always calls
     assert int(act(KEY, s, ts)) == kp.CALL
 
 
@@ -175,11 +163,11 @@ def test_kuhn_matches_pgx():
             cards[seat] = deal
             pstate = pstate.replace(_cards=jnp.asarray(cards))
             s = KUHN.init_state(deal)
-            ts = view(KUHN, s)
+            ts = RECORD.view(s)
             for ch in seq:
                 facing = bool(ts.legal_action_mask[ts.current_player, kp.CALL])
                 ours = (kp.CALL if facing else kp.BET) if ch == "b" else (kp.FOLD if facing else kp.CHECK)
                 pstate = pstep(pstate, jnp.int32(0 if ch == "b" else 1))
-                s, ts = _step[KUHN](KEY, s, jnp.int32(ours))
+                s, ts = RECORD.step(KEY, s, jnp.int32(ours))
             assert bool(ts.terminated) and bool(pstate.terminated)
             np.testing.assert_array_equal(np.asarray(ts.reward), np.asarray(pstate.rewards)[seat])

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import testutil
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games import GAMES, arena
 from jaxrl_reason.envs.games import negotiation as neg
@@ -13,21 +14,8 @@ from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games.negotiation import ACCEPT, DENY
 
 NEG = envs.make("negotiation")
-_step = {NEG: jax.jit(NEG.step)}
+RECORD = testutil.GameRecord(NEG)
 KEY = jax.random.key(0)
-
-
-def view(env, state):
-    """TimeStep of ``state`` without stepping (zero reward)."""
-    return env.timestep(state, jnp.zeros(2), state.terminated, False, {})
-
-
-def play(env, state, actions):
-    ts = None
-    for a in actions:
-        assert ts is None or not bool(ts.done), "record continues after the end"
-        state, ts = _step[env](KEY, state, jnp.int32(a))
-    return state, ts
 
 
 # ------------------------------------------------------------------ Negotiation records
@@ -38,23 +26,23 @@ def neg_state(values=((1, 6), (6, 1))):
 def test_negotiation_trade_accept_and_sign_reward():
     s = neg_state()  # P0 values gold, P1 values wood
     offer = NEG.offer_action(0, 3, 1)  # P0 gives 3 wood, receives 1 gold
-    s, ts = play(NEG, s, [offer])
+    s, ts = RECORD.play(s, [offer])
     assert bool(ts.legal_action_mask[1, ACCEPT])
-    s, ts = play(NEG, s, [ACCEPT])
+    s, ts = RECORD.play(s, [ACCEPT])
     np.testing.assert_array_equal(s.inventory, [[7, 11], [13, 9]])
     # gains: P0 = -3*1 + 1*6 = 3 ; P1 = 3*6 - 1*1 = 17
     np.testing.assert_allclose(ts.info["value_change"], [3.0, 17.0])
     assert not bool(ts.legal_action_mask[0, ACCEPT])  # the offer was consumed
-    s, ts = play(NEG, s, [DENY] * 8)
+    s, ts = RECORD.play(s, [DENY] * 8)
     assert bool(ts.terminated) and int(s.turn) == 10
     np.testing.assert_array_equal(ts.reward, [-1.0, 1.0])
 
 
 def test_negotiation_accept_on_last_turn_counts():
     s = neg_state()
-    s, ts = play(NEG, s, [DENY] * 8 + [NEG.offer_action(1, 1, 3)])  # P0 (turn 9) gives 1 gold for 3 wood
+    s, ts = RECORD.play(s, [DENY] * 8 + [NEG.offer_action(1, 1, 3)])  # P0 (turn 9) gives 1 gold for 3 wood
     assert not bool(ts.done)
-    s, ts = play(NEG, s, [ACCEPT])  # turn 10: P1 accepts, game ends
+    s, ts = RECORD.play(s, [ACCEPT])  # turn 10: P1 accepts, game ends
     assert bool(ts.terminated)
     np.testing.assert_array_equal(s.inventory, [[13, 9], [7, 11]])
     # P0: +3 wood*1 - 1 gold*6 = -3 ; P1: -3*6 + 1*1 = -17 -> P0 wins
@@ -63,9 +51,9 @@ def test_negotiation_accept_on_last_turn_counts():
 
 def test_negotiation_pending_offer_lapses_and_counter_offer_replaces():
     s = neg_state()
-    s, ts = play(NEG, s, [NEG.offer_action(0, 1, 1), NEG.offer_action(0, 2, 2)])  # counter-offer
+    s, ts = RECORD.play(s, [NEG.offer_action(0, 1, 1), NEG.offer_action(0, 2, 2)])  # counter-offer
     assert int(s.pending) == NEG.offer_action(0, 2, 2) - 2 and int(s.proposer) == 1
-    s, ts = play(NEG, s, [DENY])
+    s, ts = RECORD.play(s, [DENY])
     assert int(s.pending) == -1 and not bool(ts.legal_action_mask[1, ACCEPT])
 
 

@@ -8,45 +8,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import testutil
 from jaxrl_reason import envs
 from jaxrl_reason.envs.games import GAMES, arena
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import tictactoe as ttt
 
 TTT = envs.make("tictactoe")
-_step = {TTT: jax.jit(TTT.step)}
+RECORD = testutil.GameRecord(TTT)
 KEY = jax.random.key(0)
-
-
-def view(env, state):
-    """TimeStep of ``state`` without stepping (zero reward)."""
-    return env.timestep(state, jnp.zeros(2), state.terminated, False, {})
-
-
-def play(env, state, actions):
-    ts = None
-    for a in actions:
-        assert ts is None or not bool(ts.done), "record continues after the end"
-        state, ts = _step[env](KEY, state, jnp.int32(a))
-    return state, ts
 
 
 # ------------------------------------------------------------------ TicTacToe records
 def test_ttt_row_win_for_first_player():
-    _, ts = play(TTT, TTT.init_state(0), [0, 3, 1, 4, 2])
+    _, ts = RECORD.play(TTT.init_state(0), [0, 3, 1, 4, 2])
     assert bool(ts.terminated)
     np.testing.assert_array_equal(ts.reward, [1.0, -1.0])
 
 
 def test_ttt_diagonal_win_for_second_player_who_moves_first():
     s = TTT.init_state(1)  # player 1 is X
-    _, ts = play(TTT, s, [2, 0, 4, 1, 6])
+    _, ts = RECORD.play(s, [2, 0, 4, 1, 6])
     np.testing.assert_array_equal(ts.reward, [-1.0, 1.0])
 
 
 def test_ttt_full_board_draw():
     # X: 0 1 5 6 8 ; O: 2 3 4 7  -> no line
-    _, ts = play(TTT, TTT.init_state(0), [0, 2, 1, 3, 5, 4, 6, 7, 8])
+    _, ts = RECORD.play(TTT.init_state(0), [0, 2, 1, 3, 5, 4, 6, 7, 8])
     assert bool(ts.terminated)
     np.testing.assert_array_equal(ts.reward, [0.0, 0.0])
     assert not bool(ts.legal_action_mask.any())
@@ -54,25 +42,25 @@ def test_ttt_full_board_draw():
 
 def test_ttt_win_on_last_move_is_win_not_draw():
     # X: 0 1 5 6 4->? build X win on move 9: X 0 2 3 7 + 8? use X: 1 3 5 6 8? check below
-    _, ts = play(TTT, TTT.init_state(0), [0, 1, 2, 4, 3, 5, 7, 6, 8])  # X 0 2 3 7 8 ; O 1 4 5 6
+    _, ts = RECORD.play(TTT.init_state(0), [0, 1, 2, 4, 3, 5, 7, 6, 8])  # X 0 2 3 7 8 ; O 1 4 5 6
     # X has 6? no; lines for X: (0,3,6)? 6 is O. (2,5,8)? 5 O. (6,7,8)? 6 O -> draw
     np.testing.assert_array_equal(ts.reward, [0.0, 0.0])
-    _, ts = play(TTT, TTT.init_state(0), [4, 0, 8, 2, 1, 7, 3, 5, 6])  # X 4 8 1 3 6: (2,4,6)? 2 is O
+    _, ts = RECORD.play(TTT.init_state(0), [4, 0, 8, 2, 1, 7, 3, 5, 6])  # X 4 8 1 3 6: (2,4,6)? 2 is O
     assert bool(ts.terminated)
-    _, ts = play(TTT, TTT.init_state(0), [0, 1, 2, 4, 3, 5, 7, 8, 6])  # X 0 2 3 7 6 -> (0,3,6)
+    _, ts = RECORD.play(TTT.init_state(0), [0, 1, 2, 4, 3, 5, 7, 8, 6])  # X 0 2 3 7 6 -> (0,3,6)
     np.testing.assert_array_equal(ts.reward, [1.0, -1.0])
 
 
 def test_ttt_illegal_move_forfeits_and_keeps_board():
-    s, ts = play(TTT, TTT.init_state(0), [4])
-    s2, ts2 = _step[TTT](KEY, s, jnp.int32(4))
+    s, ts = RECORD.play(TTT.init_state(0), [4])
+    s2, ts2 = RECORD.step(KEY, s, jnp.int32(4))
     assert bool(ts2.terminated)
     np.testing.assert_array_equal(ts2.reward, [0.0, -1.0])
     np.testing.assert_array_equal(s2.marks, s.marks)
-    _, ts3 = _step[TTT](KEY, s, jnp.int32(-1))
+    _, ts3 = RECORD.step(KEY, s, jnp.int32(-1))
     np.testing.assert_array_equal(ts3.reward, [0.0, -1.0])
     # stepping a finished game is a no-op
-    s4, ts4 = _step[TTT](KEY, s2, jnp.int32(0))
+    s4, ts4 = RECORD.step(KEY, s2, jnp.int32(0))
     np.testing.assert_array_equal(ts4.reward, [0.0, 0.0])
     np.testing.assert_array_equal(s4.marks, s2.marks)
 
@@ -86,14 +74,14 @@ def test_ttt_bad_config():
 @settings(max_examples=20, deadline=None)
 @given(cells=st.permutations(list(range(9))))
 def test_ttt_mask_matches_rules(cells):
-    s, ts = TTT.init_state(0), view(TTT, TTT.init_state(0))
+    s, ts = TTT.init_state(0), RECORD.view(TTT.init_state(0))
     taken = set()
     for c in cells:
         if bool(ts.done):
             break
         expected = np.array([i not in taken for i in range(9)])
         np.testing.assert_array_equal(ts.legal_action_mask[ts.current_player], expected)
-        s, ts = _step[TTT](KEY, s, jnp.int32(c))
+        s, ts = RECORD.step(KEY, s, jnp.int32(c))
         taken.add(c)
 
 
@@ -135,13 +123,13 @@ def test_tictactoe_matches_pgx():
         pstate = penv.init(jax.random.key(g))
         first = int(pstate.current_player)
         s = TTT.init_state(first)
-        ts = view(TTT, s)
+        ts = RECORD.view(s)
         while not bool(ts.done):
             legal = np.flatnonzero(np.asarray(pstate.legal_action_mask))
             np.testing.assert_array_equal(np.asarray(ts.legal_action_mask[ts.current_player]), np.asarray(pstate.legal_action_mask))
             assert int(ts.current_player) == int(pstate.current_player)
             a = int(rng.choice(legal))
             pstate = pstep(pstate, jnp.int32(a))
-            s, ts = _step[TTT](KEY, s, jnp.int32(a))
+            s, ts = RECORD.step(KEY, s, jnp.int32(a))
             np.testing.assert_array_equal(np.asarray(ts.reward), np.asarray(pstate.rewards))
         assert bool(pstate.terminated)
