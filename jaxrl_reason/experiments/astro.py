@@ -387,18 +387,9 @@ def copy_model(model: Transformer) -> Transformer:
 def policy_model(config: Config, tokenizer: Tokenizer):
     """The policy before any SFT, with a window of ``config.max_seq_len``: the checkpoint's weights (``--model``,
     fp32), random weights of ``recipes.ARCHS[arch]`` (``--arch``, activations in ``arch_dtype``), or a fresh tiny LM."""
-    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
-
-    n = config.max_seq_len
-    if config.model is not None:
-        model = load_hf_model(config.model, max_seq_len=n)
-    elif config.arch is not None:
-        cfg = config_from_hf(recipes.ARCHS[config.arch], source=f"recipes.ARCHS[{config.arch!r}]", max_seq_len=n,
-                             dtype=config.arch_dtype)
-        model = Transformer(cfg, rngs=nnx.Rngs(config.seed))
-    else:
-        model = Transformer(config.lm(tokenizer), rngs=nnx.Rngs(config.seed))
-    tokenizer.check_model(model.cfg, n, "astro")
+    source = recipes.PolicySource(config.model, config.arch, config.max_seq_len, config.arch_dtype)
+    model = source.build(config.lm(tokenizer), config.seed)
+    tokenizer.check_model(model.cfg, config.max_seq_len, "astro")
     return model
 
 

@@ -27,7 +27,7 @@ def main(mults=(1, 4, 16, 64, 256), docs: int = 8) -> list[dict]:
     config = memagent.PRESETS["cpu"]
     tokenizer = CharTokenizer()
     agent = MemAgent(config.agent, tokenizer)
-    graphdef, state = nnx.split(memagent.build_model(config.lm, config.seed, tokenizer))
+    graphdef, state = nnx.split(memagent.build_lm(config, tokenizer, config.lm.max_seq_len))
     rows = []
     for mult in mults:
         batch = memagent._batch(config, agent, mult, docs, stream=5)

@@ -52,7 +52,7 @@ from jaxrl_reason.agents.joyagents.trainer import (
     JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
 from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
-from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, TinyLM, check_schedule, plot_curves, series
+from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
@@ -137,16 +137,11 @@ def initial_models(config: Config, tokenizer: Tokenizer) -> list:
     """The system's LM(s) before the SFT warm start: the checkpoint (every model a copy of it), random weights of
     ``ARCHS[config.arch]`` (activations in ``PolicySource().dtype``), or the tiny ``config.lm``; one per agent
     unless ``system.shared``. The window of a checkpoint / arch model is ``system.seq_len``."""
-    from jaxrl_reason.models.lm.hf_import import config_from_hf
-
     system = config.system
     if config.model is not None:
         return load_models(config.model, system, tokenizer=tokenizer)
-    if config.arch is not None:
-        lm = config_from_hf(ARCHS[config.arch], source=f"ARCHS[{config.arch!r}]", max_seq_len=system.seq_len,
-                            dtype=PolicySource().dtype)
-        return build_models(lm, system, config.seed, tokenizer=tokenizer)
-    return build_models(config.lm, system, config.seed, tokenizer=tokenizer)
+    lm = config.lm if config.arch is None else PolicySource(arch=config.arch, max_seq_len=system.seq_len).arch_config()
+    return build_models(lm, system, config.seed, tokenizer=tokenizer)
 
 
 def _requests(config: Config, requests, tokenizer: Tokenizer):

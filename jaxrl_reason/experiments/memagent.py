@@ -38,7 +38,7 @@ from jaxrl_reason.agents.memagent.trainer import (
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.models.lm import Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
-from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, TinyLM, build_model, check_schedule, plot_curves, series
+from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.loop import run_chunks
@@ -133,15 +133,8 @@ def load_tokenizer(config: Config) -> Tokenizer:
 def build_lm(config: Config, tokenizer: Tokenizer, max_seq_len: int) -> Transformer:
     """A fresh LM with a window of ``max_seq_len`` tokens: the checkpoint's weights (fp32), random weights
     of ``ARCHS[config.arch]`` (activations in ``PolicySource().dtype``), or the tiny ``config.lm``."""
-    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
-
-    if config.model is not None:
-        return load_hf_model(config.model, max_seq_len=max_seq_len)
-    if config.arch is not None:
-        cfg = config_from_hf(ARCHS[config.arch], source=f"ARCHS[{config.arch!r}]", max_seq_len=max_seq_len,
-                             dtype=PolicySource().dtype)
-        return Transformer(cfg, rngs=nnx.Rngs(config.seed))
-    return build_model(dataclasses.replace(config.lm, max_seq_len=max_seq_len), config.seed, tokenizer)
+    tiny = dataclasses.replace(config.lm, max_seq_len=max_seq_len).config(tokenizer.vocab_size)
+    return PolicySource(config.model, config.arch, max_seq_len).build(tiny, config.seed)
 
 
 def _batch(config: Config, agent: MemAgent, mult: int, n: int, stream: int):

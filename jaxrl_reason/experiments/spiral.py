@@ -44,7 +44,7 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
-from jaxrl_reason.rl.grpo.recipes import ARCHS
+from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -134,18 +134,15 @@ _EVAL_GAMES = GAMES  # registration order (envs.games.register_game)
 
 def load_lm(config: Config) -> tuple[Transformer, Tokenizer, Tokenizer | None]:
     """-> (LM, its tokenizer, the transfer tasks' tokenizer: ``CharTokenizer`` through ``TaskView``, or None for a
-    checkpoint, whose tasks are encoded with its own tokenizer)."""
-    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
+    checkpoint, whose tasks are encoded with its own tokenizer). An arch's vocabulary (128256 or 151936 ids) holds
+    the byte tokenizer's 264; a checkpoint's pad / bos / eos come from its tokenizer config."""
     from jaxrl_reason.models.tokenizer import HFTokenizer
 
-    if config.model is not None:  # float32 weights and activations; its pad / bos / eos from its tokenizer config
-        model = load_hf_model(config.model, max_seq_len=config.max_seq_len, remat=config.remat)
+    source = PolicySource(config.model, config.arch, config.max_seq_len, config.dtype)
+    model = source.build(config.lm, config.seed, remat=config.remat)
+    if config.model is not None:
         return model, HFTokenizer.from_pretrained(config.model), None
-    if config.arch is not None:  # an arch's vocabulary (128256 or 151936 ids) holds the byte tokenizer's 264
-        cfg = config_from_hf(ARCHS[config.arch], source=f"ARCHS[{config.arch!r}]", max_seq_len=config.max_seq_len,
-                             dtype=config.dtype, remat=config.remat)
-        return Transformer(cfg, rngs=nnx.Rngs(config.seed)), spiral_tokenizer(), CharTokenizer()
-    return Transformer(config.lm, rngs=nnx.Rngs(config.seed)), spiral_tokenizer(), CharTokenizer()
+    return model, spiral_tokenizer(), CharTokenizer()
 
 
 def evaluate_model(config: Config, graphdef, params, model, games, sampler, key, tokenizer: Tokenizer,

@@ -103,26 +103,38 @@ class PolicySource:
     def pretrained(self) -> bool:
         return self.model is not None
 
+    def arch_config(self, **overrides) -> LMConfig:
+        """The ``LMConfig`` of ``ARCHS[arch]``: window ``max_seq_len``, activations ``dtype``, ``overrides`` (e.g.
+        ``remat=True``)."""
+        from jaxrl_reason.models.lm.hf_import import config_from_hf
+
+        return config_from_hf(ARCHS[self.arch], source=f"ARCHS[{self.arch!r}]", max_seq_len=self.max_seq_len,
+                              dtype=self.dtype, **overrides)
+
+    def build(self, tiny: LMConfig, seed: int, **overrides) -> Transformer:
+        """The policy LM before any warm start (every experiment's one loader): the checkpoint (fp32 weights and
+        activations), random weights of the arch (seeded by ``seed``), else a fresh model of ``tiny``. The window of
+        a checkpoint / arch model is ``max_seq_len``; ``overrides``: more of its ``LMConfig`` fields (``remat``)."""
+        if self.model is not None:
+            from jaxrl_reason.models.lm.hf_import import load_hf_model
+
+            return load_hf_model(self.model, max_seq_len=self.max_seq_len, **overrides)
+        return Transformer(tiny if self.arch is None else self.arch_config(**overrides), rngs=nnx.Rngs(seed))
+
 
 def load_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, weights=None):
     """-> (model, tokenizer, prompt format): a checkpoint as is with a chat-template prompt (R1 system
     message), or an ``arch`` / tiny model warm-started on ``tasks`` with ``CharTokenizer`` and raw prompts."""
     from jaxrl_reason.data import PromptFormat
-    from jaxrl_reason.models.lm.hf_import import config_from_hf, load_hf_model
     from jaxrl_reason.models.tokenizer import R1_SYSTEM, CharTokenizer, HFTokenizer
 
     if source.model is not None:
         tok = HFTokenizer.from_pretrained(source.model)
-        model = load_hf_model(source.model, max_seq_len=source.max_seq_len)  # fp32 weights and activations
         fmt = PromptFormat("chat", system=R1_SYSTEM) if tok.chat_template else PromptFormat(
             "plain", template=R1_SYSTEM + " User: {prompt} Assistant: <think>")
-        return model, tok, fmt
+        return source.build(None, seed), tok, fmt
     tok = CharTokenizer()
-    if source.arch is None:
-        return warm_started_model(lm, ws, tasks, seed, tok, weights), tok, None
-    cfg = config_from_hf(ARCHS[source.arch], source=f"ARCHS[{source.arch!r}]", max_seq_len=source.max_seq_len,
-                         dtype=source.dtype)
-    return warm_start(Transformer(cfg, rngs=nnx.Rngs(seed)), ws, tasks, seed, tok, weights), tok, None
+    return warm_start(source.build(lm.config(tok.vocab_size), seed), ws, tasks, seed, tok, weights), tok, None
 
 
 def sft_problems(tasks: Sequence, n: int, seed: int, weights=None):
