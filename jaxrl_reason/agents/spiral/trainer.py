@@ -31,6 +31,7 @@ from flax import nnx
 
 from jaxrl_reason.agents.spiral.advantages import MODES, episode_advantages, turn_advantages
 from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, make_rollout
+from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
@@ -42,7 +43,12 @@ from jaxrl_reason.rl.rae import init_baseline
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
-OPPONENTS = ("random",)  # the fixed opponents of advantage="fixed" (every GameSpec has them)
+
+
+def fixed_opponent(opponent: str, game: str) -> str:
+    """The name, among ``game``'s ``GameSpec.opponents``, of SpiralConfig's ``opponent``: ``"expert"`` is each
+    game's expert (Tic-Tac-Toe's minimax, Kuhn Poker's Nash, ...), any other name is taken as is."""
+    return game_spec(game).expert if opponent == "expert" else opponent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +56,8 @@ class SpiralConfig:
     games: tuple[str, ...] = ("tictactoe", "kuhn_poker")
     episodes_per_game: int = 32
     advantage: str = "rae"  # rae | none | fixed (LM vs a fixed opponent)
-    opponent: str = "random"  # the fixed opponent of advantage="fixed"
+    # the fixed opponent of advantage="fixed": "random", "expert" (each game's), or a name every game's spec has
+    opponent: str = "random"
     prompt_style: str = "verbose"  # the games' prompt style (envs.games.text.STYLES)
     alpha: float = 0.05  # RAE EMA rate
     max_new_tokens: int = 28
@@ -72,7 +79,9 @@ class SpiralConfig:
         need(len(self.games) >= 1 and len(set(self.games)) == len(self.games), f"games must be distinct, got {self.games}")
         need(all(g in GAMES for g in self.games), f"games must be among {GAMES}, got {self.games}")
         need(self.advantage in MODES, f"advantage must be one of {MODES}, got {self.advantage!r}")
-        need(self.opponent in OPPONENTS, f"opponent must be one of {OPPONENTS}, got {self.opponent!r}")
+        lacking = [g for g in self.games if g in GAMES and fixed_opponent(self.opponent, g) not in game_spec(g).opponents]
+        need(not lacking, f"opponent {self.opponent!r} is not an opponent of {lacking}: use 'random', 'expert' or one "
+                          f"of {[tuple(game_spec(g).opponents) for g in lacking]}")
         need(0.0 < self.alpha <= 1.0, f"alpha must be in (0, 1], got {self.alpha}")
         need(self.episodes_per_game >= 2 and self.episodes_per_game % 2 == 0,
              f"episodes_per_game must be even and >= 2, got {self.episodes_per_game}")
@@ -131,7 +140,8 @@ class SpiralTrainer:
 def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
     graphdef, games, n_ep = trainer.graphdef, trainer.games, cfg.episodes_per_game
     opp = cfg.advantage == "fixed"
-    rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler, g.spec.opponent(cfg.opponent, g.env) if opp else None,
+    rollouts = [make_rollout(graphdef, g, n_ep, trainer.sampler,
+                             g.spec.opponent(fixed_opponent(cfg.opponent, g.name), g.env) if opp else None,
                              mesh=trainer.mesh) for g in games]
     p_max, n = trainer.prompt_len, cfg.max_new_tokens
     optimizer, pad_id = trainer.optimizer, trainer.tokenizer.pad_id
@@ -202,4 +212,4 @@ def _game_metrics(name: str, e, baseline) -> dict:
     return {f"{name}/{k}": v for k, v in m.items()}
 
 
-__all__ = ["SpiralConfig", "SpiralState", "SpiralTrainer"]
+__all__ = ["SpiralConfig", "SpiralState", "SpiralTrainer", "fixed_opponent"]

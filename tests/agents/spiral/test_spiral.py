@@ -35,7 +35,7 @@ from jaxrl_reason.agents.spiral.tokenizer import (
     spiral_tokenizer,
     token_bytes,
 )
-from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
+from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer, fixed_opponent
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
@@ -332,6 +332,13 @@ def test_config_errors():
         SpiralConfig(advantage="ppo")
     with pytest.raises(ValueError, match="unknown SPIRAL game"):
         LMGame.make("go", tokenizer=TOK)
+    # the fixed opponent: random, each game's expert, or a name every game's spec has
+    assert [fixed_opponent("expert", g) for g in ("tictactoe", "kuhn_poker")] == ["minimax", "nash"]
+    assert fixed_opponent("random", "negotiation") == "random"
+    SpiralConfig(games=("tictactoe", "kuhn_poker"), advantage="fixed", opponent="expert")
+    SpiralConfig(games=("kuhn_poker",), advantage="fixed", opponent="nash")
+    with pytest.raises(ValueError, match=r"opponent 'nash' is not an opponent of \['tictactoe'\]"):
+        SpiralConfig(games=("tictactoe", "kuhn_poker"), advantage="fixed", opponent="nash")
     small = LMConfig(vocab_size=96, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=512)
     with pytest.raises(ValueError, match="vocab_size 96 < the tokenizer's 264"):
         SpiralTrainer(SpiralConfig(games=("kuhn_poker",)), Transformer(small, rngs=nnx.Rngs(0)), tokenizer=TOK)
