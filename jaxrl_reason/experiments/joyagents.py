@@ -52,6 +52,7 @@ from jaxrl_reason.agents.joyagents.trainer import (
     JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
 from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.rl.base import host_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
@@ -211,29 +212,25 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
                                                   balanced=True), tok)
 
     # (2) RL arms from the same start, same request stream
+    requests = lambda s: _requests(config, task.generate_batch(np.random.default_rng([config.seed, 2, s]),
+                                                               config.requests_per_step), tok)
     rows, curves = [], {}
     for arm in config.arms:
         mode, memory, mult = ARMS[arm]
         rl = dataclasses.replace(config.rl, mode=mode, memory=memory, group_size=config.rl.group_size * mult)
-        trainer = JoyTrainer(rl, system, models, tokenizer=tok)
+        trainer = JoyTrainer(rl, system, models, requests, tokenizer=tok)
         arm_dir = run_dir.child(arm.replace("+", "_"))
 
         def log_eval(state, d=arm_dir, tr=trainer):
             d.log(int(state.step), {**{f"eval/{k}": v for k, v in evaluate(tr, state, held).items()},
                                     **{f"train_eval/{k}": v for k, v in evaluate(tr, state, train).items()}})
 
-        def chunk(state, tr=trainer, log_eval=log_eval):
-            out = []
-            for _ in range(config.eval_every):
-                s = int(state.step)
-                req = _requests(config, task.generate_batch(np.random.default_rng([config.seed, 2, s]),
-                                                            config.requests_per_step), tok)
-                state, m = tr.step(state, req, jax.random.fold_in(jax.random.key(config.seed), s))
-                out.append(jax.device_get(m))
+        def chunk(state, steps=host_steps(trainer.step, config.eval_every), log_eval=log_eval):
+            state, metrics = steps(state)
             log_eval(state)
-            return state, {k: np.asarray([r[k] for r in out]) for k in out[0]}
+            return state, metrics
 
-        state = trainer.init()
+        state = trainer.init(jax.random.key(config.seed))
         if not arm_dir.resumed:
             log_eval(state)
         state = run_chunks(arm_dir, state, chunk, config.rl_steps // config.eval_every,

@@ -38,6 +38,7 @@ from jaxrl_reason.agents.memagent.trainer import (
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.models.lm import Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.rl.base import host_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.experiment import RunDir
@@ -154,25 +155,22 @@ def run(config: Config, run_dir: RunDir) -> dict:
     run_dir.save_json("sft_loss.json", {"first": float(sft_loss[0]), "last": float(sft_loss[-10:].mean())})
 
     # (2) Multi-Conv RL
-    trainer = MultiConvTrainer(config.rl, agent, model)
+    batches = lambda s: doc_batch(task.generate_batch(np.random.default_rng([config.seed, 2, s]),
+                                                      config.questions_per_step), agent)
+    trainer = MultiConvTrainer(config.rl, agent, model, batches)
     held = _batch(config, agent, 1, config.heldout_docs, 3)
+    steps = host_steps(trainer.step, config.eval_every)
 
     def held_acc(state):
         gd, st = nnx.split(trainer.model(state))
         return evaluate_agent(gd, st, held, agent)["accuracy"]
 
     def chunk(state):
-        rows = []
-        for _ in range(config.eval_every):
-            s = int(state.step)
-            batch = doc_batch(task.generate_batch(np.random.default_rng([config.seed, 2, s]), config.questions_per_step),
-                              agent)
-            state, m = trainer.step(state, batch, jax.random.fold_in(jax.random.key(config.seed), s))
-            rows.append(jax.device_get(m))
+        state, metrics = steps(state)
         run_dir.log(int(state.step), {"eval/accuracy_1x": held_acc(state)})
-        return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+        return state, metrics
 
-    state = trainer.init()
+    state = trainer.init(jax.random.key(config.seed))
     if not run_dir.resumed:
         run_dir.log(0, {"eval/accuracy_1x": held_acc(state)})
     state = run_chunks(run_dir, state, chunk, config.rl_steps // config.eval_every,

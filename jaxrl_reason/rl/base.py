@@ -7,6 +7,12 @@
   on-policy family (``rl.onpolicy``: PPO, IPPO, HDR-IPPO, MAPPO, self-play) returns.
 - ``Policy``: ``carry, action = policy(carry, key, ts)`` for one environment, what
   ``rl.evaluate.evaluate``, the arenas and the experiments play.
+
+The LM trainers (GRPO, SPIRAL, MemAgent, JoyAgents) share the first half of that shape: ``state =
+trainer.init(key)``, ``state, metrics = trainer.step(state)``, each step's data drawn by the step index from
+a seeded stream (so a resumed run draws what the uninterrupted one drew). Their step runs host code between
+device programs (drawing data, decoding, reward functions), so ``host_steps(trainer.step, n)`` is their
+``update``: the chunk ``run_chunks`` drives.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple, Protocol, TypeVar
 
 import jax
+import numpy as np
 
 from jaxrl_reason import envs
 
@@ -52,3 +59,17 @@ class ChunkedTrain(NamedTuple):
     init: Callable[[jax.Array], Any]
     update: Callable[[Any], tuple[Any, Metrics]]
     graphdef: Any
+
+
+def host_steps(step: Callable[[State], tuple[State, Metrics]], steps: int):
+    """``state -> (state, metrics)``: ``steps`` calls of an LM trainer's ``step`` (a ``Trainer.update`` for
+    ``utils.loop.run_chunks``), every metric stacked ``[steps]`` (numpy, on the host)."""
+
+    def update(state):
+        rows = []
+        for _ in range(steps):
+            state, m = step(state)
+            rows.append(jax.device_get(m))
+        return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+
+    return update

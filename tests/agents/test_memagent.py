@@ -229,10 +229,10 @@ def test_multiconv_advantage_broadcast_and_step():
     mask = np.asarray(conv["mask"])
     assert mask[: (n - 1) * r].sum(1).tolist() == np.minimum(np.asarray(lens[: n - 1]).reshape(-1), 5).tolist()
     assert mask[(n - 1) * r: n * r].sum() == 0 and mask[n * r:].sum(1).tolist() == [2] * r  # inactive chunks masked
-    trainer = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2), AGENT, model)
-    state = trainer.init()
+    trainer = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2), AGENT, model, lambda s: batch)
+    state = trainer.init(jax.random.key(1))
     before = jax.tree.map(jnp.copy, state.params)
-    state, m = trainer.step(state, batch, jax.random.key(1))
+    state, m = trainer.step(state)
     assert int(state.step) == 1 and np.isfinite(float(m["policy_loss"]))
     assert float(m["conversations"]) == (n + 1) * 8  # 2 questions x G=4
     if float(m["zero_variance_groups"]) < 1.0:
@@ -240,8 +240,8 @@ def test_multiconv_advantage_broadcast_and_step():
 
     # mesh="data=8": every device runs its slice of the Q x G rollouts (the multi-process path: a data axis over
     # every process's devices); the step equals the one-device step up to float rounding
-    split = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2, mesh="data=8"), AGENT, model)
-    state8, m8 = split.step(split.init(), batch, jax.random.key(1))
+    split = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2, mesh="data=8"), AGENT, model, lambda s: batch)
+    state8, m8 = split.step(split.init(jax.random.key(1)))
     m, m8 = jax.device_get((m, m8))
     assert sorted(m) == sorted(m8)
     for k in m:
@@ -251,9 +251,9 @@ def test_multiconv_advantage_broadcast_and_step():
                     agent=AGENT, mesh=split.mesh)
     assert out.memory.sharding.shard_shape(out.memory.shape) == (1, out.memory.shape[1])  # 8 rollouts: 1 per device
     with pytest.raises(ValueError, match=r"rollouts per step \(questions x group_size\) = 4 is not divisible by the 8"):
-        MultiConvTrainer(MultiConvConfig(group_size=2, mesh="data=8"), AGENT, model).step(state, batch, jax.random.key(1))
+        MultiConvTrainer(MultiConvConfig(group_size=2, mesh="data=8"), AGENT, model, lambda s: batch).step(state)
     with pytest.raises(ValueError, match="minibatches"):
-        MultiConvTrainer(MultiConvConfig(group_size=4, minibatches=7), AGENT, model).step(state, batch, jax.random.key(1))
+        MultiConvTrainer(MultiConvConfig(group_size=4, minibatches=7), AGENT, model, lambda s: batch).step(state)
     for bad in (dict(group_size=1), dict(temperature=0.0), dict(advantage="x")):
         with pytest.raises(ValueError):
             MultiConvConfig(**bad)

@@ -6,9 +6,9 @@ without memory evolution; greedy evaluation per request type.
     models = build_models(lm, cfg, seed, tokenizer=tok)                 # 1 (shared) or 4 LMs, from scratch
     # or: tok = HFTokenizer.from_pretrained(ckpt); models = load_models(ckpt, cfg, tokenizer=tok)
     sft_warm_start(models, requests, cfg, TraceNoise(...), SFTConfig(), tokenizer=tok)
-    trainer = JoyTrainer(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models, tokenizer=tok)
-    state = trainer.init()
-    state, metrics = trainer.step(state, req, key)        # req: Requests of Q training requests
+    trainer = JoyTrainer(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models, requests, tokenizer=tok)
+    state = trainer.init(key)                           # requests(s): RL step s's Requests (Q training requests)
+    state, metrics = trainer.step(state)
     evaluate(trainer, state, req_heldout) -> {"accuracy", "accuracy/<type>", "route_accuracy", ...}
 
 Plain joint GRPO (``mode="joint"``): each request is rolled out G times; the trajectory reward's
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import flax
 import jax
@@ -162,6 +162,7 @@ class JoyState:
     opt_state: optax.OptState
     memory: Memory
     step: jax.Array
+    key: jax.Array  # step s samples with fold_in(key, s)
 
 
 def no_hints(n: int, tokenizer: Tokenizer) -> jax.Array:
@@ -190,12 +191,15 @@ def select_top_k(variance: jax.Array, active: jax.Array, k: int) -> jax.Array:
 
 
 class JoyTrainer:
-    def __init__(self, config: JoyConfig, system: SystemConfig, models: Sequence, *, tokenizer: Tokenizer):
+    def __init__(self, config: JoyConfig, system: SystemConfig, models: Sequence,
+                 requests: Callable[[int], Requests], *, tokenizer: Tokenizer):
+        """``requests(s)``: RL step s's Q training requests (drawn from a stream seeded by s: a resume draws the
+        same)."""
         if len(models) != system.num_models:
             raise ValueError(f"JoyTrainer: system.shared={system.shared} needs {system.num_models} model(s), "
                              f"got {len(models)}")
         system.check_model(models[0].cfg, tokenizer)
-        self.config, self.system, self.tokenizer = config, system, tokenizer
+        self.config, self.system, self.tokenizer, self.requests = config, system, tokenizer, requests
         splits = [nnx.split(m, nnx.Param, ...) for m in models]
         self.graphdef = splits[0][0]
         self._params = tuple(s[1] for s in splits)
@@ -204,13 +208,16 @@ class JoyTrainer:
         self.mesh = data_mesh(config.mesh, {}, "JoyConfig")
         self._step = _step_fn(self.graphdef, config, system, tokenizer, self.mesh)
 
-    def init(self, params: tuple | None = None) -> JoyState:
+    def init(self, key: jax.Array, params: tuple | None = None) -> JoyState:
         params = jax.tree.map(jnp.array, self._params if params is None else params)
         return replicate(JoyState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
-                                  memory=init_memory(self.config.memory_slots), step=jnp.int32(0)), self.mesh)
+                                  memory=init_memory(self.config.memory_slots), step=jnp.int32(0), key=key), self.mesh)
 
-    def step(self, state: JoyState, req: Requests, key: jax.Array) -> tuple[JoyState, dict]:
-        """One RL step on the Q requests ``req``, each sampled ``group_size`` times (per node, node-wise)."""
+    def step(self, state: JoyState) -> tuple[JoyState, dict]:
+        """One RL step on the Q requests of ``requests(step)``, each sampled ``group_size`` times (per node,
+        node-wise)."""
+        s = int(state.step)
+        req, key = self.requests(s), jax.random.fold_in(state.key, s)
         check_data_split(self.mesh, {"trajectories per group draw (requests x group_size)":
                                      len(req) * self.config.group_size}, "JoyTrainer")
         return self._step(state, replicate(req, self.mesh), replicate(key, self.mesh))
@@ -301,8 +308,7 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenize
         metrics.update(reward=final_reward.mean(), trained_rows=rows["use"].sum().astype(jnp.float32),
                        memory_entries=(memory.kind >= 0).sum().astype(jnp.float32),
                        zero_variance_route_groups=(route_rewards.std(axis=1) == 0).mean(), **extra)
-        return JoyState(params=params, rest=state.rest, opt_state=opt_state, memory=memory,
-                        step=state.step + 1), metrics
+        return state.replace(params=params, opt_state=opt_state, memory=memory, step=state.step + 1), metrics
 
     return jax.jit(step, donate_argnums=0)
 

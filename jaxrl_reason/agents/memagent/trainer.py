@@ -2,9 +2,9 @@
 
     agent = MemAgent(agent_cfg, tokenizer)                                  # config bound to a tokenizer
     sft_warm_start(model, task, agent, SFTConfig())                         # tiny LM from scratch
-    trainer = MultiConvTrainer(MultiConvConfig(), agent, model)
-    state = trainer.init()
-    state, metrics = trainer.step(state, batch, key)      # batch: DocBatch of Q questions
+    trainer = MultiConvTrainer(MultiConvConfig(), agent, model, batches)   # batches(s): RL step s's DocBatch
+    state = trainer.init(key)
+    state, metrics = trainer.step(state)                  # Q questions, each rolled out G times
     evaluate_agent(graphdef, model_state, batch, agent) -> {"accuracy", "overflow_rate", ...}
     agent_memory(graphdef, model_state, batch, agent)   -> compiled memory analysis (bytes)
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from typing import Callable
 
 import flax
 import jax
@@ -104,6 +105,7 @@ class RLState:
     rest: nnx.State
     opt_state: optax.OptState
     step: jax.Array
+    key: jax.Array  # step s samples with fold_in(key, s)
 
 
 def _optimizer(cfg: MultiConvConfig):
@@ -138,21 +140,24 @@ def conversations(out, rewards_adv: jax.Array, *, pad_id: int):
 class MultiConvTrainer:
     """Multi-Conv RL on a MemAgent (see the module docstring)."""
 
-    def __init__(self, config: MultiConvConfig, agent: MemAgent, model):
+    def __init__(self, config: MultiConvConfig, agent: MemAgent, model, batches: Callable[[int], DocBatch]):
+        """``batches(s)``: RL step s's Q questions (drawn from a stream seeded by s, so a resume draws the same)."""
         agent.check_model(model.cfg)
-        self.config, self.agent = config, agent
+        self.config, self.agent, self.batches = config, agent, batches
         self.graphdef, self._params, self._rest = nnx.split(model, nnx.Param, ...)
         self.optimizer = _optimizer(config)
         self.mesh = data_mesh(config.mesh, {}, "MultiConvConfig")
         self._step = _rl_step_fn(self.graphdef, config, agent, self.mesh)
 
-    def init(self, params: nnx.State | None = None) -> RLState:
+    def init(self, key: jax.Array, params: nnx.State | None = None) -> RLState:
         params = jax.tree.map(jnp.array, self._params if params is None else params)
         return replicate(RLState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
-                                 step=jnp.int32(0)), self.mesh)
+                                 step=jnp.int32(0), key=key), self.mesh)
 
-    def step(self, state: RLState, batch: DocBatch, key: jax.Array) -> tuple[RLState, dict]:
-        """One RL step on Q questions (``batch``), each rolled out ``group_size`` times."""
+    def step(self, state: RLState) -> tuple[RLState, dict]:
+        """One RL step on the Q questions of ``batches(step)``, each rolled out ``group_size`` times."""
+        s = int(state.step)
+        batch, key = self.batches(s), jax.random.fold_in(state.key, s)
         rows = len(batch) * self.config.group_size
         n_conv = rows * (1 + num_chunks(batch.doc.shape[1], self.agent))
         if n_conv % self.config.minibatches:
@@ -202,7 +207,7 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent, mesh):
             memory_len=out.memory_lens.mean(), conversations=jnp.float32(seqs.shape[0]),
             sample_entropy=(old_ent * conv["mask"]).sum() / jnp.maximum(conv["mask"].sum(), 1.0),
         )
-        return RLState(params=params, rest=state.rest, opt_state=opt_state, step=state.step + 1), metrics
+        return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     return jax.jit(step, donate_argnums=0)
 

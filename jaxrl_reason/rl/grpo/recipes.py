@@ -15,6 +15,7 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel import distributed
+from jaxrl_reason.rl.base import host_steps
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
 from jaxrl_reason.tasks.base import make_batch, sample_problems
@@ -172,7 +173,7 @@ def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_eve
     """GRPO for ``num_steps`` (a multiple of ``eval_every``); after every ``eval_every`` steps
     ``evaluate(model) -> {name: scalar}`` is logged (prefixed "eval/") at that step. Resumes exactly."""
     check_schedule(num_steps, eval_every)
-    inner = trainer.chunk_fn(eval_every)
+    inner = host_steps(trainer.step, eval_every)
 
     def chunk(state):
         state, metrics = inner(state)

@@ -8,7 +8,7 @@ KL-regularised policy loss.
     trainer = GRPOTrainer.for_tasks(GRPOConfig(...), model, CharTokenizer(), [RandomCalculation()], prompt_len=24)
     state = trainer.init(jax.random.key(0))                 # starts from the model's weights
     state, metrics = trainer.step(state)                    # one RL step (host entry point)
-    run_chunks(run_dir, state, trainer.chunk_fn(10), n)     # checkpoints + exact resume
+    run_chunks(run_dir, state, host_steps(trainer.step, 10), n)     # checkpoints + exact resume (rl.base)
 
 One step: (1) take ``prompts_per_step * oversample`` prompts from the dataset, seeded by
 (config.seed, step), so a resumed run sees the same data; (2) sample ``group_size`` responses per
@@ -275,18 +275,6 @@ class GRPOTrainer:
             metrics["accuracy"] = float(np.mean(per_fn["correct"] == 1.0))
         metrics["format_rate"] = float(np.mean(self._format(prompt_text, completions)))
         return state, metrics
-
-    def chunk_fn(self, steps: int):
-        """``state -> (state, metrics [steps] each)`` for ``utils.loop.run_chunks``."""
-
-        def run(state):
-            rows = []
-            for _ in range(steps):
-                state, m = self.step(state)
-                rows.append(jax.device_get(m))
-            return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
-
-        return run
 
 
 def _logp_fn(graphdef, cfg: GRPOConfig):

@@ -15,6 +15,7 @@ from flax import nnx
 
 from jaxrl_reason.data import PromptDataset, load_rows, write_jsonl
 from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.rl.base import host_steps
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer, select_groups
@@ -95,12 +96,12 @@ def test_steps_metrics_and_reference_reset(trainer):
 def test_exact_resume(trainer, tmp_path):
     init = lambda: trainer.init(jax.random.key(1))
     full = RunDir.create("grpo", CFG, root=tmp_path / "a")
-    end_full = run_chunks(full, init(), trainer.chunk_fn(1), 2)
+    end_full = run_chunks(full, init(), host_steps(trainer.step, 1), 2)
     part = RunDir.create("grpo", CFG, root=tmp_path / "b")
-    run_chunks(part, init(), trainer.chunk_fn(1), 1)
+    run_chunks(part, init(), host_steps(trainer.step, 1), 1)
     part.close()
     resumed = RunDir.create("grpo", CFG, root=tmp_path / "b", resume=True)
-    end_resumed = run_chunks(resumed, init(), trainer.chunk_fn(1), 2)
+    end_resumed = run_chunks(resumed, init(), host_steps(trainer.step, 1), 2)
     for a, b in zip(jax.tree.leaves(end_full.params), jax.tree.leaves(end_resumed.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert [r["reward"] for r in full.read_metrics()] == [r["reward"] for r in resumed.read_metrics()]
@@ -128,7 +129,7 @@ def test_grpo_raises_accuracy_over_a_short_sft_start():
     sft_warm_start(model, recipes.sft_problems(tasks, 512, 0), 100, 32, 24, 3e-3, tokenizer=TOK)
     tr = GRPOTrainer.for_tasks(dataclasses.replace(CFG, reward=RewardConfig("correct"), ref_reset_every=None), model,
                                TOK, tasks, 12)
-    _, m = tr.chunk_fn(30)(tr.init(jax.random.key(0)))
+    _, m = host_steps(tr.step, 30)(tr.init(jax.random.key(0)))
     first, last = m["accuracy"][:10].mean(), m["accuracy"][-10:].mean()
     assert last >= first + 0.05, m["accuracy"]  # measured 0.069 -> 0.169 (samples at temperature 1)
 
@@ -285,7 +286,7 @@ def test_a_reward_failure_mid_run_keeps_the_last_checkpoint(bpe, jsonl_dataset, 
     init = lambda: trainer.init(jax.random.key(3))
     run = RunDir.create("grpo_data", {"case": "flaky"}, root=tmp_path)
     with pytest.raises(RewardError, match="reward function 'flaky' raised OSError at step 1 .*unreachable"):
-        run_chunks(run, init(), trainer.chunk_fn(1), 3)
+        run_chunks(run, init(), host_steps(trainer.step, 1), 3)
     run.close()
     resumed = RunDir.create("grpo_data", {"case": "flaky"}, root=tmp_path, resume=True)
     assert resumed.checkpointer().all_steps() == [1] and len(resumed.read_metrics()) == 1
