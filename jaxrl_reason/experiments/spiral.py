@@ -12,7 +12,9 @@ prompted with the rules, e.g. ``--spiral.prompt-style verbose``). With a checkpo
 get a "checkpoint" row (the LM before the warm start), and the transfer evaluation encodes the tasks
 with the checkpoint's tokenizer instead of the character tokenizer.
 
-Writes per step metrics (JSONL + TensorBoard), ``compare.png`` (eval win rate vs random, response
+Each variant is a sub-run (``<run>/<variant>/``: per step metrics in JSONL + TensorBoard, the win rates vs
+random every ``eval_every`` steps, checkpoints every ``eval_every`` steps: ``--resume`` continues exactly;
+``steps`` is a multiple of ``eval_every``). Writes ``compare.png`` (eval win rate vs random, response
 length, format-error rate and gradient norm of every variant on shared axes), ``results.md`` (win /
 draw / loss / forfeit vs random and vs minimax / Kuhn Nash, the games' exact evaluations of the LM policy
 (``GameSpec.evaluations``: Kuhn exploitability, value vs random and vs Nash),
@@ -32,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from tqdm.auto import tqdm
 
 from jaxrl_reason.agents.spiral import evaluation as E
 from jaxrl_reason.agents.spiral.rollout import GAMES
@@ -44,8 +45,10 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
-from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource
+from jaxrl_reason.rl.base import host_steps
+from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, check_schedule
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.loop import run_chunks
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 VOCAB_SIZE = spiral_tokenizer().vocab_size  # 264: 8 special tokens + 256 bytes
@@ -89,6 +92,7 @@ class Config:
         if min(self.steps, self.eval_every, self.infoset_samples, self.transfer_problems,
                self.transfer_max_new_tokens) < 1:
             raise ValueError("steps, eval_every, infoset_samples, transfer_problems, transfer_max_new_tokens must be >= 1")
+        check_schedule(self.steps, self.eval_every)
         for n in (self.eval_episodes, self.final_eval_episodes):
             if n < 2 or n % 2:
                 raise ValueError(f"eval episode counts must be even and >= 2, got {n}")
@@ -199,23 +203,35 @@ def run(config: Config, run_dir: RunDir) -> dict:
         vcfg = config.variant_config(variant)
         model = nnx.merge(warm_graphdef, jax.tree.map(jnp.copy, warm_full))  # the warm-started LM, a fresh copy
         trainer = SpiralTrainer(vcfg, model, tokenizer=tok)
+        vdir = run_dir.child(variant.replace(":", "_").replace("+", "_"))  # own metrics and checkpoints (resume)
+
+        def log_eval(state, d=vdir, tr=trainer, games=vcfg.games):
+            """Win rates vs random of the LM at this step (every ``eval_every`` steps and before the first)."""
+            step, full = int(state.step), nnx.merge_state(state.params, state.rest)
+            row = {}
+            for g in games:
+                r = E.win_rates(tr.full_graphdef, full, g, "random", config.eval_episodes, sampler,
+                                jax.random.key(1000 + step), tr.config.prompt_style, tokenizer=tok)
+                row.update({f"{g}/eval_{k}_vs_random": r[v] for k, v in
+                            (("win", "win"), ("loss", "loss"), ("return", "mean_return"), ("forfeit", "forfeit"))})
+            d.log(step, row)
+
+        def chunk(state, steps=host_steps(trainer.step, config.eval_every), log_eval=log_eval):
+            state, metrics = steps(state)
+            log_eval(state)
+            return state, metrics
+
         state = trainer.init(jax.random.key(config.seed))
-        hist = []
-        for i in tqdm(range(config.steps), desc=variant):
-            state, m = trainer.step(state)
-            m = {k: float(v) for k, v in jax.device_get(m).items()}
-            if i % config.eval_every == 0 or i == config.steps - 1:
-                full = nnx.merge_state(state.params, state.rest)
-                for g in vcfg.games:
-                    r = E.win_rates(trainer.full_graphdef, full, g, "random", config.eval_episodes, sampler,
-                                    jax.random.key(1000 + i), vcfg.prompt_style, tokenizer=tok)
-                    m[f"{g}/eval_win_vs_random"] = r["win"]
-                    m[f"{g}/eval_loss_vs_random"] = r["loss"]
-                    m[f"{g}/eval_return_vs_random"] = r["mean_return"]
-                    m[f"{g}/eval_forfeit_vs_random"] = r["forfeit"]
-            hist.append({"step": i, **m})
-            run_dir.log(i, {f"{variant}/{k}": v for k, v in m.items()})
+        if not vdir.resumed:
+            log_eval(state)
+        state = run_chunks(vdir, state, chunk, config.steps // config.eval_every, steps_per_chunk=config.eval_every,
+                           desc=variant)
+        by_step = {}
+        for r in vdir.read_metrics():  # a step's training row and its evaluation row, merged
+            by_step.setdefault(r["step"], {}).update(r)
+        hist = [by_step[k] for k in sorted(by_step)]
         curves[variant] = hist
+        hist = [h for h in hist if "grad_norm" in h]  # the training steps
         model = trainer.model(state)
         graphdef, full = nnx.split(model)
         grad = np.asarray([h["grad_norm"] for h in hist])

@@ -387,24 +387,40 @@ def experiment():
 
 def test_experiment_runs_from_a_checkpoint(experiment, bpe, tmp_path):
     """--model: a tiny HF checkpoint (byte-level BPE + random Qwen3ForCausalLM) is evaluated as it came, warm-started
-    and trained one self-play step, with a finite summary; --model wins over the preset's arch."""
+    and trained two self-play steps, with a finite summary; --model wins over the preset's arch. A variant is a
+    sub-run: resumed from its first checkpoint, it ends with the uninterrupted run's metrics and summary."""
+    import shutil
+
     from testutil import tiny_hf_checkpoint
 
-    from jaxrl_reason.utils.experiment import RunDir
+    from jaxrl_reason.utils.experiment import RunDir, read_metrics
 
     ckpt = tiny_hf_checkpoint(tmp_path / "ckpt", bpe)
     cfg = experiment.Config(
-        model=str(ckpt), arch="qwen3-0.6b", max_seq_len=256, variants=("rae:kuhn_poker",), steps=1, eval_every=1,
+        model=str(ckpt), arch="qwen3-0.6b", max_seq_len=256, variants=("rae:kuhn_poker",), steps=2, eval_every=1,
         warm=WarmStartConfig(games_per_game=8, steps=2, batch_size=4),
         spiral=SpiralConfig(episodes_per_game=2, max_new_tokens=8, prompt_style="compact"),
         eval_episodes=2, final_eval_episodes=2, infoset_samples=1, transfer_problems=2, transfer_max_new_tokens=4)
     model, tok, task_tok = experiment.load_lm(cfg)
     assert isinstance(tok, HFTokenizer) and tok.eos == "<|im_end|>" and task_tok is None
     assert model.cfg.vocab_size == bpe.vocab_size and model.cfg.max_seq_len == 256  # the checkpoint, not the arch
-    summary = experiment.run(cfg, RunDir.create("spiral", cfg, root=tmp_path / "runs"))
+    run_dir = RunDir.create("spiral", cfg, root=tmp_path / "runs")
+    summary = experiment.run(cfg, run_dir)
+    run_dir.close()
     nums = {k: v for k, v in summary.items() if k != "results_md"}
     assert {k.split(" | ")[0] for k in nums if " | " in k} == {"checkpoint", "sft (warm start)", "rae:kuhn_poker"}
     assert nums["sft_examples"] > 0 and all(math.isfinite(v) for v in nums.values()), summary
+
+    variant = run_dir.path / "rae_kuhn_poker"
+    rows = lambda: [{k: v for k, v in r.items() if not k.startswith("time_")}
+                    for r in read_metrics(variant / "metrics.jsonl")]
+    done = rows()
+    assert [r["step"] for r in done] == [0, 1, 1, 2, 2]  # the evaluation before training, then step + evaluation
+    shutil.rmtree(variant / "checkpoints" / "2")  # as if killed between the two checkpoints
+    again = RunDir.create("spiral", cfg, root=tmp_path / "runs", resume=run_dir.path)
+    assert experiment.run(cfg, again) == summary
+    again.close()
+    assert rows() == done
 
 
 def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
