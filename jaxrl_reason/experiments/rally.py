@@ -95,7 +95,7 @@ class Config:
     llm_sft_steps: int = 200
     llm_trace_envs: int = 16
     llm_trace_steps: int = 50
-    llm_grpo: llm_grpo.GRPOConfig = llm_grpo.GRPOConfig()
+    llm_grpo: llm_grpo.IntentGRPOConfig = llm_grpo.IntentGRPOConfig()
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -128,7 +128,7 @@ PRESETS = {
                     rmix=RMIXSettings(offline_updates=200),
                     rmix_llm=dataclasses.replace(FROM_WEAK_PRIOR, offline_updates=200),
                     eval_episodes=128, llm_sft_steps=50,
-                    llm_grpo=llm_grpo.GRPOConfig(iterations=3, updates=4)),
+                    llm_grpo=llm_grpo.IntentGRPOConfig(iterations=3, updates=4)),
     "gpu": Config(budget=5_120_000, num_agents=8, num_targets=4,
                   ppo=ppo.PPOConfig(num_envs=1024, num_steps=25, total_timesteps=5_120_000,
                                     updates_per_chunk=20, lr=1e-3, hidden=128),
@@ -138,7 +138,7 @@ PRESETS = {
                   rmix=RMIXSettings(offline_updates=5000),
                   rmix_llm=dataclasses.replace(FROM_WEAK_PRIOR, offline_updates=5000),
                   eval_episodes=4096, llm_sft_steps=2000,
-                  llm_trace_envs=256, llm_grpo=llm_grpo.GRPOConfig(iterations=100, num_groups=32, group_size=8,
+                  llm_trace_envs=256, llm_grpo=llm_grpo.IntentGRPOConfig(iterations=100, num_groups=32, group_size=8,
                                                                    updates=16, minibatch=1024)),
 }
 

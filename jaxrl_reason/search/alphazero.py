@@ -6,7 +6,7 @@ and uses discount ``-1`` (``0`` once the game is over) because turns alternate i
 two-player zero-sum games, so a child's value is from the opponent's point of view.
 
 Training (PureJaxRL style, one jitted ``iteration``): ``num_envs`` self-play games advance
-``rollout_length`` moves with search (auto-reset; moves sampled from the improved policy, and
+``num_steps`` moves with search (auto-reset; moves sampled from the improved policy, and
 with probability ``explore_eps`` a uniformly random legal move, for state coverage). Policy
 targets are the search's action weights. Value targets (``value_target``):
 
@@ -55,11 +55,11 @@ VALUE_TARGETS = ("search", "outcome")
 class AlphaZeroConfig:
     env: str = "tictactoe"
     num_envs: int = 128
-    rollout_length: int = 16
+    num_steps: int = 16
     num_simulations: int = 32
     max_num_considered_actions: int = 16
     hidden: tuple[int, ...] = (128, 128)
-    learning_rate: float = 3e-3
+    lr: float = 3e-3
     sgd_steps: int = 8
     minibatch_size: int = 512
     value_coef: float = 1.0
@@ -74,14 +74,14 @@ class AlphaZeroConfig:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        for f in ("num_envs", "rollout_length", "num_simulations", "sgd_steps", "minibatch_size",
+        for f in ("num_envs", "num_steps", "num_simulations", "sgd_steps", "minibatch_size",
                   "num_iterations", "max_num_considered_actions"):
             if getattr(self, f) < 1:
                 raise ValueError(f"AlphaZeroConfig.{f} must be >= 1, got {getattr(self, f)}")
         if self.value_target not in VALUE_TARGETS:
             raise ValueError(f"value_target must be one of {VALUE_TARGETS}, got {self.value_target!r}")
-        if self.minibatch_size > self.num_envs * self.rollout_length:
-            raise ValueError("minibatch_size must be <= num_envs * rollout_length")
+        if self.minibatch_size > self.num_envs * self.num_steps:
+            raise ValueError("minibatch_size must be <= num_envs * num_steps")
 
 
 Evaluate = Callable[[object, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
@@ -162,7 +162,7 @@ class AlphaZero:
                             rngs=nnx.Rngs(0), hidden=config.hidden)
         self.graphdef, _ = nnx.split(model)
         self.evaluate = network_evaluate(self.graphdef)
-        self.optimizer = guard_optimizer(optax.adam(config.learning_rate))
+        self.optimizer = guard_optimizer(optax.adam(config.lr))
         self.auto = envs.AutoReset(self.env)
         self.mesh = data_mesh(config.mesh, {"num_envs": config.num_envs}, "AlphaZeroConfig")
         self.iteration = jax.jit(self._iteration)
@@ -221,7 +221,7 @@ class AlphaZero:
             return (env_state, nts), rec
 
         (env_state, ts), (obs, mask, target, mover, reward, done, q_best) = jax.lax.scan(
-            step, (s.env_state, s.ts), jax.random.split(k_roll, c.rollout_length))
+            step, (s.env_state, s.ts), jax.random.split(k_roll, c.num_steps))
 
         def backward(carry, x):  # final outcome per seat; valid once the episode end is seen
             ret, seen = carry

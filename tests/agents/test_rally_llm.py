@@ -66,7 +66,7 @@ def test_grpo_finetune_runs_and_logp_matches_sampling_policy():
     proposal = jax.nn.log_softmax(policy.action_logits(prompt))
     np.testing.assert_allclose(np.asarray(lp[:, 1]), np.asarray(final)[[0, 1], [2, 5]], atol=1e-4)
     np.testing.assert_allclose(np.asarray(lp[:, 0]), np.asarray(proposal)[[0, 1], [1, 4]], atol=1e-4)
-    cfg = llm_grpo.GRPOConfig(iterations=1, num_groups=2, group_size=2, updates=2, minibatch=8)
+    cfg = llm_grpo.IntentGRPOConfig(iterations=1, num_groups=2, group_size=2, updates=2, minibatch=8)
     tuned, stats = llm_grpo.grpo_finetune(policy, jax.random.key(1), cfg)
     assert len(stats["mean_return"]) == 1 and 0 < stats["env_steps"] <= 4 * 4
     before = jax.tree.leaves(nnx.state(model, nnx.Param))

@@ -37,7 +37,7 @@ def test_config_and_env_errors():
 def test_qmix_takes_exactly_the_env_step_budget():
     # prefill 40 -> 10 per env; 23 per env in all -> 6 online iterations of 2 steps, prefill rounded up
     # to 11; 4 iterations per chunk -> the second chunk is partial and must not overrun the budget
-    cfg = qmix.QMIXConfig(num_envs=4, rollout_steps=2, total_timesteps=92, prefill_steps=40, iters_per_chunk=4,
+    cfg = qmix.QMIXConfig(num_envs=4, num_steps=2, total_timesteps=92, prefill_steps=40, iters_per_chunk=4,
                           batch_size=8, buffer_size=400, hidden=8, mixer_embed=4)
     assert (cfg.num_iters, cfg.prefill_rollout, cfg.num_chunks) == (6, 11, 2)
     trainer = qmix.make_chunked(cfg, ENV)
@@ -59,7 +59,7 @@ def test_qmix_environments_split_over_the_data_mesh_take_the_same_chunk():
     the one-device chunk up to float rounding."""
     runs = {}
     for mesh in (None, "data=8"):
-        cfg = qmix.QMIXConfig(num_envs=8, rollout_steps=2, total_timesteps=96, prefill_steps=32, iters_per_chunk=2,
+        cfg = qmix.QMIXConfig(num_envs=8, num_steps=2, total_timesteps=96, prefill_steps=32, iters_per_chunk=2,
                               batch_size=8, buffer_size=400, hidden=8, mixer_embed=4, mesh=mesh)
         trainer = qmix.make_chunked(cfg, ENV)
         state, metrics = jax.jit(trainer.update)(jax.jit(trainer.init)(jax.random.key(0)))

@@ -23,7 +23,7 @@ def test_config_rejects_bad_values():
 
 @pytest.mark.slow
 def test_alphazero_iteration_runs_and_search_beats_random():
-    cfg = AlphaZeroConfig(num_envs=32, rollout_length=9, num_simulations=8, sgd_steps=2,
+    cfg = AlphaZeroConfig(num_envs=32, num_steps=9, num_simulations=8, sgd_steps=2,
                           minibatch_size=128, hidden=(32,))
     az = AlphaZero(cfg)
     state, m = az.iteration(az.init(jax.random.key(0)))
@@ -47,7 +47,7 @@ def test_games_split_over_the_data_mesh_take_the_same_iteration():
     process's devices in a multi-process run); the iteration equals the one-device one up to float rounding."""
     runs = {}
     for mesh in (None, "data=8"):
-        az = AlphaZero(AlphaZeroConfig(num_envs=16, rollout_length=3, num_simulations=4, sgd_steps=2,
+        az = AlphaZero(AlphaZeroConfig(num_envs=16, num_steps=3, num_simulations=4, sgd_steps=2,
                                        minibatch_size=32, hidden=(16,), mesh=mesh))
         state, metrics = az.iteration(az.init(jax.random.key(0)))
         runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)

@@ -30,7 +30,10 @@ from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
-class GRPOConfig:
+class IntentGRPOConfig:
+    """GRPO of the intent LM on episode return (iterations of group rollouts from shared start states); the LM
+    trainer's config is ``rl.grpo.trainer.GRPOConfig``."""
+
     iterations: int = 10
     num_groups: int = 4  # start states per iteration
     group_size: int = 4  # episodes per start state
@@ -43,9 +46,9 @@ class GRPOConfig:
         check_hyperparameters(self)
         for name in ("iterations", "num_groups", "updates", "minibatch"):
             if getattr(self, name) < 1:
-                raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"IntentGRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.group_size < 2:
-            raise ValueError(f"GRPOConfig.group_size must be >= 2 (a group baseline), got {self.group_size}")
+            raise ValueError(f"IntentGRPOConfig.group_size must be >= 2 (a group baseline), got {self.group_size}")
 
     @property
     def episodes(self) -> int:
@@ -94,7 +97,7 @@ def rollout(env, graphdef, params, rest, key, num_groups: int, group_size: int, 
     return seqs, valid, ret
 
 
-def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: GRPOConfig = GRPOConfig(),
+def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: IntentGRPOConfig = IntentGRPOConfig(),
                   run_dir=None, log_offset: int = 0) -> tuple[llm.LLMIntentPolicy, dict]:
     """GRPO on episode return, starting from (and KL-regularised towards) ``policy``'s LM.
     Returns the greedy fine-tuned policy and ``{"env_steps", "mean_return" [iterations]}``."""
@@ -149,4 +152,4 @@ def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: GRPOConfi
     return out, {"env_steps": steps, "mean_return": returns}
 
 
-__all__ = ["GRPOConfig", "answer_logp", "grpo_finetune", "rollout"]
+__all__ = ["IntentGRPOConfig", "answer_logp", "grpo_finetune", "rollout"]

@@ -64,7 +64,7 @@ AuxLoss = Callable[[jax.Array, jax.Array, "Step", bool], tuple[jax.Array, dict]]
 @dataclasses.dataclass(frozen=True)
 class QMIXConfig:
     num_envs: int = 16
-    rollout_steps: int = 4  # env steps per environment between learning phases
+    num_steps: int = 4  # env steps per environment between learning phases
     total_timesteps: int = 100_000  # env steps (environments x steps), prefill included
     prefill_steps: int = 2_048  # env steps collected by the behaviour policy first
     iters_per_chunk: int = 50
@@ -84,7 +84,7 @@ class QMIXConfig:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        for name in ("num_envs", "rollout_steps", "total_timesteps", "iters_per_chunk", "updates_per_iter",
+        for name in ("num_envs", "num_steps", "total_timesteps", "iters_per_chunk", "updates_per_iter",
                      "batch_size", "buffer_size", "hidden", "mixer_embed"):
             if getattr(self, name) < 1:
                 raise ValueError(f"QMIXConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -102,15 +102,15 @@ class QMIXConfig:
 
     @property
     def num_iters(self) -> int:
-        """Online iterations (``num_envs * rollout_steps`` env steps each)."""
+        """Online iterations (``num_envs * num_steps`` env steps each)."""
         online = self.total_timesteps // self.num_envs - -(-self.prefill_steps // self.num_envs)
-        return online // self.rollout_steps
+        return online // self.num_steps
 
     @property
     def prefill_rollout(self) -> int:
         """Prefill steps per environment: ``prefill_steps`` rounded up so that prefill plus
         ``num_iters`` iterations is exactly ``total_timesteps``."""
-        return self.total_timesteps // self.num_envs - self.num_iters * self.rollout_steps
+        return self.total_timesteps // self.num_envs - self.num_iters * self.num_steps
 
     @property
     def num_chunks(self) -> int:
@@ -252,7 +252,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet 
     tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr)))
     buffer = fbx.make_flat_buffer(max_length=config.buffer_size, min_length=2 * E,
                                   sample_batch_size=config.batch_size, add_sequences=True, add_batch_size=E)
-    online_steps = config.num_iters * E * config.rollout_steps
+    online_steps = config.num_iters * E * config.num_steps
     decay_steps = max(1.0, config.eps_decay_frac * online_steps)
 
     def agent_q(params, obs, legal, prior_action):
@@ -348,7 +348,7 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet 
         frac = jnp.clip(online_done / decay_steps, 0.0, 1.0)
         eps = config.eps_start + frac * (config.eps_end - config.eps_start)
         env_state, ts, traj, (finished, ret, env_metrics) = collect(
-            state.params, state.env_state, state.timestep, k_col, config.rollout_steps, eps, False)
+            state.params, state.env_state, state.timestep, k_col, config.num_steps, eps, False)
         buf = buffer.add(state.buffer, traj)
 
         def upd(carry, key):
@@ -363,14 +363,14 @@ def make_chunked(config: QMIXConfig, env: envs.Environment, agent_net: AgentNet 
         metrics = {k: v.mean() for k, v in m.items()}
         metrics.update(
             episode_return=jnp.where(finished, ret, 0.0).sum() / jnp.maximum(n, 1),
-            episodes=n, epsilon=eps, env_steps=state.env_steps + E * config.rollout_steps,
+            episodes=n, epsilon=eps, env_steps=state.env_steps + E * config.num_steps,
         )
         clash = sorted(set(env_metrics) & set(metrics))
         if clash:
             raise ValueError(f"{env.name}.info_metrics returns {clash}, names QMIX logs itself; rename them")
         metrics.update({k: v.mean() for k, v in env_metrics.items()})
         new = QMIXState(params, target_params, opt_state, buf, env_state, ts, key,
-                        state.env_steps + E * config.rollout_steps, state.iteration + 1)
+                        state.env_steps + E * config.num_steps, state.iteration + 1)
         return new, metrics
 
     def maybe_iteration(state: QMIXState, _):

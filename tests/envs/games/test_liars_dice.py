@@ -120,7 +120,7 @@ def test_spiral_rollout_and_warm_start_examples_run_on_it():
 def test_alphazero_iteration_runs_on_it():
     from jaxrl_reason.search.alphazero import AlphaZero, AlphaZeroConfig
 
-    az = AlphaZero(AlphaZeroConfig(env="liars_dice", num_envs=16, rollout_length=3, num_simulations=4, sgd_steps=2,
+    az = AlphaZero(AlphaZeroConfig(env="liars_dice", num_envs=16, num_steps=3, num_simulations=4, sgd_steps=2,
                                    minibatch_size=16, hidden=(16,)))
     state, metrics = az.iteration(az.init(jax.random.key(0)))
     assert all(np.isfinite(np.asarray(v)).all() for v in jax.device_get(metrics).values())
