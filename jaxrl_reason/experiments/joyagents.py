@@ -52,11 +52,10 @@ from jaxrl_reason.agents.joyagents.trainer import (
     JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
 from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
-from jaxrl_reason.rl.base import host_steps
+from jaxrl_reason.rl.base import run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.loop import run_chunks
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 # arm -> (mode, memory, group-size multiplier); "joint_4g" is plain joint GRPO with 4G trajectories per request, the
@@ -221,20 +220,12 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
         trainer = JoyTrainer(rl, system, models, requests, tokenizer=tok)
         arm_dir = run_dir.child(arm.replace("+", "_"))
 
-        def log_eval(state, d=arm_dir, tr=trainer):
-            d.log(int(state.step), {**{f"eval/{k}": v for k, v in evaluate(tr, state, held).items()},
-                                    **{f"train_eval/{k}": v for k, v in evaluate(tr, state, train).items()}})
+        def evals(state, tr=trainer):
+            return {**{f"eval/{k}": v for k, v in evaluate(tr, state, held).items()},
+                    **{f"train_eval/{k}": v for k, v in evaluate(tr, state, train).items()}}
 
-        def chunk(state, steps=host_steps(trainer.step, config.eval_every), log_eval=log_eval):
-            state, metrics = steps(state)
-            log_eval(state)
-            return state, metrics
-
-        state = trainer.init(jax.random.key(config.seed))
-        if not arm_dir.resumed:
-            log_eval(state)
-        state = run_chunks(arm_dir, state, chunk, config.rl_steps // config.eval_every,
-                           steps_per_chunk=config.eval_every, desc=arm)
+        state = run_steps(arm_dir, trainer.step, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+                          config.eval_every, evals, desc=arm)
         # the last logged evaluation is the final one (rl_steps is a multiple of eval_every)
         steps, acc = series(arm_dir, "eval/accuracy")
         _, traj = series(arm_dir, "trajectories")

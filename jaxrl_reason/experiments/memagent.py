@@ -38,11 +38,10 @@ from jaxrl_reason.agents.memagent.trainer import (
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.models.lm import Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
-from jaxrl_reason.rl.base import host_steps
+from jaxrl_reason.rl.base import run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.loop import run_chunks
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -159,22 +158,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
                                                       config.questions_per_step), agent)
     trainer = MultiConvTrainer(config.rl, agent, model, batches)
     held = _batch(config, agent, 1, config.heldout_docs, 3)
-    steps = host_steps(trainer.step, config.eval_every)
 
     def held_acc(state):
         gd, st = nnx.split(trainer.model(state))
-        return evaluate_agent(gd, st, held, agent)["accuracy"]
+        return {"eval/accuracy_1x": evaluate_agent(gd, st, held, agent)["accuracy"]}
 
-    def chunk(state):
-        state, metrics = steps(state)
-        run_dir.log(int(state.step), {"eval/accuracy_1x": held_acc(state)})
-        return state, metrics
-
-    state = trainer.init(jax.random.key(config.seed))
-    if not run_dir.resumed:
-        run_dir.log(0, {"eval/accuracy_1x": held_acc(state)})
-    state = run_chunks(run_dir, state, chunk, config.rl_steps // config.eval_every,
-                       steps_per_chunk=config.eval_every, desc="multiconv-rl")
+    state = run_steps(run_dir, trainer.step, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+                      config.eval_every, held_acc, desc="multiconv-rl")
     rl_model = trainer.model(state)
     sft_model = build_lm(config, tokenizer, seq_len)
     nnx.update(sft_model, sft_params)

@@ -45,10 +45,9 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
-from jaxrl_reason.rl.base import host_steps
+from jaxrl_reason.rl.base import run_steps
 from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, check_schedule
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.loop import run_chunks
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 VOCAB_SIZE = spiral_tokenizer().vocab_size  # 264: 8 special tokens + 256 bytes
@@ -205,7 +204,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         trainer = SpiralTrainer(vcfg, model, tokenizer=tok)
         vdir = run_dir.child(variant.replace(":", "_").replace("+", "_"))  # own metrics and checkpoints (resume)
 
-        def log_eval(state, d=vdir, tr=trainer, games=vcfg.games):
+        def win_rates(state, tr=trainer, games=vcfg.games):
             """Win rates vs random of the LM at this step (every ``eval_every`` steps and before the first)."""
             step, full = int(state.step), nnx.merge_state(state.params, state.rest)
             row = {}
@@ -214,18 +213,10 @@ def run(config: Config, run_dir: RunDir) -> dict:
                                 jax.random.key(1000 + step), tr.config.prompt_style, tokenizer=tok)
                 row.update({f"{g}/eval_{k}_vs_random": r[v] for k, v in
                             (("win", "win"), ("loss", "loss"), ("return", "mean_return"), ("forfeit", "forfeit"))})
-            d.log(step, row)
+            return row
 
-        def chunk(state, steps=host_steps(trainer.step, config.eval_every), log_eval=log_eval):
-            state, metrics = steps(state)
-            log_eval(state)
-            return state, metrics
-
-        state = trainer.init(jax.random.key(config.seed))
-        if not vdir.resumed:
-            log_eval(state)
-        state = run_chunks(vdir, state, chunk, config.steps // config.eval_every, steps_per_chunk=config.eval_every,
-                           desc=variant)
+        state = run_steps(vdir, trainer.step, trainer.init(jax.random.key(config.seed)), config.steps,
+                          config.eval_every, win_rates, desc=variant)
         by_step = {}
         for r in vdir.read_metrics():  # a step's training row and its evaluation row, merged
             by_step.setdefault(r["step"], {}).update(r)

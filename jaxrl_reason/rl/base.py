@@ -12,7 +12,7 @@ The LM trainers (GRPO, SPIRAL, MemAgent, JoyAgents) share the first half of that
 trainer.init(key)``, ``state, metrics = trainer.step(state)``, each step's data drawn by the step index from
 a seeded stream (so a resumed run draws what the uninterrupted one drew). Their step runs host code between
 device programs (drawing data, decoding, reward functions), so ``host_steps(trainer.step, n)`` is their
-``update``: the chunk ``run_chunks`` drives.
+``update``: the chunk ``run_chunks`` drives; ``run_steps`` is that whole run, with periodic evaluations.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import jax
 import numpy as np
 
 from jaxrl_reason import envs
+from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.loop import run_chunks
 
 State = TypeVar("State")
 Carry = Any  # a pytree; an empty array for feed-forward policies
@@ -73,3 +75,28 @@ def host_steps(step: Callable[[State], tuple[State, Metrics]], steps: int):
         return state, {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
 
     return update
+
+
+def check_schedule(num_steps: int, eval_every: int) -> None:
+    """An LM run's schedule: ``num_steps`` a positive multiple of ``eval_every`` (ValueError otherwise)."""
+    if num_steps < 1 or eval_every < 1 or num_steps % eval_every:
+        raise ValueError(f"rl_steps ({num_steps}) must be a positive multiple of eval_every ({eval_every})")
+
+
+def run_steps(run_dir: RunDir, step: Callable[[State], tuple[State, Metrics]], state: State, num_steps: int,
+              eval_every: int, evaluate: Callable[[State], dict] | None = None, desc: str = "train") -> State:
+    """An LM trainer's run: ``num_steps`` calls of ``step`` in chunks of ``eval_every`` (``host_steps``) driven by
+    ``utils.loop.run_chunks`` (metrics, a checkpoint per chunk, exact resume). ``evaluate(state) -> {name: scalar}``
+    is logged at the state's step before the first chunk (not again on a resume) and after every chunk."""
+    check_schedule(num_steps, eval_every)
+    update = host_steps(step, eval_every)
+
+    def chunk(state):
+        state, metrics = update(state)
+        if evaluate is not None:
+            run_dir.log(int(state.step), evaluate(state))
+        return state, metrics
+
+    if evaluate is not None and not run_dir.resumed:
+        run_dir.log(int(state.step), evaluate(state))
+    return run_chunks(run_dir, state, chunk, num_steps // eval_every, steps_per_chunk=eval_every, desc=desc)

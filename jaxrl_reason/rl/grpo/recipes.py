@@ -1,7 +1,7 @@
 """Shared pieces of the small-scale GRPO studies (r1_zero, prorl, spurious_rewards, the notebook):
 a tiny LM sized for a tokenizer (the presets use ``CharTokenizer``), seeded data splits, the partial
-SFT warm start and a GRPO run with periodic held-out evaluation driven by ``utils.loop.run_chunks``
-(checkpoints + exact resume).
+SFT warm start and a GRPO run with periodic held-out evaluation (``rl.base.run_steps``: checkpoints + exact
+resume).
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel import distributed
-from jaxrl_reason.rl.base import host_steps
+from jaxrl_reason.rl.base import check_schedule, run_steps  # noqa: F401 (check_schedule: for the experiments)
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
 from jaxrl_reason.tasks.base import make_batch, sample_problems
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.loop import run_chunks
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 # seed streams: the trainer draws step s from default_rng([seed, s]); these 3-element seeds never collide
@@ -162,28 +161,13 @@ def warm_start(model, ws: WarmStart, tasks: Sequence, seed: int, tokenizer: Toke
     return model
 
 
-def check_schedule(rl_steps: int, eval_every: int) -> None:
-    """The experiments' RL schedule: ``rl_steps`` a positive multiple of ``eval_every`` (ValueError otherwise)."""
-    if rl_steps < 1 or eval_every < 1 or rl_steps % eval_every:
-        raise ValueError(f"rl_steps ({rl_steps}) must be a positive multiple of eval_every ({eval_every})")
-
-
 def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_every: int,
           evaluate: Callable[[object], dict] | None = None, desc: str = "grpo"):
-    """GRPO for ``num_steps`` (a multiple of ``eval_every``); after every ``eval_every`` steps
+    """GRPO for ``num_steps`` (a multiple of ``eval_every``; ``rl.base.run_steps``); after every ``eval_every`` steps
     ``evaluate(model) -> {name: scalar}`` is logged (prefixed "eval/") at that step. Resumes exactly."""
-    check_schedule(num_steps, eval_every)
-    inner = host_steps(trainer.step, eval_every)
-
-    def chunk(state):
-        state, metrics = inner(state)
-        if evaluate is not None:
-            run_dir.log(int(state.step), {f"eval/{k}": v for k, v in evaluate(trainer.model(state)).items()})
-        return state, metrics
-
-    if evaluate is not None and not run_dir.resumed:
-        run_dir.log(0, {f"eval/{k}": v for k, v in evaluate(trainer.model(state)).items()})
-    state = run_chunks(run_dir, state, chunk, num_steps // eval_every, steps_per_chunk=eval_every, desc=desc)
+    evals = None if evaluate is None else (
+        lambda state: {f"eval/{k}": v for k, v in evaluate(trainer.model(state)).items()})
+    state = run_steps(run_dir, trainer.step, state, num_steps, eval_every, evals, desc=desc)
     run_dir.close()
     return state
 
