@@ -43,6 +43,7 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
 from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
@@ -113,7 +114,7 @@ class Config:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        recipes.check_schedule(self.rl_steps, self.eval_every)
+        check_schedule(self.rl_steps, self.eval_every)
         for f in ("search_batch", "search_problems", "compare_problems", "trace_sft_steps", "heldout_problems"):
             if getattr(self, f) < 1:
                 raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")

@@ -36,6 +36,7 @@ from jaxrl_reason.models.lm.lora import LoRAConfig, merge_lora
 from jaxrl_reason.models.tokenizer import HFTokenizer
 from jaxrl_reason.parallel.distributed import gathered, on_primary
 from jaxrl_reason.rewards import make_reward
+from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
@@ -72,7 +73,7 @@ class Config:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        recipes.check_schedule(self.steps, self.eval_every)
+        check_schedule(self.steps, self.eval_every)
         if not self.reward:
             raise ValueError("give at least one --reward")
         if self.reward_weight and len(self.reward_weight) != len(self.reward):

@@ -52,8 +52,8 @@ from jaxrl_reason.agents.joyagents.trainer import (
     JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
 from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
-from jaxrl_reason.rl.base import run_steps
-from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
+from jaxrl_reason.rl.base import check_schedule, run_steps
+from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -220,9 +220,9 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
         trainer = JoyTrainer(rl, system, models, requests, tokenizer=tok)
         arm_dir = run_dir.child(arm.replace("+", "_"))
 
-        def evals(state, tr=trainer):
-            return {**{f"eval/{k}": v for k, v in evaluate(tr, state, held).items()},
-                    **{f"train_eval/{k}": v for k, v in evaluate(tr, state, train).items()}}
+        def evals(state):
+            return {**{f"eval/{k}": v for k, v in evaluate(trainer, state, held).items()},
+                    **{f"train_eval/{k}": v for k, v in evaluate(trainer, state, train).items()}}
 
         state = run_steps(arm_dir, trainer.step, trainer.init(jax.random.key(config.seed)), config.rl_steps,
                           config.eval_every, evals, desc=arm)

@@ -28,6 +28,7 @@ from jaxrl_reason.models.lm.lora import (
     state_bytes,
 )
 from jaxrl_reason.models.lm.train import make_optimizer
+from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.models.lm.sft import fit
@@ -74,7 +75,7 @@ class Config:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        recipes.check_schedule(self.rl_steps, self.eval_every)
+        check_schedule(self.rl_steps, self.eval_every)
         if self.heldout_problems < 1:
             raise ValueError("heldout_problems must be >= 1")
         if not self.arms or len(set(self.arms)) != len(self.arms) or not set(self.arms) <= {"full", "lora"}:

@@ -38,8 +38,8 @@ from jaxrl_reason.agents.memagent.trainer import (
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.models.lm import Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
-from jaxrl_reason.rl.base import run_steps
-from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, check_schedule, plot_curves, series
+from jaxrl_reason.rl.base import check_schedule, run_steps
+from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters

@@ -12,6 +12,7 @@ import dataclasses
 import jax
 from flax import nnx
 
+from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
@@ -50,7 +51,7 @@ class Config:
         check_hyperparameters(self)
         if self.reset_every < 1:
             raise ValueError(f"reset_every must be >= 1, got {self.reset_every}")
-        recipes.check_schedule(self.rl_steps, self.eval_every)
+        check_schedule(self.rl_steps, self.eval_every)
 
 
 PRESETS = {

@@ -10,6 +10,7 @@ import dataclasses
 
 import jax
 
+from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
@@ -48,7 +49,7 @@ class Config:
 
     def __post_init__(self):
         check_hyperparameters(self)
-        recipes.check_schedule(self.rl_steps, self.eval_every)
+        check_schedule(self.rl_steps, self.eval_every)
         if self.heldout_problems < 1 or self.passk_problems < 1 or self.passk_samples < 1:
             raise ValueError("heldout_problems, passk_problems and passk_samples must be >= 1")
 

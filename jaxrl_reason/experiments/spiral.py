@@ -45,8 +45,8 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
-from jaxrl_reason.rl.base import run_steps
-from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource, check_schedule
+from jaxrl_reason.rl.base import check_schedule, run_steps
+from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -204,13 +204,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
         trainer = SpiralTrainer(vcfg, model, tokenizer=tok)
         vdir = run_dir.child(variant.replace(":", "_").replace("+", "_"))  # own metrics and checkpoints (resume)
 
-        def win_rates(state, tr=trainer, games=vcfg.games):
+        def win_rates(state):
             """Win rates vs random of the LM at this step (every ``eval_every`` steps and before the first)."""
             step, full = int(state.step), nnx.merge_state(state.params, state.rest)
             row = {}
-            for g in games:
-                r = E.win_rates(tr.full_graphdef, full, g, "random", config.eval_episodes, sampler,
-                                jax.random.key(1000 + step), tr.config.prompt_style, tokenizer=tok)
+            for g in vcfg.games:
+                r = E.win_rates(trainer.full_graphdef, full, g, "random", config.eval_episodes, sampler,
+                                jax.random.key(1000 + step), vcfg.prompt_style, tokenizer=tok)
                 row.update({f"{g}/eval_{k}_vs_random": r[v] for k, v in
                             (("win", "win"), ("loss", "loss"), ("return", "mean_return"), ("forfeit", "forfeit"))})
             return row

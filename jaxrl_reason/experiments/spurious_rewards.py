@@ -13,6 +13,7 @@ import dataclasses
 import jax
 from flax import nnx
 
+from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
@@ -51,7 +52,7 @@ class Config:
         check_hyperparameters(self)
         if not self.variants or set(self.variants) - set(VARIANTS):
             raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
-        recipes.check_schedule(self.rl_steps, self.eval_every)
+        check_schedule(self.rl_steps, self.eval_every)
 
 
 PRESETS = {

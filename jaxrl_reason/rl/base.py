@@ -80,7 +80,7 @@ def host_steps(step: Callable[[State], tuple[State, Metrics]], steps: int):
 def check_schedule(num_steps: int, eval_every: int) -> None:
     """An LM run's schedule: ``num_steps`` a positive multiple of ``eval_every`` (ValueError otherwise)."""
     if num_steps < 1 or eval_every < 1 or num_steps % eval_every:
-        raise ValueError(f"rl_steps ({num_steps}) must be a positive multiple of eval_every ({eval_every})")
+        raise ValueError(f"the number of steps ({num_steps}) must be a positive multiple of eval_every ({eval_every})")
 
 
 def run_steps(run_dir: RunDir, step: Callable[[State], tuple[State, Metrics]], state: State, num_steps: int,

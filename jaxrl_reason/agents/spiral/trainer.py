@@ -44,7 +44,6 @@ from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
-
 def fixed_opponent(opponent: str, game: str) -> str:
     """The name, among ``game``'s ``GameSpec.opponents``, of SpiralConfig's ``opponent``: ``"expert"`` is each
     game's expert (Tic-Tac-Toe's minimax, Kuhn Poker's Nash, ...), any other name is taken as is."""

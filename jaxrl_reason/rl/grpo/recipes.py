@@ -15,7 +15,7 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel import distributed
-from jaxrl_reason.rl.base import check_schedule, run_steps  # noqa: F401 (check_schedule: for the experiments)
+from jaxrl_reason.rl.base import run_steps
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
 from jaxrl_reason.tasks.base import make_batch, sample_problems
