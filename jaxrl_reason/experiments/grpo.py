@@ -9,7 +9,10 @@
 directory (``data.load_rows``); the prompt is rendered with the checkpoint's chat template
 (``--prompt-format chat``) or a str.format template (``--prompt-format plain --template "{prompt}"``);
 prompts over ``--max-prompt-len`` tokens are dropped and counted. ``--reward``: names of
-``jaxrl_reason.rewards.REWARDS`` (the first one also scores the held-out set: 1.0 = correct).
+``jaxrl_reason.rewards.REWARDS``; answer rewards read the completion's final answer (``--require any | tag |
+boxed``: ``rewards.answers``; restating the question never scores). The held-out set is scored twice: by the
+first reward (1.0 = correct) and by strict correctness (exact match of the extracted final answer against
+``--answer-field``), with a warning when they diverge; its first completions go to ``eval_samples.jsonl``.
 Held-out: ``--eval-data`` or the last ``--heldout`` rows of ``--data``.
 
 With no ``--model``: ``rl.grpo.start.make_start_checkpoint`` trains a BPE tokenizer on the synthetic
@@ -36,6 +39,7 @@ from jaxrl_reason.models.lm.lora import LoRAConfig, merge_lora
 from jaxrl_reason.models.tokenizer import HFTokenizer
 from jaxrl_reason.parallel.distributed import gathered, on_primary
 from jaxrl_reason.rewards import make_reward
+from jaxrl_reason.rewards.answers import check_require
 from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
@@ -55,6 +59,7 @@ class Config:
     prompt_field: str = "prompt"
     answer_field: str = "answer"
     reward: tuple[str, ...] = ("math_verify",)
+    require: str = "any"  # where answer rewards read the final answer: any | tag | boxed (rewards.answers)
     reward_weight: tuple[float, ...] = ()  # one per reward (default 1.0 each)
     prompt_format: str = "chat"  # chat (the checkpoint's template) | plain (`template`)
     template: str = "{prompt}"
@@ -79,6 +84,7 @@ class Config:
         if self.reward_weight and len(self.reward_weight) != len(self.reward):
             raise ValueError(f"--reward-weight needs one weight per reward ({len(self.reward)}), got "
                              f"{len(self.reward_weight)}")
+        check_require(self.require)
         if self.prompt_format not in ("chat", "plain"):
             raise ValueError(f"prompt_format must be chat or plain, got {self.prompt_format!r}")
         if self.heldout < 1 or self.train_rows < 1:
@@ -154,7 +160,17 @@ def run(config: Config, run_dir: RunDir) -> dict:
     weights = config.reward_weight or (1.0,) * len(config.reward)
     fns = [(_reward(name, config), w) for name, w in zip(config.reward, weights)]
     score = fns[0][0]
-    evaluate = lambda m: reward_eval(m, tok, held_ds, score, config.grpo.max_new_tokens)
+    def keep_samples(rows: list[dict]) -> None:  # the first held-out completions of every evaluation, to read
+        def write() -> str:
+            path = run_dir.path / "eval_samples.jsonl"
+            step = config.eval_every * sum("eval/accuracy" in r for r in run_dir.read_metrics())  # this evaluation's
+            kept = [r for r in load_rows(path) if r["step"] < step] if path.is_file() else []  # earlier (resume)
+            return str(write_jsonl(kept + [{"step": step, **r, "answer": str(r["answer"])} for r in rows], path))
+
+        on_primary(write)
+
+    evaluate = lambda m: reward_eval(m, tok, held_ds, score, config.grpo.max_new_tokens,
+                                     answer_field=config.answer_field, samples=8, on_samples=keep_samples)
     run_dir.log(0, {"data/dropped_train_prompts": train_ds.dropped, "data/dropped_heldout_prompts": held_ds.dropped})
     grpo = dataclasses.replace(config.grpo, lora=config.lora())
     trainer = GRPOTrainer(grpo, model, tok, train_ds, fns)
@@ -175,10 +191,12 @@ def run(config: Config, run_dir: RunDir) -> dict:
     s = lambda k: recipes.series(run_dir, k)
     recipes.plot_curves(run_dir.path / "grpo.png", {
         "train reward (mean of the group samples)": {name: s(f"reward/{name}") for name in trainer.rewards.names},
-        f"held-out greedy accuracy ({config.reward[0]})": {"GRPO": s("eval/accuracy")},
+        "held-out greedy accuracy": {f"reward ({config.reward[0]})": s("eval/accuracy"),
+                                     "strict (exact match)": s("eval/strict_accuracy")},
         "response length (tokens)": {"train samples": s("response_length")},
     }, title=f"GRPO: {model_dir}")
     se_gain = math.hypot(start["se"], end["se"])
+    strict_se_gain = math.hypot(start["strict_se"], end["strict_se"])
     rows_out = [{"model": "start", **start}, {"model": "GRPO", **end}]
     print(run_dir.write_table("results", rows_out))
     seen = {str(r[config.prompt_field]) for r in rows}
@@ -189,13 +207,16 @@ def run(config: Config, run_dir: RunDir) -> dict:
     return {"start_accuracy": start["accuracy"], "final_accuracy": end["accuracy"], "n_heldout": end["n"],
             "heldout_prompts_in_train": overlap,
             "gain_points": 100 * (end["accuracy"] - start["accuracy"]), "gain_se_points": 100 * se_gain,
+            "start_strict_accuracy": start["strict_accuracy"], "final_strict_accuracy": end["strict_accuracy"],
+            "strict_gain_points": 100 * (end["strict_accuracy"] - start["strict_accuracy"]),
+            "strict_gain_se_points": 100 * strict_se_gain,
             "dropped_train_prompts": train_ds.dropped, "hf": str(hf_dir), "run_dir": str(run_dir.path)}
 
 
 def _reward(name: str, config: Config):
     """A reward by name; the answer-based ones read ``--answer-field``."""
     if name in ("exact_match", "math_verify"):
-        return make_reward(name, answer_field=config.answer_field)
+        return make_reward(name, answer_field=config.answer_field, require=config.require)
     if name == "overlong":
         raise ValueError("use --grpo.overlong-cache N for DAPO's overlong reward")
     return make_reward(name)

@@ -16,11 +16,14 @@ Rewards run on host threads: functions must be thread-safe and must not use ``si
         fut = suite.submit(prompts, completions, fields, step=step)   # concurrent.futures.Future, at once
         total, per_fn = fut.result()   # total [B] float32 = sum_i w_i r_i; per_fn {name: [B] float32} unweighted
 
+Answer rewards score the completion's final answer only (``final_answer``: ``require="any" | "tag" |
+"boxed"``; thinking spans, restatements of the prompt and hedges between several answers score 0).
 Built-ins (``REWARDS`` / ``make_reward``): exact_match, math_verify, r1_format, overlong, random,
 wrong_label; in code: ``TaskCorrect`` (the synthetic tasks of ``jaxrl_reason.tasks``), ``Inverted`` and
 ``WithMalformedPenalty`` (spurious-reward variants).
 """
 
+from jaxrl_reason.rewards.answers import MAX_ANSWER_CHARS, REQUIRE, answers_match, final_answer, normalize_answer
 from jaxrl_reason.rewards.builtin import (
     REWARDS,
     ExactMatch,
@@ -40,6 +43,7 @@ from jaxrl_reason.rewards.builtin import (
 from jaxrl_reason.rewards.suite import RewardError, RewardFn, RewardSuite, check_rewards, reward_name
 
 __all__ = [
+    "MAX_ANSWER_CHARS", "REQUIRE", "answers_match", "final_answer", "normalize_answer",
     "REWARDS", "ExactMatch", "Inverted", "MathVerify", "Overlong", "R1Format", "RandomReward", "TaskCorrect",
     "WithMalformedPenalty", "WrongLabel", "extract_answer", "extract_boxed", "make_reward", "r1_formatted",
     "RewardError", "RewardFn", "RewardSuite", "check_rewards", "reward_name",

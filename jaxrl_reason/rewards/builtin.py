@@ -4,9 +4,15 @@ Every function is ``fn(prompts, completions, **fields) -> np.ndarray [B] float32
 docstring); per-row columns (``answer``, ``wrong``, ``completion_ids``, ``task``, ``problem`` ...) come in
 as keyword lists of length B, ``step`` as an int.
 
-    make_reward("math_verify")                       # 1 iff the answer is mathematically equal to fields["answer"]
+    make_reward("math_verify")                       # 1 iff the final answer is mathematically equal to fields["answer"]
+    make_reward("math_verify", require="boxed")      # only a \\boxed{} answer counts
     make_reward("overlong", max_new_tokens=1024, cache=256)
     WithMalformedPenalty(Inverted(TaskCorrect([Countdown()])), penalty=-0.5)
+
+The answer rewards (``ExactMatch``, ``MathVerify``, ``WrongLabel``) score the completion's final answer only
+(``rewards.answers.final_answer``: the ``<answer>`` span or ``\\boxed{}``, else an explicit "answer is X" /
+"= X", else the last number; never a thinking span, never a restatement of the prompt's own expression or
+operands), so a policy cannot score by repeating the question.
 
 ``MathVerify`` parses with math-verify with its signal-based timeouts off (they only work in the main
 thread and the suite runs functions in worker threads), so a pathological expression is not interrupted.
@@ -22,34 +28,26 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from jaxrl_reason.rewards.answers import (answers_match, boxed_span, check_require, final_answer, tag_span,
+                                        visible_text)
 from jaxrl_reason.rewards.suite import reward_name
 from jaxrl_reason.utils.validation import UNIT, VALID, check_hyperparameters
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 for _name in ("math_verify.parser", "math_verify.grader"):  # its "timeout is disabled" notice (see above), once per call
     logging.getLogger(_name).setLevel(logging.ERROR)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_BOXED = re.compile(r"\\boxed\s*\{")
 _R1 = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
 
 
 def extract_answer(text) -> str | None:
-    """Content of the last ``<answer>...</answer>`` span, stripped; None if there is none (or not a str)."""
-    spans = _ANSWER.findall(text) if isinstance(text, str) else []
-    return spans[-1].strip() if spans else None
+    """Content of the last ``<answer>...</answer>`` span anywhere in ``text``, stripped; None if there is none
+    (or not a str). Rewards read ``answers.final_answer`` instead (thinking spans and restatements excluded)."""
+    return tag_span(text) if isinstance(text, str) else None
 
 
 def extract_boxed(text) -> str | None:
     """Content of the last ``\\boxed{...}`` whose braces balance, stripped; None if there is none."""
-    if not isinstance(text, str):
-        return None
-    for m in reversed(list(_BOXED.finditer(text))):
-        depth = 1
-        for j in range(m.end(), len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                return text[m.end():j].strip()
-    return None
+    return boxed_span(text) if isinstance(text, str) else None
 
 
 def _column(fields: dict, key: str, n: int) -> Sequence:
@@ -61,63 +59,75 @@ def _column(fields: dict, key: str, n: int) -> Sequence:
     return col
 
 
-def _answers(completions: Sequence[str]) -> list[str | None]:
-    return [extract_answer(c) for c in completions]
+def _has_answer(prompts: Sequence[str], completions: Sequence[str], require: str) -> np.ndarray:
+    """[B] bool: the row has a final answer (``answers.final_answer`` is not None)."""
+    return np.asarray([a is not None for a in final_answers(prompts, completions, require)], bool)
 
 
-def _parsable(completions: Sequence[str]) -> np.ndarray:
-    """[B] bool: the completion has an ``<answer>`` span."""
-    return np.asarray([a is not None for a in _answers(completions)], bool)
+def final_answers(prompts: Sequence[str], completions: Sequence[str], require: str = "any") -> list[str | None]:
+    """``answers.final_answer`` of every row: [B] answer strings, None where a row has no answer."""
+    return [final_answer(c, p, require) for p, c in zip(prompts, completions)]
 
 
 @dataclasses.dataclass(frozen=True)
 class ExactMatch:
-    """1 iff the ``<answer>`` span equals ``str(fields[answer_field][i]).strip()``."""
+    """1 iff the completion's final answer (``answers.final_answer`` with ``require``) equals
+    ``fields[answer_field][i]`` after normalisation (``answers.normalize_answer``: ``25.0`` = ``25``)."""
 
     answer_field: str = "answer"
+    require: str = "any"
     name: ClassVar[str] = "exact_match"
+
+    def __post_init__(self):
+        check_require(self.require)
 
     def __call__(self, prompts, completions, **fields) -> np.ndarray:
         gold = _column(fields, self.answer_field, len(completions))
-        return np.asarray([a is not None and a == str(g).strip() for a, g in zip(_answers(completions), gold)],
+        return np.asarray([answers_match(a, g) for a, g in zip(final_answers(prompts, completions, self.require), gold)],
                           np.float32)
 
 
 _DELIMITED = ("$", "\\boxed", "\\(", "\\[")
 
 
-def _parse_math(text: str, as_answer: bool) -> tuple:
-    """math-verify parse (timeouts off). ``as_answer``: ``text`` is a bare answer (a gold label or an
-    ``<answer>`` span), read as one LaTeX expression (``$text$``; ``2\\pi`` is 2*pi, ``1,2`` a set),
-    falling back to free-text extraction; otherwise ``text`` is a whole completion (``\\boxed``, last number)."""
+def _parse_math(text: str) -> tuple:
+    """math-verify parse (timeouts off) of a bare answer (a gold label or an extracted final answer), read as
+    one LaTeX expression (``$text$``; ``2\\pi`` is 2*pi, ``1,2`` a set), falling back to its free-text
+    extraction (``\\boxed``, last number)."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
     config = [LatexExtractionConfig(), ExprExtractionConfig()]
     read = functools.partial(parse, extraction_config=config, parsing_timeout=None)
-    parsed = read(f"${text}$") if as_answer and not any(d in text for d in _DELIMITED) else []
+    parsed = read(f"${text}$") if not any(d in text for d in _DELIMITED) else []
     return tuple(parsed or read(text))
 
 
-_parse_gold = functools.lru_cache(maxsize=1024)(functools.partial(_parse_math, as_answer=True))  # G rows share one
+_parse_gold = functools.lru_cache(maxsize=1024)(_parse_math)  # G rows share one
 
 
 @dataclasses.dataclass(frozen=True)
 class MathVerify:
-    """1 iff math-verify finds the answer equal to ``fields[answer_field][i]`` (``1/2`` = ``0.5`` =
-    ``\\frac12``). The candidate is the ``<answer>`` span if any, else the whole completion (its last
-    ``\\boxed{}`` or number). Never raises: unparsable or failing rows are 0."""
+    """1 iff math-verify finds the completion's final answer (``answers.final_answer`` with ``require``: the
+    ``<answer>`` span, a ``\\boxed{}``, an explicit "answer is X" / "= X", else the last number; never a
+    restatement of the prompt) equal to ``fields[answer_field][i]`` (``1/2`` = ``0.5`` = ``\\frac12``).
+    Never raises: rows without an answer, unparsable or failing rows are 0."""
 
     answer_field: str = "answer"
+    require: str = "any"
     name: ClassVar[str] = "math_verify"
 
+    def __post_init__(self):
+        check_require(self.require)
+
     @staticmethod
-    def score(gold: str, completion: str) -> float:
+    def score(gold, answer: str | None) -> float:
+        """1.0 iff the extracted ``answer`` (None: no answer) is mathematically equal to ``gold``."""
         from math_verify import verify
 
         try:
-            gold_parsed = _parse_gold(str(gold).strip())
-            span = extract_answer(completion)
-            pred = _parse_math(span, True) if span is not None else _parse_math(str(completion), False)
+            if answer is None:
+                return 0.0
+            gold_parsed, pred = _parse_gold(str(gold).strip()), _parse_math(answer)
             if not gold_parsed or not pred:
                 return 0.0
             return float(verify(list(gold_parsed), list(pred), timeout_seconds=None))
@@ -126,7 +136,8 @@ class MathVerify:
 
     def __call__(self, prompts, completions, **fields) -> np.ndarray:
         gold = _column(fields, self.answer_field, len(completions))
-        return np.asarray([self.score(g, c) for g, c in zip(gold, completions)], np.float32)
+        return np.asarray([self.score(g, a) for g, a in zip(gold, final_answers(prompts, completions, self.require))],
+                          np.float32)
 
 
 def r1_formatted(prompt: str, completion: str) -> bool:
@@ -189,13 +200,18 @@ class RandomReward:
 
 @dataclasses.dataclass(frozen=True)
 class WrongLabel:
-    """1 iff the ``<answer>`` span equals the row's fixed wrong label ``fields[field][i]`` (spurious rewards)."""
+    """1 iff the final answer (``require``) equals the row's fixed wrong label ``fields[field][i]`` (spurious
+    rewards; ``ExactMatch`` on that field)."""
 
     field: str = "wrong"
+    require: str = "any"
     name: ClassVar[str] = "wrong_label"
 
+    def __post_init__(self):
+        check_require(self.require)
+
     def __call__(self, prompts, completions, **fields) -> np.ndarray:
-        return ExactMatch(self.field)(prompts, completions, **fields)
+        return ExactMatch(self.field, self.require)(prompts, completions, **fields)
 
 
 def _inner(fn, prompts, completions, fields) -> np.ndarray:
@@ -207,9 +223,14 @@ def _inner(fn, prompts, completions, fields) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Inverted:
-    """1 iff the completion has a parsable answer and ``inner`` gives it 0 (spurious rewards)."""
+    """1 iff the completion has a final answer (``answers.final_answer`` with ``require``: not a restatement)
+    and ``inner`` gives it 0 (spurious rewards)."""
 
     inner: Any
+    require: str = "tag"
+
+    def __post_init__(self):
+        check_require(self.require)
 
     @property
     def name(self) -> str:
@@ -217,18 +238,21 @@ class Inverted:
 
     def __call__(self, prompts, completions, **fields) -> np.ndarray:
         r = _inner(self.inner, prompts, completions, fields)
-        return (_parsable(completions) & (r == 0)).astype(np.float32)
+        return (_has_answer(prompts, completions, self.require) & (r == 0)).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
 class WithMalformedPenalty:
-    """``inner``'s reward, but ``penalty`` for rows without a parsable ``<answer>`` span (same name as inner)."""
+    """``inner``'s reward, but ``penalty`` for rows without a final answer (``answers.final_answer`` with
+    ``require``: by default an ``<answer>`` span after any thinking, not a restatement); same name as inner."""
 
     inner: Any
     penalty: float = 0.0
+    require: str = "tag"
 
     def __post_init__(self):
         check_hyperparameters(self)
+        check_require(self.require)
 
     @property
     def name(self) -> str:
@@ -236,14 +260,15 @@ class WithMalformedPenalty:
 
     def __call__(self, prompts, completions, **fields) -> np.ndarray:
         r = _inner(self.inner, prompts, completions, fields)
-        return np.where(_parsable(completions), r, np.float32(self.penalty)).astype(np.float32)
+        return np.where(_has_answer(prompts, completions, self.require), r, np.float32(self.penalty)).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskCorrect:
     """Correctness on the project's synthetic tasks (``jaxrl_reason.tasks``). Needs the per-row fields
     ``problem`` (a ``Problem``) and ``task`` (its task name; defaults to ``problem.task``): exact-match
-    tasks compare the ``<answer>`` span with ``problem.answer``, others call ``task.check``."""
+    tasks compare the ``<answer>`` span (after any thinking span: ``answers.visible_text``) with
+    ``problem.answer``, others call ``task.check`` on it."""
 
     tasks: Sequence[Any]
     name: ClassVar[str] = "correct"
@@ -260,7 +285,8 @@ class TaskCorrect:
         problems = _column(fields, "problem", len(completions))
         task_names = fields["task"] if "task" in fields else [p.task for p in problems]
         out = np.zeros(len(completions), np.float32)
-        for i, (answer, problem, tname) in enumerate(zip(_answers(completions), problems, task_names)):
+        answers = [tag_span(visible_text(c, p)) if isinstance(c, str) else None for p, c in zip(prompts, completions)]
+        for i, (answer, problem, tname) in enumerate(zip(answers, problems, task_names)):
             if tname not in by_name:
                 raise ValueError(f"TaskCorrect: row {i} has unknown task {tname!r}; known: {sorted(by_name)}")
             task = by_name[tname]

@@ -4,7 +4,7 @@ difficulty), unbiased pass@k (k = 1..64) and the partial-prompt contamination pr
     greedy_eval(model, tasks, batch, max_new_tokens, tok)          -> {"accuracy", "format_rate", "by_difficulty", ...}
     pass_at_k_eval(model, tasks, batch, tok, n=64, ks=(1, 8, 64))  -> {"pass@1": .., "pass@8": .., per task}
     contamination_probe(model, problems, tok, fraction=0.6)        -> {"completion_exact", "answer_accuracy"}
-    reward_eval(model, tok, prompt_dataset, reward_fn, max_new_tokens) -> {"accuracy", "se", "n", ...}
+    reward_eval(model, tok, prompt_dataset, reward_fn, max_new_tokens) -> {"accuracy", "se", "n", "strict_accuracy", ...}
 
 ``tok``: the tokenizer the batch was made with (``models.tokenizer``; R1 tags as single tokens).
 
@@ -18,7 +18,8 @@ random digits and operators.
 
 from __future__ import annotations
 
-from typing import Sequence
+import logging
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +29,8 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.rewards.builtin import extract_answer
 from jaxrl_reason.tasks.base import Problem, ProblemBatch
+
+log = logging.getLogger(__name__)
 
 
 def pass_at_k(n: int, c, k: int):
@@ -135,21 +138,71 @@ def contamination_probe(model, problems: Sequence[Problem], tokenizer: Tokenizer
 
 
 def reward_eval(model, tokenizer: Tokenizer, dataset, reward_fn, max_new_tokens: int,
-                stop_strings: Sequence[str] = ("</answer>",), batch_size: int = 256) -> dict:
-    """Greedy decode of every kept row of ``dataset`` (``data.PromptDataset``) scored by ``reward_fn``
-    (``jaxrl_reason.rewards``; 1.0 = correct) -> {"accuracy", "se" (sqrt(p(1-p)/n)), "n", "mean_reward",
-    "response_length"}."""
-    rewards, lengths = [], []
+                stop_strings: Sequence[str] = ("</answer>",), batch_size: int = 256, answer_field: str | None = "answer",
+                samples: int = 4, on_samples: Callable[[list[dict]], None] | None = None) -> dict:
+    """Greedy decode of every kept row of ``dataset`` (``data.PromptDataset``), scored two ways: by
+    ``reward_fn`` (``jaxrl_reason.rewards``; 1.0 = correct) and, where the rows have ``answer_field``, by
+    strict correctness independent of the reward (normalised exact match of the completion's extracted final
+    answer, ``rewards.final_answer`` / ``answers_match``, against the field).
+
+    -> {"accuracy", "se" (sqrt(p(1-p)/n)), "n", "mean_reward", "response_length", "strict_accuracy",
+    "strict_se"} (the strict keys only with ``answer_field``). When the two accuracies differ by more than
+    ``DIVERGENCE_SE`` standard errors of their paired difference, a warning names both and shows
+    ``samples`` completions on which they disagree. ``on_samples``: called with the first ``samples`` rows as
+    dicts {prompt, completion, answer, extracted, reward, strict} (e.g. to write them to the run directory).
+    """
+    from jaxrl_reason.rewards.answers import answers_match, final_answer
+
+    rewards, lengths, strict, shown = [], [], [], []
     for start in range(0, len(dataset), batch_size):
         idx = np.arange(start, min(start + batch_size, len(dataset)))
         ids, lens = dataset.ids(idx)
         _, out_lens, completions = _generate(model, ids, lens, tokenizer, jax.random.key(0), 0.0, max_new_tokens,
                                              stop_strings)
         rows = [dataset.rows[i] for i in idx.tolist()]
+        prompts = dataset.prompt_strings(rows)
         fields = {k: [r[k] for r in rows] for k in rows[0] if all(k in r for r in rows)}
-        rewards.append(np.asarray(reward_fn(dataset.prompt_strings(rows), completions, **fields), np.float64))
+        r = np.asarray(reward_fn(prompts, completions, **fields), np.float64)
+        rewards.append(r)
         lengths.append(out_lens)
+        gold = fields.get(answer_field) if answer_field else None
+        extracted = [final_answer(c, p) for p, c in zip(prompts, completions)]
+        if gold is not None:
+            strict.append(np.asarray([answers_match(e, g) for e, g in zip(extracted, gold)], np.float64))
+        shown += [{"prompt": p, "completion": c, "answer": None if gold is None else gold[i], "extracted": e,
+                   "reward": float(r[i]), "strict": None if gold is None else bool(strict[-1][i])}
+                  for i, (p, c, e) in enumerate(zip(prompts, completions, extracted))]
     r = np.concatenate(rewards)
     acc = float(np.mean(r == 1.0))
-    return {"accuracy": acc, "se": float(np.sqrt(acc * (1 - acc) / len(r))), "n": int(len(r)),
-            "mean_reward": float(r.mean()), "response_length": float(np.concatenate(lengths).mean())}
+    out = {"accuracy": acc, "se": _se(acc, len(r)), "n": int(len(r)), "mean_reward": float(r.mean()),
+           "response_length": float(np.concatenate(lengths).mean())}
+    if strict:
+        c = np.concatenate(strict)
+        out |= {"strict_accuracy": float(c.mean()), "strict_se": _se(float(c.mean()), len(c))}
+        _warn_if_divergent((r == 1.0).astype(np.float64), c, shown, samples)
+    if on_samples is not None:
+        on_samples(shown[:samples])
+    return out
+
+
+def _se(p: float, n: int) -> float:
+    return float(np.sqrt(p * (1 - p) / n))
+
+
+DIVERGENCE_SE = 3.0  # reward-based vs strict accuracy: a gap of more standard errors than this is reported
+
+
+def _warn_if_divergent(by_reward: np.ndarray, by_strict: np.ndarray, rows: list[dict], samples: int) -> None:
+    """Log a warning when the reward-based and strict accuracies (paired [n] 0/1 arrays) diverge."""
+    d = by_reward - by_strict
+    gap, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+    if gap == 0.0 or abs(gap) <= DIVERGENCE_SE * se:
+        return
+    shown = "\n".join(f"  reward {row['reward']:g}, strict {int(row['strict'])}, answer {row['answer']!r}, extracted "
+                      f"{row['extracted']!r}: {row['completion'][:200]!r}"
+                      for row, diff in zip(rows, d) if diff != 0)
+    shown = "\n".join(shown.splitlines()[:samples])
+    log.warning("held-out accuracy by the reward (%.3f) and strict accuracy (exact match of the extracted final "
+                "answer, %.3f) differ by %.3f (%.1f SE, n = %d): the reward may be credited for something other "
+                "than the answer. Completions where they disagree:\n%s", float(by_reward.mean()),
+                float(by_strict.mean()), gap, abs(gap) / se if se else float("inf"), len(d), shown)

@@ -27,7 +27,9 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
 
     summary = run_experiment("grpo", ["--run-root", str(tmp_path), *TINY])
     assert set(summary) == {"start_accuracy", "final_accuracy", "n_heldout", "gain_points", "gain_se_points",
-                            "dropped_train_prompts", "hf", "run_dir", "heldout_prompts_in_train"}
+                            "dropped_train_prompts", "hf", "run_dir", "heldout_prompts_in_train",
+                            "start_strict_accuracy", "final_strict_accuracy", "strict_gain_points",
+                            "strict_gain_se_points"}
     assert summary["heldout_prompts_in_train"] == 0  # synthetic rows: whole problems held out
     assert summary["n_heldout"] == 16 and 0 <= summary["final_accuracy"] <= 1 and summary["dropped_train_prompts"] == 0
     run_path, hf = pathlib.Path(summary["run_dir"]), pathlib.Path(summary["hf"])
@@ -39,6 +41,10 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}
     metrics = read_metrics(run_path / "metrics.jsonl")
     assert any("reward/math_verify" in r for r in metrics) and any("eval/accuracy" in r for r in metrics)
+    assert [r["step"] for r in metrics if "eval/strict_accuracy" in r] == [0, 1, 2]
+    samples = load_rows(run_path / "eval_samples.jsonl")  # the first held-out completions of each evaluation
+    assert [r["step"] for r in samples] == [0] * 8 + [1] * 8 + [2] * 8
+    assert {"prompt", "completion", "answer", "extracted", "reward", "strict"} <= set(samples[0])
 
     ours = load_hf_model(hf)
     theirs = transformers.AutoModelForCausalLM.from_pretrained(hf).float().eval()

@@ -74,9 +74,13 @@ def test_math_verify_in_worker_thread():
 
 
 def test_exact_match_and_wrong_label():
-    completions = ["<answer> 12 </answer>", "<answer>12.0</answer>", "12", "<answer>13</answer>"]
-    assert call(ExactMatch(), completions, answer=[12, "12", "12", " 12 "]) == [1.0, 0.0, 0.0, 0.0]
-    assert call(WrongLabel(), completions, wrong=["13"] * 4) == [0.0, 0.0, 0.0, 1.0]
+    completions = ["<answer> 12 </answer>", "<answer>12.0</answer>", "12", "<answer>13</answer>", "12"]
+    # normalised: 12.0 = 12; the untagged "12" is the final answer under require="any", not under "tag"
+    assert call(ExactMatch(), completions, answer=[12, "12", "12", " 12 ", 12]) == [1.0, 1.0, 1.0, 0.0, 1.0]
+    assert call(ExactMatch(require="tag"), completions, answer=[12] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert call(WrongLabel(), completions, wrong=["13"] * 5) == [0.0, 0.0, 0.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="require"):
+        ExactMatch(require="xml")
     assert WrongLabel().name == "wrong_label" and ExactMatch().name == "exact_match"
 
 
@@ -135,7 +139,8 @@ def test_inverted_and_malformed_penalty():
     inv = Inverted(ExactMatch())
     assert inv.name == "inverted_exact_match"
     assert call(inv, completions, answer=answer) == [0.0, 1.0, 0.0, 0.0]
-    # math_verify credits the untagged "3"; the penalty replaces it (no parsable answer)
+    assert call(Inverted(ExactMatch(), require="any"), completions, answer=answer) == [0.0, 1.0, 0.0, 0.0]
+    # math_verify credits the untagged "3"; the penalty replaces it (no <answer> span: require="tag")
     pen = WithMalformedPenalty(make_reward("math_verify"), penalty=-0.5)
     assert pen.name == "math_verify"
     assert call(pen, completions, answer=answer) == [1.0, 0.0, -0.5, -0.5]
