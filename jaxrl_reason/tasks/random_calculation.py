@@ -2,7 +2,7 @@
 with 1..N computation steps over + - * /, exact rational answers. Clean by construction: every
 problem is drawn fresh from the seed, so no pre-training corpus can contain the test split.
 
-Problem text ``calc (3+4)*2`` ; trace ``3+4=7,7*2=14`` ; answer ``14``. Rationals are written in
+Problem text ``calc (3+4)*2`` (``template``, e.g. ``"What is {expr}?"`` for an instruction-tuned model); trace ``3+4=7,7*2=14`` ; answer ``14``. Rationals are written in
 lowest terms ``-7/2``; integers without a denominator. Difficulty = number of steps.
 """
 
@@ -33,6 +33,7 @@ class RandomCalculation:
     ops: str = "+-*/"
     name: str = "calc"
     exact_match: bool = True
+    template: str = "calc {expr}"  # the problem text; e.g. "What is {expr}? Reply with just the number."
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -42,6 +43,8 @@ class RandomCalculation:
         if self.max_operand < 1 or not self.ops or set(self.ops) - set("+-*/"):
             raise ValueError(f"RandomCalculation: max_operand >= 1 and ops a non-empty subset of '+-*/', "
                              f"got {self.max_operand}, {self.ops!r}")
+        if "{expr}" not in self.template:
+            raise ValueError(f"RandomCalculation: template must contain '{{expr}}', got {self.template!r}")
 
     def generate(self, rng: np.random.Generator, difficulty: int | None = None) -> Problem:
         steps = int(rng.integers(self.min_difficulty, self.max_difficulty + 1)) if difficulty is None else difficulty
@@ -56,7 +59,7 @@ class RandomCalculation:
             expr = f"{e}{op}{fmt(n)}" if left else f"{fmt(n)}{op}{e}"
             value = _apply(a, op, b)
             trace.append(f"{fmt(a)}{op}{fmt(b)}={fmt(value)}")
-        return Problem(prompt=f"calc {expr}", answer=fmt(value), wrong=fmt(value + 1), trace=",".join(trace),
+        return Problem(prompt=self.template.replace("{expr}", expr), answer=fmt(value), wrong=fmt(value + 1), trace=",".join(trace),
                        difficulty=steps, task=self.name)
 
     def check(self, answer: str, problem: Problem) -> bool:

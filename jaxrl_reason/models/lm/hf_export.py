@@ -39,6 +39,7 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.hf_import import (INDEX, HFImportError, config_from_hf, get_family, param_path,
                                               read_hf_config)
 from jaxrl_reason.models.lm.lora import has_lora, merge_lora
+from jaxrl_reason.models.lm.packaged import resolve_checkpoint
 from jaxrl_reason.models.tokenizer import Tokenizer, read_json_object
 
 _DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
@@ -101,9 +102,13 @@ def _shards(tensors: dict[str, np.ndarray], max_bytes: int) -> list[dict[str, np
     return shards
 
 
-def _read_source(source) -> tuple[dict, dict | None]:
-    """(config.json, generation_config.json or None) of the checkpoint directory ``source``."""
-    d = pathlib.Path(source)
+def _read_source(source) -> tuple[dict | None, dict | None]:
+    """(config.json, generation_config.json or None) of the checkpoint directory ``source``; (None, None) for a
+    llama.cpp .gguf file (or the packaged checkpoint's name): its special ids are its tokenizer's, which the
+    export then writes as without a source."""
+    d = resolve_checkpoint(source)
+    if d.suffix == ".gguf" and d.is_file():
+        return None, None
     if not d.is_dir():
         raise HFImportError(f"source {d} is not a checkpoint directory (config.json + *.safetensors): pass the "
                             "directory the model was loaded from, or source=None")
@@ -206,7 +211,7 @@ def save_hf_model(model: nnx.Module, path, tokenizer=None, *, source=None, dtype
                         "or pass tokenizer=None")
     if has_lora(model):  # LoRA adapters are folded into the weights (W + alpha/r * A @ B)
         model = merge_lora(model)
-    src, src_gen = _read_source(source) if source is not None else (None, None)
+    src, src_gen = _read_source(source) if source is not None else (None, None)  # (None, None) for a .gguf
     cfg = model.cfg
     model_type = _model_type(cfg, src)
     hf = _hf_config(cfg, model_type, src, tokenizer)

@@ -434,9 +434,17 @@ def _check_vocab(path: pathlib.Path, cfg: LMConfig, source: str, expected: int |
 
 
 def load_hf_model(path, mesh=None, *, dtype: str | None = None, expected_vocab_size: int | None = None, **overrides):
-    """Load a checkpoint directory into a model (a `Transformer` for the dense families); shard it over
-    `mesh` while loading. ``overrides``: LMConfig fields to change (e.g. ``max_seq_len``)."""
-    path = pathlib.Path(path)
+    """Load a checkpoint directory (or a llama.cpp ``.gguf`` file: `gguf_import.load_gguf_model`) into a model
+    (a `Transformer` for the dense families); shard it over `mesh` while loading. ``overrides``: LMConfig
+    fields to change (e.g. ``max_seq_len``). ``path`` may also name a packaged checkpoint (``models.lm.packaged``,
+    e.g. ``"smollm2-135m-instruct"``)."""
+    from jaxrl_reason.models.lm.packaged import resolve_checkpoint
+
+    path = resolve_checkpoint(path)
+    if path.suffix == ".gguf":
+        from jaxrl_reason.models.lm.gguf_import import load_gguf_model
+
+        return load_gguf_model(path, mesh, dtype=dtype, expected_vocab_size=expected_vocab_size, **overrides)
     if dtype:
         overrides.setdefault("param_dtype", dtype)
         overrides.setdefault("dtype", dtype)
@@ -445,7 +453,13 @@ def load_hf_model(path, mesh=None, *, dtype: str | None = None, expected_vocab_s
     cfg = config_from_hf(hf, source=source, **overrides)
     family = get_family(hf.get("model_type"), source)
     _check_vocab(path, cfg, source, expected_vocab_size)
-    files = _Files(path)
+    return load_tensors(cfg, family, _Files(path), path, mesh)
+
+
+def load_tensors(cfg: LMConfig, family: HFFamily, files, root: pathlib.Path, mesh=None) -> nnx.Module:
+    """``family.build(cfg)`` with every parameter read from ``files`` under its HF name (a `_Files`, or any
+    object with its ``files``, ``where``, ``shape``, ``dtype`` and ``read(name, index)``), checked first
+    (`_check`, naming ``root``) and sharded over ``mesh`` while loading."""
     abstract = nnx.eval_shape(lambda: family.build(cfg, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     shapes = {param_path(kp): x.shape for kp, x in jax.tree_util.tree_flatten_with_path(state)[0]}
@@ -453,7 +467,7 @@ def load_hf_model(path, mesh=None, *, dtype: str | None = None, expected_vocab_s
     extra = set(shapes) - set(tmap)
     if extra:
         raise ValueError(f"no HF source for parameters {sorted(extra)}")
-    _check(cfg, family, files, tmap, shapes, path)
+    _check(cfg, family, files, tmap, shapes, root)
     specs = param_specs(state, mesh) if mesh is not None else None
     specs_by_path = {} if specs is None else {
         param_path(kp): s for kp, s in jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, P))[0]
@@ -483,4 +497,4 @@ def load_hf_model(path, mesh=None, *, dtype: str | None = None, expected_vocab_s
 
 
 __all__ = ["FAMILIES", "HFFamily", "HFImportError", "HFTensor", "config_from_hf", "get_family", "hf_field",
-           "hf_rope", "load_hf_model", "register_family"]
+           "hf_rope", "load_hf_model", "load_tensors", "register_family"]
