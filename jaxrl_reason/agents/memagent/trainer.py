@@ -14,8 +14,10 @@ final answer's exact-match reward gives one group advantage per rollout (``group
 mean-centred, std-normalised for "grpo", not for "dr_grpo"), broadcast to *every* conversation of
 that rollout (``broadcast_advantages``); all conversations then enter one clipped policy loss
 (``grpo_loss`` with ``LossConfig``: DAPO clip-higher ``eps_high`` and token-mean aggregation).
-Rollout, reward, advantages and ``epochs`` x ``minibatches`` optimiser steps are one jitted program.
-Old log-probs are recomputed under the sampling temperature (as the GRPO trainer does).
+Rollout, reward, advantages and ``epochs`` x ``minibatches`` optimiser steps are one jitted program; the
+update is the learner core's (``rl.lm.make_update``): the conversations are one ``Rollout``. Old log-probs
+are those of the sampling temperature: with one epoch of one minibatch the loss forward's own (under
+``stop_gradient``), otherwise a forward pass ahead of the steps.
 
 The RL reward is exact match on token ids inside the jitted step: the answer must be spelled as the
 targets are, one token per character (what the oracle SFT teaches), so with a checkpoint tokenizer a
@@ -40,14 +42,13 @@ from flax import nnx
 
 from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, num_chunks, run_agent
 from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
-from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
+from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.lm.sft import SFTConfig, fit
 from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
 from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
-from jaxrl_reason.rl.grpo.update import minibatch_epochs
+from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match, exact_match_text
-from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -77,6 +78,7 @@ class MultiConvConfig:
     temperature: float = 1.0
     lr: float = 3e-4
     max_grad_norm: float = 1.0
+    adam_b2: float = 0.99  # (rl.lm.optim's default is 0.999; MemAgent has always used 0.99)
     epochs: int = 1
     minibatches: int = 1
     advantage: str = "grpo"  # "grpo": (r - mean) / std;  "dr_grpo": r - mean
@@ -109,7 +111,7 @@ class RLState:
 
 
 def _optimizer(cfg: MultiConvConfig):
-    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
+    return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
 
 
 def conversations(out, rewards_adv: jax.Array, *, pad_id: int):
@@ -183,29 +185,18 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent, mesh):
         reward = exact_match(out.answer, out.answer_lens, rb.answer, rb.answer_lens)  # [Q*G]
         adv = group_advantages(reward.reshape(-1, g), cfg.advantage).reshape(-1)
         conv = conversations(out, adv, pad_id=agent.pad_id)
-        n_resp = conv["tokens"].shape[1]
         seqs = join(conv["prompts"], conv["prompt_lens"], conv["tokens"], agent.pad_id)
-
-        def logp_fn(params, seqs, plens):
-            return response_logprobs(nnx.merge(graphdef, params, state.rest), seqs, plens, n_resp,
-                                     cfg.temperature, cfg.logprob_chunk)
-
-        old_logp, old_ent = logp_fn(state.params, seqs, conv["prompt_lens"])
-        data = dict(seqs=seqs, plens=conv["prompt_lens"], adv=conv["adv"], mask=conv["mask"], old=old_logp)
-
-        def loss_fn(params, mb):
-            logp, ent = logp_fn(params, mb["seqs"], mb["plens"])
-            return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], entropy=ent, config=cfg.loss)
-
-        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm,
-                                                  cfg.epochs, cfg.minibatches)
+        rollout = Rollout(seqs, conv["prompt_lens"], conv["mask"], conv["adv"])
+        logp_fn = lm_logp_fn(graphdef, conv["tokens"].shape[1], cfg.temperature, cfg.logprob_chunk)
+        learn = make_update(lambda p, rows: logp_fn(p, state.rest, rows), make_loss(cfg.loss), optimizer,
+                            UpdateConfig(epochs=cfg.epochs, minibatches=cfg.minibatches))
+        (params, opt_state), m = learn(state.params, state.opt_state, rollout, k_perm)
         grouped = reward.reshape(-1, g)
-        metrics = {k: v.mean() for k, v in m.items()}
+        metrics = {k: v.mean() for k, v in m.items()}  # with sample_entropy (the old policy's, token mean)
         metrics.update(
             reward=reward.mean(), overflow_rate=(out.overflow > 0).mean(),
             zero_variance_groups=(grouped.std(axis=1) == 0).mean(),
             memory_len=out.memory_lens.mean(), conversations=jnp.float32(seqs.shape[0]),
-            sample_entropy=(old_ent * conv["mask"]).sum() / jnp.maximum(conv["mask"].sum(), 1.0),
         )
         return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 

@@ -6,7 +6,8 @@ LLM policy (both stages sampled: proposal, then consensus revision); an episode'
 into advantages. Every decision (episode, step, UAV) is one "sequence" whose two response
 tokens are the proposal and the revised answer letters; it carries its episode's advantage.
 ``updates`` minibatch steps of ``rl.grpo.grpo_loss`` (clipped ratio, k3 KL to the SFT model)
-follow. Log-probabilities are those of the policy as it samples: the softmax over the
+follow, through the learner core (``rl.lm.make_update``: the decisions are one ``Rollout``, each minibatch
+drawn with replacement among the valid ones). Log-probabilities are those of the policy as it samples: the softmax over the
 action letters only. Prompts are ids of the policy's tokenizer (``LLMIntentPolicy.tokenizer``).
 """
 
@@ -17,15 +18,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 
 from jaxrl_reason.agents.rally import llm
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.rl.grpo.advantages import grpo_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
-from jaxrl_reason.rl.grpo.update import gradient_step
-from jaxrl_reason.utils.guard import guard_optimizer
+from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_optimizer, make_update
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -40,6 +39,8 @@ class IntentGRPOConfig:
     updates: int = 8  # minibatch steps per iteration
     minibatch: int = 256  # decisions per minibatch
     lr: float = 3e-4
+    max_grad_norm: float = 1.0
+    adam_b2: float = 0.999  # (rl.lm.optim's default)
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.02)
 
     def __post_init__(self):
@@ -106,11 +107,18 @@ def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: IntentGRP
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     ref_params = params
     p1 = llm.render_prompt(env, jnp.zeros((1, *env.obs_shape)), tokenizer).shape[1]
-    tx = guard_optimizer(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.lr)))
+    tx = lm_optimizer(config.lr, config.max_grad_norm, config.adam_b2)
     opt_state = tx.init(params)
 
-    def logp_fn(params, seqs):
-        return answer_logp(nnx.merge(graphdef, params, rest), env, seqs, p1, tokenizer)
+    def logp_fn(params, rows: Rollout):  # the letter-restricted softmax has no entropy term
+        return answer_logp(nnx.merge(graphdef, params, rest), env, rows.seqs, p1, tokenizer), None
+
+    def batches(key, rows: Rollout):  # ``updates`` minibatches, drawn with replacement among the valid decisions
+        p = rows.extra["valid"] / rows.extra["valid"].sum()
+        return jax.vmap(lambda k: jax.random.choice(k, len(rows), (config.minibatch,), p=p))(
+            jax.random.split(key, config.updates))
+
+    learn = make_update(logp_fn, make_loss(config.loss), tx, UpdateConfig(old_logp="recompute"), batches=batches)
 
     @jax.jit
     def iteration(params, opt_state, key):
@@ -121,20 +129,11 @@ def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: IntentGRP
         seqs = seqs.reshape(-1, L)
         adv_u = jnp.broadcast_to(adv[None, :, None], (T, B, A)).reshape(-1)
         valid_u = jnp.broadcast_to(valid[..., None], (T, B, A)).reshape(-1)
-        old = jax.lax.stop_gradient(logp_fn(params, seqs))
-        ref = jax.lax.stop_gradient(logp_fn(ref_params, seqs))
-
-        def loss_fn(params, idx):
-            logp = logp_fn(params, seqs[idx])
-            return grpo_loss(logp, old[idx], adv_u[idx], jnp.ones_like(logp), ref_logp=ref[idx], config=config.loss)
-
-        step = gradient_step(loss_fn, tx)
-
-        def update(carry, key):
-            idx = jax.random.choice(key, seqs.shape[0], (config.minibatch,), p=valid_u / valid_u.sum())
-            return step(carry, idx)
-
-        (params, opt_state), m = jax.lax.scan(update, (params, opt_state), jax.random.split(k_upd, config.updates))
+        rows = Rollout(seqs, jnp.full((seqs.shape[0],), p1, jnp.int32), jnp.ones((seqs.shape[0], 2)), adv_u,
+                       extra={"valid": valid_u.astype(jnp.float32)})
+        if config.loss.kl_coef > 0:  # the reference pass only with a KL term
+            rows = rows.replace(ref_logp=jax.lax.stop_gradient(logp_fn(ref_params, rows)[0]))
+        (params, opt_state), m = learn(params, opt_state, rows, k_upd)
         metrics = {k: v.mean() for k, v in m.items()}
         metrics["mean_return"] = ret.mean()
         metrics["env_steps"] = valid.sum()

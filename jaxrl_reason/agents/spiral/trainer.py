@@ -9,8 +9,9 @@ One step plays ``episodes_per_game`` games of every game in the config (each gam
 (``advantages.py``: RAE per (game, role), plain self-play, or a fixed opponent), gives every turn
 of a role its episode's advantage, puts the turns of all games in one batch (prompts right-padded
 to the longest game) and takes ``minibatches`` clipped policy-gradient steps (``rl/grpo/losses``,
-token-mean aggregation) on the stored per-turn token sequences. Metrics are global
-(``grad_norm``, ``loss``, ``entropy``, ...) and per game (``<game>/win0``, ``/draw``,
+token-mean aggregation) on the stored per-turn token sequences: the turns are one ``rl.lm.Rollout``, the
+update the learner core's (``rl.lm.make_update``) with the sampler's log-probs as the old policy's. Metrics are
+global (``grad_norm``, ``loss``, ``entropy``, ...) and per game (``<game>/win0``, ``/draw``,
 ``/forfeit``, ``/format_error``, ``/response_length``, ``/baseline0``, ...).
 
 Multi-device / multi-process: ``mesh="data=8"`` (or, in a multi-process run, ``mesh=None``: data over
@@ -34,13 +35,12 @@ from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, make_rollout
 from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.models.lm.sampler import SamplerConfig
-from jaxrl_reason.models.lm.sequences import join, response_logprobs, response_mask
+from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import data_mesh, replicate
-from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
-from jaxrl_reason.rl.grpo.update import minibatch_epochs
+from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.rl.rae import init_baseline
-from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -63,6 +63,7 @@ class SpiralConfig:
     temperature: float = 1.0
     lr: float = 3e-4
     max_grad_norm: float = 1.0
+    adam_b2: float = 0.999  # (rl.lm.optim's default)
     minibatches: int = 1
     loss: LossConfig = LossConfig(aggregation="token_mean")
     logprob_chunk: int = 64
@@ -117,9 +118,7 @@ class SpiralTrainer:
         self.full_graphdef = nnx.graphdef(model)
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                      pad_id=tokenizer.pad_id)
-        self.optimizer = guard_optimizer(
-            optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
-        )
+        self.optimizer = lm_optimizer(config.lr, config.max_grad_norm, config.adam_b2)
         self.mesh = data_mesh(config.mesh, {"episodes_per_game": config.episodes_per_game}, "SpiralConfig")
         self._step = _step_fn(self, config)
 
@@ -144,6 +143,10 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
                              mesh=trainer.mesh) for g in games]
     p_max, n = trainer.prompt_len, cfg.max_new_tokens
     optimizer, pad_id = trainer.optimizer, trainer.tokenizer.pad_id
+    logp_fn = lm_logp_fn(graphdef, n, cfg.temperature, cfg.logprob_chunk)
+    # one pass of shuffled minibatches over the turns (their count need not divide), old = the sampler's log-probs
+    learn = lambda logp: make_update(logp, make_loss(cfg.loss), optimizer,
+                                     UpdateConfig(minibatches=cfg.minibatches, wrap=True, old_logp="sampler"))
 
     def step(state: SpiralState):
         key = jax.random.fold_in(state.key, state.step)
@@ -168,17 +171,10 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
             metrics.update(_game_metrics(game.name, e, baseline[g]))
         data = {k: jnp.concatenate(v) for k, v in rows.items()}
         plens = jnp.concatenate([jnp.full((game.max_turns * n_ep,), game.prompt_len, jnp.int32) for game in games])
-        data["plens"] = plens
-        data["seqs"] = join(data.pop("prompts"), plens, data["tokens"], pad_id)
-        data["mask"] = response_mask(data["lengths"], n, data["active"])
-
-        def loss_fn(params, b):
-            model = nnx.merge(graphdef, params, state.rest)
-            logp, ent = response_logprobs(model, b["seqs"], b["plens"], n, cfg.temperature, cfg.logprob_chunk)
-            return grpo_loss(logp, b["logprobs"], b["adv"], b["mask"], entropy=ent, config=cfg.loss)
-
-        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, k_perm,
-                                                  1, cfg.minibatches, wrap=True)  # turn counts need not divide
+        rollout = Rollout(join(data["prompts"], plens, data["tokens"], pad_id), plens,
+                          response_mask(data["lengths"], n, data["active"]), data["adv"], sample_logp=data["logprobs"])
+        (params, opt_state), m = learn(lambda p, rows: logp_fn(p, state.rest, rows))(
+            state.params, state.opt_state, rollout, k_perm)
         metrics.update({k: v.mean() for k, v in m.items()})
         metrics["active_turns"] = data["active"].sum()
         metrics["mean_abs_adv"] = (jnp.abs(data["adv"]) * data["active"]).sum() / jnp.maximum(data["active"].sum(), 1)

@@ -14,15 +14,22 @@ One step: (1) take ``prompts_per_step * oversample`` prompts from the dataset, s
 (config.seed, step), so a resumed run sees the same data; (2) sample ``group_size`` responses per
 prompt at ``temperature``, stopping at eos or a stop string (``</answer>``); (3) decode them and score
 them with the reward functions in a thread pool (``rewards.RewardSuite``; weighted sum, each logged as
-``reward/<name>``) while the device computes the old-policy and reference log-probs; (4) in one
-jitted update: dynamic sampling (keep groups with non-zero reward variance first, then fill with
-the rest: static shapes, oversample-and-select), advantages, ``epochs`` x ``minibatches`` optimiser
-steps, and the ProRL reference hard reset (reference <- policy and the optimiser state
-re-initialised every ``ref_reset_every`` steps). ``time_reward_idle_s`` is the time the device waited
-for the host's rewards after its log-probs were done.
+``reward/<name>``) while the device computes the old-policy and reference log-probs where they are
+needed; (4) in one jitted update (``rl.lm.make_update``): dynamic sampling (keep groups with non-zero
+reward variance first, then fill with the rest: static shapes, oversample-and-select), advantages
+(``rl.grpo.advantages.ESTIMATORS``), ``epochs`` x ``minibatches`` optimiser steps of the loss
+(``rl.grpo.losses``: objective clip / gspo / cispo), and the ProRL reference hard reset (reference <-
+policy and the optimiser state re-initialised every ``ref_reset_every`` steps). ``time_reward_idle_s``
+is the time the device waited for the host's rewards after its log-probs were done.
 
-The policy distribution trained is the tempered one (logits / temperature), as in verl; old
-log-probs are recomputed with a forward pass of the sampling parameters. Multi-device:
+No wasted passes: the reference's log-probs are computed (and ``state.ref_params`` kept; None
+otherwise) only with a KL term (``loss.kl_coef > 0``) or ``log_kl=True`` (the ``kl`` / ``kl_ref``
+metrics). Old log-probs: with one epoch of one minibatch (and no LoRA dropout) they are the loss
+forward's own under ``stop_gradient`` (ratio 1, the same gradient; ``logp_mismatch`` compares them with
+the sampler's), otherwise a forward pass of the sampling parameters ahead of the update. ``remat``
+(none / block / dots, ``rl.lm.logp``) trades the loss backward's memory for recomputation.
+
+The policy distribution trained is the tempered one (logits / temperature), as in verl. Multi-device:
 ``mesh="data=8"`` (any spec of ``parallel.mesh.make_mesh``) shards the parameters with the LM
 partition rules and the batch over the data axes. Multi-process (``parallel.distributed``; with
 ``mesh=None`` the batch is split over every device of every process): every process draws the
@@ -51,18 +58,18 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_lora, lora_off, set_dropout
+from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_lora, lora_off
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
-from jaxrl_reason.models.lm.sequences import join, response_logprobs
+from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.distributed import host_values, to_global
 from jaxrl_reason.parallel.mesh import config_mesh
 from jaxrl_reason.rewards import R1Format, RewardSuite, make_reward
-from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, grpo_loss
-from jaxrl_reason.rl.grpo.update import minibatch_epochs
+from jaxrl_reason.rl.grpo.advantages import METHODS, estimate
+from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, remat_graphdef
+from jaxrl_reason.rl.lm.logp import check_remat
 from jaxrl_reason.tasks.rewards import RewardConfig, task_rewards
-from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -77,6 +84,7 @@ class GRPOConfig:
     minibatches: int = 1
     lr: float = 1e-4
     max_grad_norm: float = 1.0
+    adam_b2: float = 0.99  # (rl.lm.optim's default is 0.999; GRPO has always used 0.99)
     temperature: float = 1.0
     max_new_tokens: int = 32
     advantage: str = "grpo"  # grpo | dr_grpo | rloo
@@ -87,6 +95,8 @@ class GRPOConfig:
     mesh: str | None = None  # e.g. "data=8"
     logprob_chunk: int = 64
     lora: LoRAConfig | None = None  # train LoRA adapters only (see the module docstring)
+    log_kl: bool = False  # compute the reference's log-probs without a KL term, for the kl / kl_ref metrics
+    remat: str = "none"  # the loss forward's rematerialisation: none | block | dots (rl.lm.logp)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -107,6 +117,7 @@ class GRPOConfig:
         need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
         need(self.ref_reset_every is None or self.ref_reset_every >= 1,
              f"ref_reset_every must be None (never) or >= 1, got {self.ref_reset_every}")
+        check_remat(self.remat, "GRPOConfig: remat")
         need(0 <= self.overlong_cache <= self.max_new_tokens,
              f"overlong_cache must be in [0, max_new_tokens={self.max_new_tokens}], got {self.overlong_cache}")
 
@@ -114,19 +125,38 @@ class GRPOConfig:
     def groups_sampled(self) -> int:
         return self.prompts_per_step * (self.oversample if self.dynamic_sampling else 1)
 
+    @property
+    def needs_ref(self) -> bool:
+        """Whether the reference policy (its params and log-probs) is needed: a KL term or KL metrics."""
+        return self.loss.kl_coef > 0 or self.log_kl
+
+    @property
+    def dropout(self) -> bool:
+        return self.lora is not None and self.lora.dropout > 0
+
+    @property
+    def update_config(self) -> UpdateConfig:
+        return UpdateConfig(epochs=self.epochs, minibatches=self.minibatches)
+
+    @property
+    def needs_old_pass(self) -> bool:
+        """Whether old log-probs take a forward pass of their own (several steps per batch, or dropout)."""
+        return self.update_config.needs_old_pass(deterministic=not self.dropout)
+
 
 @flax.struct.dataclass
 class GRPOState:
     params: nnx.State  # trained: nnx.Param leaves, or (LoRA) the adapters' LoRAParam leaves only
     rest: nnx.State  # everything else (e.g. MoE expert biases; with LoRA the frozen base), not trained
-    ref_params: nnx.State  # reference policy's params (LoRA: the adapters with B zeroed)
+    ref_params: nnx.State | None  # reference policy's params (LoRA: the adapters with B zeroed); None without
+    # a KL term or KL metrics (GRPOConfig.needs_ref)
     opt_state: optax.OptState
     step: jax.Array  # int32 []
     key: jax.Array
 
 
 def _optimizer(cfg: GRPOConfig) -> optax.GradientTransformation:
-    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, b2=0.99)))
+    return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
 
 
 def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Array, jax.Array]:
@@ -179,8 +209,9 @@ class GRPOTrainer:
         # are not part of it, so the runs of a study share the compiled programs.
         key_cfg = dataclasses.replace(config, seed=0, reward=RewardConfig(), ref_reset_every=None, mesh=None,
                                       overlong_cache=0)
-        self._logprobs = _logprobs_fn(self.graphdef, key_cfg, tokenizer.pad_id)
-        self._update = _update_fn(self.graphdef, key_cfg, tokenizer.pad_id)
+        self._logprobs = _logprobs_fn(self.graphdef, key_cfg, tokenizer.pad_id)  # None: no pass needed
+        loss_graphdef = remat_graphdef(self.graphdef, params, rest, remat=config.remat)
+        self._update = _update_fn(self.graphdef, loss_graphdef, key_cfg, tokenizer.pad_id)
 
     @classmethod
     def for_tasks(cls, config: GRPOConfig, model, tokenizer: Tokenizer, tasks: Sequence, prompt_len: int,
@@ -205,11 +236,7 @@ class GRPOTrainer:
             from jaxrl_reason.models.lm.sharding import shard_state
 
             params, rest = shard_state(params, self.mesh), shard_state(rest, self.mesh)
-        ref = jax.tree.map(jnp.copy, params)
-        if self.config.lora is not None:
-            ref = lora_off(ref)  # the base model: no copy of its weights
-        state = GRPOState(params=params, rest=rest, ref_params=ref, opt_state=self.optimizer.init(params),
-                          step=jnp.int32(0), key=key)
+        state = self.new_state(params, rest, key)
         # every leaf committed where the update leaves it (scalars included), so step 2 does not recompile
         if self.mesh is None:
             return jax.device_put(state, jax.tree.leaves(params)[0].sharding)
@@ -218,6 +245,23 @@ class GRPOTrainer:
         replicated = NamedSharding(self.mesh, PartitionSpec())
         on_mesh = lambda x: isinstance(getattr(x, "sharding", None), NamedSharding) and x.sharding.mesh == self.mesh
         return jax.tree.map(lambda x: x if on_mesh(x) else to_global(x, replicated), state)
+
+    def new_state(self, params, rest, key) -> GRPOState:
+        """The step-0 state of these params (pure: ``jax.eval_shape`` of it is the state's shapes)."""
+        ref = None
+        if self.config.needs_ref:
+            ref = jax.tree.map(jnp.copy, params)
+            if self.config.lora is not None:
+                ref = lora_off(ref)  # the base model: no copy of its weights
+        return GRPOState(params=params, rest=rest, ref_params=ref, opt_state=self.optimizer.init(params),
+                         step=jnp.int32(0), key=key)
+
+    def plan(self, **kw):
+        """This run's memory and FLOPs per device from its compiled programs, without running them
+        (``rl.lm.plan.plan_grpo``; ``.summary()``, ``.check()`` refuses one that does not fit)."""
+        from jaxrl_reason.rl.lm.plan import plan_grpo
+
+        return plan_grpo(self, **kw)
 
     def model(self, state: GRPOState):
         return nnx.merge(self.graphdef, state.params, state.rest)
@@ -259,7 +303,7 @@ class GRPOTrainer:
         fields = {k: [r[k] for r in rows] for k in rows[0] if all(k in r for r in rows)}
         fields["completion_ids"] = [t[:n].tolist() for t, n in zip(tokens, lengths)]
         pending = self.rewards.submit(prompt_text, completions, fields, step=step)
-        logps = self._logprobs(state, prompts, plens, out.tokens)  # on the device meanwhile
+        logps = {} if self._logprobs is None else self._logprobs(state, prompts, plens, out.tokens)  # meanwhile
         jax.block_until_ready(logps)
         t2 = time.perf_counter()
         total, per_fn = pending.result()
@@ -277,73 +321,70 @@ class GRPOTrainer:
         return state, metrics
 
 
-def _logp_fn(graphdef, cfg: GRPOConfig):
-    """(params, rest, seqs, plens, dropout_seed) -> (log pi(response) [B, N], entropy [B, N])."""
-
-    def logp(params, rest, seqs, plens, dropout_seed=None):
-        model = nnx.merge(graphdef, params, rest)
-        if dropout_seed is not None:  # LoRA dropout, in the loss's forward passes only
-            set_dropout(model, jax.random.key(dropout_seed))
-        return response_logprobs(model, seqs, plens, cfg.max_new_tokens, cfg.temperature, cfg.logprob_chunk)
-
-    return logp
+def _logp_fn(graphdef, cfg: GRPOConfig, remat: str = "none"):
+    """(params, rest, rows: Rollout) -> (log pi(response) [B, N], entropy [B, N])."""
+    return lm_logp_fn(graphdef, cfg.max_new_tokens, cfg.temperature, cfg.logprob_chunk, remat)
 
 
 @functools.lru_cache(maxsize=None)
 def _logprobs_fn(graphdef, cfg: GRPOConfig, pad_id: int):
-    """Jitted: (state, prompts, prompt_lens, tokens) -> {"old", "old_entropy", "ref"}, each [B, N]."""
+    """Jitted: (state, prompts, prompt_lens, tokens) -> {"old", "old_entropy"} (only when the update needs a pass
+    of its own) and {"ref"} (only with ``cfg.needs_ref``), each [B, N]; None when neither is needed."""
+    if not (cfg.needs_old_pass or cfg.needs_ref):
+        return None
     logp = _logp_fn(graphdef, cfg)
 
     def run(state: GRPOState, prompts, prompt_lens, tokens):
-        seqs = join(prompts, prompt_lens, tokens, pad_id)
-        old, ent = logp(state.params, state.rest, seqs, prompt_lens)
-        return {"old": old, "old_entropy": ent, "ref": logp(state.ref_params, state.rest, seqs, prompt_lens)[0]}
+        rows = Rollout(join(prompts, prompt_lens, tokens, pad_id), prompt_lens, None, None)
+        out = {}
+        if cfg.needs_old_pass:
+            out["old"], out["old_entropy"] = logp(state.params, state.rest, rows)
+        if cfg.needs_ref:
+            out["ref"] = logp(state.ref_params, state.rest, rows)[0]
+        return out
 
     return jax.jit(run)
 
 
 @functools.lru_cache(maxsize=None)
-def _update_fn(graphdef, cfg: GRPOConfig, pad_id: int):
+def _update_fn(graphdef, loss_graphdef, cfg: GRPOConfig, pad_id: int):
     """Jitted update for one model structure and config (see the module docstring)."""
     optimizer = _optimizer(cfg)
-    logp_fn = _logp_fn(graphdef, cfg)
+    logp_fn = _logp_fn(loss_graphdef, cfg, cfg.remat)
+    loss_fn = make_loss(cfg.loss)
 
     def update(state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, logps, rewards, reset_every):
         g, n = cfg.group_size, cfg.max_new_tokens
         sel, frac_filtered = select_groups(rewards, cfg.prompts_per_step, cfg.dynamic_sampling)
         rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
-        adv = group_advantages(rewards[sel], cfg.advantage).reshape(-1)
-        prompts, prompt_lens, tokens, lengths = prompts[rows], prompt_lens[rows], tokens[rows], lengths[rows]
-        old_logp, old_ent, ref_logp = logps["old"][rows], logps["old_entropy"][rows], logps["ref"][rows]
-        seqs = join(prompts, prompt_lens, tokens, pad_id)
-        mask = (jnp.arange(n)[None] < lengths[:, None]).astype(jnp.float32)
-        data = dict(seqs=seqs, plens=prompt_lens, adv=adv, mask=mask, old=old_logp, ref=ref_logp)
-        dropout = cfg.lora is not None and cfg.lora.dropout > 0
-        if dropout:  # one seed per row; a minibatch uses its first row's
+        chosen = rewards[sel].reshape(-1)
+        adv, _ = estimate(cfg.advantage, chosen, jnp.repeat(jnp.arange(cfg.prompts_per_step), g), cfg.prompts_per_step)
+        prompt_lens, lengths = prompt_lens[rows], lengths[rows]
+        extra = {}
+        if cfg.dropout:  # one seed per row; a minibatch uses its first row's
             key, k_drop = jax.random.split(key)
-            data["dropout_seed"] = jax.random.randint(k_drop, (seqs.shape[0],), 0, jnp.iinfo(jnp.int32).max)
-
-        def loss_fn(params, mb):
-            logp, ent = logp_fn(params, state.rest, mb["seqs"], mb["plens"], mb["dropout_seed"][0] if dropout else None)
-            return grpo_loss(logp, mb["old"], mb["adv"], mb["mask"], ref_logp=mb["ref"], entropy=ent, config=cfg.loss)
-
-        (params, opt_state), m = minibatch_epochs(loss_fn, optimizer, state.params, state.opt_state, data, key,
-                                                  cfg.epochs, cfg.minibatches)
+            extra["dropout_seed"] = jax.random.randint(k_drop, rows.shape, 0, jnp.iinfo(jnp.int32).max)
+        pick = lambda k: logps[k][rows] if k in logps else None
+        rollout = Rollout(join(prompts[rows], prompt_lens, tokens[rows], pad_id), prompt_lens, response_mask(lengths, n),
+                          adv, sample_logp=sample_logp[rows], ref_logp=pick("ref"), old_logp=pick("old"),
+                          old_entropy=pick("old_entropy"), extra=extra)
+        learn = make_update(lambda p, r: logp_fn(p, state.rest, r), loss_fn, optimizer, cfg.update_config,
+                            deterministic=not cfg.dropout)
+        (params, opt_state), m = learn(state.params, state.opt_state, rollout, key)
         step = state.step + 1
         reset = (reset_every > 0) & (step % jnp.maximum(reset_every, 1) == 0)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(reset, x, y), a, b)
-        ref_params = pick(params, state.ref_params)
+        ref_params = None if state.ref_params is None else pick(params, state.ref_params)
         opt_state = pick(optimizer.init(params), opt_state)
-        valid = mask.sum()
         metrics = {k: v.mean() for k, v in m.items()}
         metrics.update(
             reward=rewards.mean(), reward_selected=rewards[sel].mean(), frac_filtered=frac_filtered,
-            response_length=lengths.mean(), sample_entropy=(old_ent * mask).sum() / valid,
-            kl_ref=m["kl"][0, 0], clip_fraction=m["clip_fraction"].mean(),
-            logp_mismatch=jnp.abs((old_logp - sample_logp[rows]) * mask).sum() / valid,
-            ref_reset=reset.astype(jnp.float32),
+            response_length=lengths.mean(), clip_fraction=m["clip_fraction"].mean(), ref_reset=reset.astype(jnp.float32),
         )
+        if "kl" in m:
+            metrics["kl_ref"] = m["kl"][0, 0]
         return GRPOState(params=params, rest=state.rest, ref_params=ref_params, opt_state=opt_state, step=step,
                          key=state.key), metrics
 
     return jax.jit(update, donate_argnums=0)
+

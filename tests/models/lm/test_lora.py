@@ -121,7 +121,7 @@ def test_sft_steps_train_only_adapters_and_reduce_loss(base):
 
 
 TASKS = [RandomCalculation(max_difficulty=1, ops="+-")]
-GRPO = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=8, lr=1e-2, minibatches=2,
+GRPO = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=8, lr=1e-2, minibatches=2, log_kl=True,
                   reward=RewardConfig("random"), lora=LoRAConfig(rank=4, dropout=0.1, targets=("all_linear",)))
 
 

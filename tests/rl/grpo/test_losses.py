@@ -100,3 +100,86 @@ def test_aggregate_and_overlong_penalty_by_hand():
 def test_loss_config_errors(kw, msg):
     with pytest.raises(ValueError, match=msg):
         LossConfig(**kw)
+
+
+# --- registered variants: a new objective / estimator is one function -------------------------------------------
+
+def test_gspo_sequence_ratio_by_hand():
+    """GSPO: s = exp(mean over the sequence's tokens of log r): row 0: exp((log 1.5 + log 0.5) / 2) = sqrt(0.75);
+    row 1 (one token): 1.0. eps 0.1: s_0 = 0.866 < 0.9 with A = +1 -> min(0.866, 0.9) = 0.866 (not clipped, lower side
+    only binds for A < 0); row 1: -2. Every token of a sequence carries s; seq_mean -> -(0.866 - 2) / 2."""
+    cfg = LossConfig(objective="gspo", eps_low=0.1, eps_high=0.1, aggregation="seq_mean")
+    s0 = np.sqrt(0.75)
+    loss, m = grpo_loss(LOGP, OLD, ADV, MASK, config=cfg)
+    np.testing.assert_allclose(loss, -(s0 - 2.0) / 2, rtol=1e-5)
+    np.testing.assert_allclose(m["ratio"], (2 * s0 + 1) / 3, rtol=1e-5)
+    assert float(m["clip_fraction"]) == 0.0
+    # A = -2 on row 0 instead: s_0 = 0.866 < 0.9 is clipped -> -2 * 0.9, and its gradient is 0
+    adv = jnp.array([-2.0, -2.0])
+    loss, m = grpo_loss(LOGP, OLD, adv, MASK, config=cfg)
+    np.testing.assert_allclose(loss, -(-2 * 0.9 - 2.0) / 2, rtol=1e-5)
+    np.testing.assert_allclose(m["clip_fraction"], 2 / 3, rtol=1e-5)  # both tokens of row 0
+    g = jax.grad(lambda lp: grpo_loss(lp, OLD, adv, MASK, config=cfg)[0])(LOGP)
+    assert np.all(np.asarray(g[0]) == 0) and g[1, 0] != 0
+    # unclipped: d loss / d logp_t = -A s / (2 |y|) for each token (seq_mean of the broadcast value)
+    g = jax.grad(lambda lp: grpo_loss(lp, OLD, ADV, MASK, config=cfg)[0])(LOGP)
+    np.testing.assert_allclose(g[0], [-s0 / 2 / 2] * 2, rtol=1e-5)
+
+
+def test_cispo_clipped_stopped_weights_by_hand():
+    """CISPO: sg(clip(r, 0.8, 1.3)) A log pi, token mean. Weights [[1.3, 0.8], [1.0, (masked)]]; the clipped tokens
+    keep a gradient (unlike PPO's clip): d loss / d logp = -w A / 3."""
+    cfg = LossConfig(objective="cispo", eps_low=0.2, eps_high=0.3)
+    lp = np.log([[1.5, 0.5], [1.0, 0.7]])
+    loss, m = grpo_loss(LOGP, OLD, ADV, MASK, config=cfg)
+    np.testing.assert_allclose(loss, -(1.3 * lp[0, 0] + 0.8 * lp[0, 1] - 2.0 * lp[1, 0]) / 3, rtol=1e-5)
+    np.testing.assert_allclose(m["clip_fraction"], 2 / 3, rtol=1e-5)
+    g = jax.grad(lambda x: grpo_loss(x, OLD, ADV, MASK, config=cfg)[0])(LOGP)
+    np.testing.assert_allclose(g, [[-1.3 / 3, -0.8 / 3], [2.0 / 3, 0.0]], rtol=1e-5)
+
+
+def test_registries_are_open_and_checked():
+    from jaxrl_reason.rl.grpo import losses
+    from jaxrl_reason.rl.grpo.advantages import ESTIMATORS, estimate, register_estimator
+
+    assert {"clip", "gspo", "cispo"} <= set(losses.OBJECTIVES) and {"grpo", "dr_grpo", "rloo", "rae"} <= set(ESTIMATORS)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        LossConfig(objective="ppo2")
+    with pytest.raises(ValueError, match="already registered"):
+        losses.register_objective("clip")(lambda *a: None)
+    with pytest.raises(ValueError, match="estimator must be one of"):
+        estimate("gae", R.reshape(-1), jnp.repeat(jnp.arange(2), 4), 2)
+
+    @register_estimator("_test_max_baseline")
+    def max_baseline(rewards, group_ids, num_groups, valid=None, carry=None):
+        best = jax.ops.segment_max(rewards, group_ids, num_segments=num_groups)
+        return rewards - best[group_ids], carry
+
+    try:
+        adv, _ = estimate("_test_max_baseline", R.reshape(-1), jnp.repeat(jnp.arange(2), 4), 2)
+        np.testing.assert_allclose(adv, [0, -1, -1, 0, 0, 0, 0, 0])
+    finally:
+        del ESTIMATORS["_test_max_baseline"]
+
+
+def test_estimators_by_hand_and_rae_is_spirals():
+    from jaxrl_reason.rl.grpo.advantages import estimate
+    from jaxrl_reason.rl.rae import rae_advantages
+
+    ids = jnp.repeat(jnp.arange(2), 4)
+    for name, dense in (("grpo", grpo_advantages), ("dr_grpo", dr_grpo_advantages), ("rloo", rloo_advantages)):
+        np.testing.assert_allclose(estimate(name, R.reshape(-1), ids, 2)[0], dense(R).reshape(-1), atol=1e-5)
+    # invalid rows leave their group: group 0 is then [1, 0] (mean 0.5), row 3 gets 0
+    valid = jnp.array([True, True, True, False] + [True] * 4)
+    np.testing.assert_allclose(estimate("dr_grpo", R.reshape(-1), ids, 2, valid)[0],
+                               [2 / 3, -1 / 3, -1 / 3, 0, 0, 0, 0, 0], atol=1e-6)
+    # RAE (SPIRAL's EMA per group, alpha 0.05, read before the update): group 0 sees 1 then 0, group 1 sees 3:
+    # advantages 1 - 0, 3 - 0, 0 - 0.05; baselines 0.95 * 0.05 = 0.0475 and 0.15; the same as rl.rae's
+    from jaxrl_reason.rl.grpo.advantages import ESTIMATORS
+
+    r, g = jnp.array([1.0, 3.0, 0.0]), jnp.array([0, 1, 0])
+    adv, base = ESTIMATORS["rae"](r, g, 2, None, jnp.zeros(2))
+    np.testing.assert_allclose(adv, [1.0, 3.0, -0.05], atol=1e-6)
+    np.testing.assert_allclose(base, [0.0475, 0.15], atol=1e-6)
+    ref_adv, ref_base = rae_advantages(jnp.zeros((2, 1)), r[:, None], g)
+    np.testing.assert_allclose(adv, ref_adv[:, 0]) and np.testing.assert_allclose(base, ref_base[:, 0])

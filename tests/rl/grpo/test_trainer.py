@@ -29,7 +29,7 @@ from jaxrl_reason.utils.loop import run_chunks
 TOK = CharTokenizer()
 TASKS = [RandomCalculation(max_difficulty=1, ops="+-")]
 CFG = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=12, lr=1e-3, ref_reset_every=2,
-                 dynamic_sampling=True, oversample=2, minibatches=2, epochs=2,
+                 dynamic_sampling=True, oversample=2, minibatches=2, epochs=2, log_kl=True,  # the reference kept for kl
                  reward=RewardConfig("random"))  # an untrained model is never correct: random rewards give signal
 
 
@@ -54,6 +54,7 @@ def trainer(model):
     (dict(prompts_per_step=3, group_size=2, minibatches=4), "divisible by minibatches"),
     (dict(temperature=0.0), "temperature"),
     (dict(advantage="ppo"), "advantage"),
+    (dict(remat="full"), "remat must be one of"),
 ])
 def test_config_errors(kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -210,12 +211,16 @@ def test_grpo_on_a_jsonl_dataset_with_multi_token_tags(bpe, jsonl_dataset, bpe_m
     assert np.asarray(trainer.stop_sequences).tolist() == [bpe.encode("</answer>")]  # the stop-sequence path
 
     state = trainer.init(jax.random.key(0))
+    # no KL term, one epoch of one minibatch: no reference and no old-log-prob pass (the loss forward's own)
+    assert trainer._logprobs is None and state.ref_params is None
     for _ in range(2):
         state, m = trainer.step(state)
-        for k in ("loss", "kl", "entropy", "grad_norm", "reward", "response_length", "reward/exact_match",
-                  "reward/r1_format", "reward/spy", "format_rate", "time_reward_idle_s"):
+        for k in ("loss", "entropy", "grad_norm", "reward", "response_length", "reward/exact_match",
+                  "reward/r1_format", "reward/spy", "format_rate", "time_reward_idle_s", "sample_entropy"):
             assert np.isfinite(m[k]), k
-        assert "accuracy" not in m  # no reward named "correct"
+        assert "accuracy" not in m and "kl" not in m  # no reward named "correct", no KL term
+        assert float(m["logp_mismatch"]) <= 1e-5  # the sampler's log-probs are the loss forward's
+        assert float(m["ratio"]) == 1.0 and float(m["clip_fraction"]) == 0.0
     assert int(state.step) == 2 and len(spy.calls) == 2
     b = DATA_CFG.prompts_per_step * DATA_CFG.group_size
     for step, (prompts, completions, fields) in enumerate(spy.calls):
@@ -343,7 +348,6 @@ def test_rewards_run_on_host_threads_while_the_device_computes_log_probs(bpe, js
     assert total.tolist() == [1.0] * 3 and list(per_fn) == ["gated", "exact_match"]
 
     launched, seen = threading.Event(), []
-    logprobs = trainer._logprobs
 
     def spy_logprobs(*args):
         launched.set()
@@ -353,6 +357,10 @@ def test_rewards_run_on_host_threads_while_the_device_computes_log_probs(bpe, js
         seen.append((launched.wait(timeout=60), fields))
         return np.zeros(len(completions))
 
+    trainer.rewards.close()
+    trainer = GRPOTrainer(dataclasses.replace(DATA_CFG, log_kl=True), bpe_model, bpe, jsonl_dataset,
+                          [make_reward("exact_match")])  # a log-prob pass to overlap (the reference's)
+    logprobs = trainer._logprobs
     trainer.rewards.close()
     monkeypatch.setattr(trainer, "_logprobs", spy_logprobs)
     monkeypatch.setattr(trainer, "rewards", type(trainer.rewards)([waits_for_log_probs]))

@@ -1,0 +1,192 @@
+"""Short runs of every LM trainer, fingerprinted, to check that moving them onto ``rl.lm`` kept their numbers.
+
+``golden.json`` holds what these runs gave with the trainers as they were before ``rl.lm`` (commit 486f4f4,
+issue 41), recorded with ``python tests/rl/lm/golden.py [name ...]`` under the test suite's XLA flags.
+Each run -> {"metrics": {name: float}, "delta_norm": |p1 - p0|, "delta_proj": <p1 - p0, fixed signs>}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+
+if __name__ == "__main__":  # the suite's XLA flags (8 host devices, fast compilation) before jax starts
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[2]))
+    import conftest  # noqa: F401
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxrl_reason.rl.grpo.losses import LossConfig
+
+PATH = pathlib.Path(__file__).with_name("golden.json")
+
+
+def fingerprint(p0, p1) -> dict:
+    """Params before / after -> the norm of the change and its projection on fixed random signs."""
+    d = np.concatenate([np.ravel(np.asarray(b, np.float64) - np.asarray(a, np.float64))
+                        for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1))])
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], d.size)
+    return {"delta_norm": float(np.linalg.norm(d)), "delta_proj": float(d @ signs)}
+
+
+def _record(p0, p1, metrics: dict) -> dict:
+    m = {k: float(np.mean(np.asarray(v))) for k, v in jax.device_get(metrics).items()
+         if np.asarray(v).dtype.kind == "f" and not k.startswith("time_")}
+    return {"metrics": m, **fingerprint(p0, p1)}
+
+
+def _steps(trainer, state, n):
+    p0 = jax.tree.map(np.asarray, state.params)
+    for _ in range(n):
+        state, m = trainer.step(state)
+    return _record(p0, jax.tree.map(np.asarray, state.params), m)
+
+
+# ---------------------------------------------------------------------------------------- GRPO
+def grpo(case: str, remat: str = "none") -> dict:
+    from jaxrl_reason.models.lm import LMConfig, Transformer
+    from jaxrl_reason.models.tokenizer import CharTokenizer
+    from jaxrl_reason.rl.grpo.losses import LossConfig
+    from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+    from jaxrl_reason.tasks import RandomCalculation
+    from jaxrl_reason.tasks.rewards import RewardConfig
+
+    tok = CharTokenizer()
+    model = Transformer(LMConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
+                                 max_seq_len=32), rngs=nnx.Rngs(0))
+    base = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=12, lr=1e-3, reward=RewardConfig("random"))
+    cfg = {
+        # a KL term, dynamic sampling, a reference reset, 2 epochs x 2 minibatches
+        "kl_epochs": dataclasses.replace(base, dynamic_sampling=True, oversample=2, minibatches=2, epochs=2,
+                                         ref_reset_every=2, loss=LossConfig(kl_coef=0.05)),
+        # no KL, one epoch, one minibatch: the fused path (old log-probs = the loss forward's own)
+        "fused": base,
+        "fused_seq_mean": dataclasses.replace(base, advantage="dr_grpo",
+                                              loss=LossConfig(aggregation="seq_mean", eps_high=0.28)),
+    }[case]
+    if remat != "none":  # (the field is newer than the recording: only set when asked)
+        cfg = dataclasses.replace(cfg, remat=remat)
+    trainer = GRPOTrainer.for_tasks(cfg, model, tok, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=12)
+    return _steps(trainer, trainer.init(jax.random.key(0)), 2)
+
+
+# ---------------------------------------------------------------------------------------- agents
+def spiral() -> dict:
+    from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
+    from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
+    from jaxrl_reason.models.lm import LMConfig, Transformer
+
+    tok = spiral_tokenizer()
+    cfg = LMConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
+    trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, max_new_tokens=8, minibatches=2),
+                            Transformer(cfg, rngs=nnx.Rngs(0)), tokenizer=tok)
+    return _steps(trainer, trainer.init(jax.random.key(0)), 2)
+
+
+def memagent() -> dict:
+    from jaxrl_reason.agents.memagent.agent import MemAgent, MemAgentConfig
+    from jaxrl_reason.agents.memagent.data import doc_batch
+    from jaxrl_reason.agents.memagent.trainer import MultiConvConfig, MultiConvTrainer
+    from jaxrl_reason.models.lm import LMConfig, Transformer
+    from jaxrl_reason.models.tokenizer import CharTokenizer
+    from jaxrl_reason.tasks.longcontext import LongContextTask
+
+    tok = CharTokenizer()
+    task = LongContextTask(num_facts=4, facts_per_chunk=1)
+    agent = MemAgent(MemAgentConfig(chunk_tokens=task.chunk_chars, memory_tokens=4, question_tokens=6,
+                                    answer_tokens=4), tok)
+    lm = LMConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32, max_seq_len=32)
+    batch = doc_batch(task.generate_batch(np.random.default_rng(0), 2), agent)
+    # an untrained agent is never right (advantages 0): the entropy bonus gives the update a gradient
+    loss = LossConfig(eps_low=0.2, eps_high=0.28, ent_coef=0.01)
+    trainer = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2, loss=loss), agent, Transformer(lm, rngs=nnx.Rngs(1)),
+                               lambda s: batch)
+    return _steps(trainer, trainer.init(jax.random.key(1)), 2)
+
+
+def joyagents(mode: str) -> dict:
+    from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
+    from jaxrl_reason.agents.joyagents.trainer import JoyConfig, JoyTrainer, build_models
+    from jaxrl_reason.models.tokenizer import CharTokenizer
+    from jaxrl_reason.rl.grpo.recipes import TinyLM
+    from jaxrl_reason.tasks.assistant import AssistantTask, request_arrays
+
+    tok = CharTokenizer()
+    task = AssistantTask(weights=(1.0, 1.0, 1.0, 0.0))
+    sys_cfg = SystemConfig(request_tokens=task.request_chars, step_tokens=task.call_chars,
+                           answer_tokens=task.answer_chars)
+    models = build_models(TinyLM(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=sys_cfg.seq_len), sys_cfg, 0,
+                          tokenizer=tok)
+    req = requests_from_arrays(request_arrays(task.generate_batch(np.random.default_rng(2), 2), sys_cfg.request_tokens,
+                                              sys_cfg.answer_tokens, tok))
+    loss = LossConfig(eps_low=0.2, eps_high=0.28, ent_coef=0.01)  # a gradient with zero advantages
+    trainer = JoyTrainer(JoyConfig(mode=mode, group_size=4, top_k=2, lr=1e-3, loss=loss), sys_cfg, models, lambda s: req,
+                         tokenizer=tok)
+    return _steps(trainer, trainer.init(jax.random.key(0)), 2)
+
+
+def rally() -> dict:
+    from jaxrl_reason import envs
+    from jaxrl_reason.agents.rally import llm, llm_grpo
+    from jaxrl_reason.models.lm import Transformer
+    from jaxrl_reason.models.tokenizer import ByteTokenizer
+
+    tok = ByteTokenizer()
+    env = envs.make("swarm", num_agents=2, num_targets=2, max_steps=4)
+    cfg = llm.default_lm_config(tok)
+    model = Transformer(dataclasses.replace(cfg, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=16),
+                        rngs=nnx.Rngs(0))
+    policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model), tokenizer=tok)
+    logged = {}
+
+    class Log:
+        def log(self, step, m):
+            logged.update(m)
+
+    tuned, stats = llm_grpo.grpo_finetune(policy, jax.random.key(1), llm_grpo.IntentGRPOConfig(
+        iterations=2, num_groups=2, group_size=2, updates=2, minibatch=8), run_dir=Log())
+    p0 = nnx.state(model, nnx.Param)
+    p1 = nnx.state(nnx.merge(tuned.graphdef, tuned.params), nnx.Param)
+    out = _record(p0, p1, {k.removeprefix("llm/grpo_"): v for k, v in logged.items()})
+    out["metrics"]["mean_return_0"] = stats["mean_return"][0]
+    return out
+
+
+RUNS = {
+    "grpo_kl_epochs": lambda: grpo("kl_epochs"),
+    "grpo_fused": lambda: grpo("fused"),
+    "grpo_fused_seq_mean": lambda: grpo("fused_seq_mean"),
+    "spiral": spiral,
+    "memagent": memagent,
+    "joyagents_joint": lambda: joyagents("joint"),
+    "joyagents_nodewise": lambda: joyagents("nodewise"),
+    "rally": rally,
+}
+
+
+def load() -> dict:
+    return json.loads(PATH.read_text())
+
+
+def compare(name: str, got: dict, rtol: float = 1e-4, atol: float = 1e-5, skip=()):
+    """Assert ``got`` (a run of RUNS[name]) matches the recorded one: every recorded metric (but ``skip``) and the
+    fingerprint of the parameter change."""
+    want = load()[name]
+    for k, v in want["metrics"].items():
+        if k not in skip:
+            assert k in got["metrics"], f"{name}: metric {k} missing"
+            np.testing.assert_allclose(got["metrics"][k], v, rtol=rtol, atol=atol, err_msg=f"{name}: {k}")
+    for k in ("delta_norm", "delta_proj"):
+        np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=f"{name}: {k}")
+
+
+if __name__ == "__main__":
+    data = json.loads(PATH.read_text()) if PATH.exists() else {}
+    for name in sys.argv[1:] or RUNS:
+        data[name] = RUNS[name]()
+        print(name, data[name], flush=True)
+        PATH.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,64 @@
+"""rl.lm.plan: a GRPO run's memory and FLOPs from its compiled programs, without running them; the check refuses a
+plan over the device memory naming the largest term; the plan's working memory against the measured peak of the
+real compiled update (RSS of a subprocess, within 25%), with and without remat."""
+
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import pytest
+from flax import nnx
+
+from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.tokenizer import CharTokenizer
+from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.lm.plan import PlanError, plan_grpo
+from jaxrl_reason.tasks import RandomCalculation
+from jaxrl_reason.tasks.rewards import RewardConfig
+
+import testutil
+
+TOK = CharTokenizer()
+CFG = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=12, lr=1e-3, reward=RewardConfig("random"))
+
+
+def _trainer(cfg):
+    model = Transformer(LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
+                                 max_seq_len=32), rngs=nnx.Rngs(0))
+    return GRPOTrainer.for_tasks(cfg, model, TOK, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=12)
+
+
+def test_plan_terms_and_the_check():
+    tr = _trainer(dataclasses.replace(CFG, loss=LossConfig(kl_coef=0.1)))
+    p = plan_grpo(tr, device_memory_bytes=1 << 40, flops_per_s=1e9)
+    n_params = sum(x.size for x in jax.tree.leaves(tr._init_params))
+    assert p.params == 4 * n_params and p.reference == p.params  # a KL term: the reference copy
+    assert 2 * p.params <= p.optimizer_state <= 2 * p.params + 64  # Adam's two moments (+ counters)
+    assert set(p.programs) == {"sample", "logprobs", "update"} and p.activations > 0 and p.kv_cache > 0
+    assert p.peak >= p.resident + p.programs["update"].working and p.step_time_s == pytest.approx(p.step_flops / 1e9)
+    assert "peak" in p.summary() and p.check() is p
+    biggest = max(p.terms(), key=p.terms().get)
+    with pytest.raises(PlanError, match=rf"^plan: peak .* > 0.00 GiB .*the largest term is {biggest} \(.*\): ") as e:
+        p.check(device_memory=1000)
+    assert "\n" not in str(e.value)
+    # no KL term, one minibatch: neither a reference copy nor a log-prob program
+    q = plan_grpo(_trainer(CFG), device_memory_bytes=1 << 40, flops_per_s=1e9)
+    assert q.reference == 0 and set(q.programs) == {"sample", "update"} and q.step_flops < p.step_flops
+
+
+@pytest.mark.parametrize("remat", ["none", "block"])
+def test_plan_matches_the_measured_peak_of_the_compiled_update(remat):
+    env = {**os.environ, "XLA_FLAGS": testutil.subprocess_xla_flags(1), "JAX_PLATFORMS": "cpu"}
+    script = pathlib.Path(__file__).with_name("measure_peak.py")
+    out = subprocess.run([sys.executable, str(script), remat], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["measured_working"] > 50 << 20  # the program's memory dominates the measurement's noise
+    assert abs(r["plan_working"] - r["measured_working"]) <= 0.25 * r["measured_working"], r
+    measured_peak = r["resident"] + r["measured_working"]
+    assert abs(r["plan_peak"] - measured_peak) <= 0.25 * measured_peak, r
