@@ -3,7 +3,9 @@
 Experiments are the scripts in the repository's ``experiments/`` folder (or the
 folder named by ``$JAXRL_REASON_EXPERIMENTS``). Each defines ``PRESETS`` (name ->
 frozen config dataclass) and ``run(config, run_dir) -> dict``. Any config field
-can be overridden on the command line (tyro), e.g. ``--ppo.lr 1e-3``.
+can be overridden on the command line (tyro), e.g. ``--ppo.lr 1e-3``. Optional hooks:
+``default_preset(overrides) -> name`` (the preset when ``--preset`` is not given; else ``cpu``) and
+``check_flags(config, fields)`` (refuse, with a ValueError, an option given that the run would not use).
 
 Multi-process runs: start the same command once per process with ``--coordinator HOST:PORT
 --num-processes N --process-id I`` (or the JAXRL_* variables, or inside ``srun``; see
@@ -80,7 +82,8 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     module = load_experiment(name_or_path)
     name = pathlib.Path(name_or_path).stem
     parser = argparse.ArgumentParser(prog=f"jaxrl-reason run {name}", add_help=False)
-    parser.add_argument("--preset", default="cpu", choices=sorted(module.PRESETS))
+    parser.add_argument("--preset", choices=sorted(module.PRESETS),
+                        help=f"default: {getattr(module, 'DEFAULT_PRESET_HELP', 'cpu')}")
     parser.add_argument("--resume", nargs="?", const=True, default=False,
                         help="continue the latest run of this experiment (or the run dir given)")
     parser.add_argument("--run-root", default="runs", help="where run directories go")
@@ -97,6 +100,8 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     multi.add_argument("--coordinator-timeout", type=float, default=120.0,
                        help="seconds to wait for the coordinator and the other processes (default 120)")
     args, rest = parser.parse_known_args(argv)
+    if args.preset is None:  # the experiment may choose by the options given (grpo: checkpoint with --model)
+        args.preset = module.default_preset(rest) if hasattr(module, "default_preset") else "cpu"
     if "-h" in rest or "--help" in rest:
         parser.print_help()
         print("\npresets (their values that differ from the config defaults shown below):")
@@ -107,8 +112,10 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     preset = module.PRESETS[args.preset]
     try:
         config = tyro.cli(type(preset), default=preset, args=rest, prog=f"jaxrl-reason run {name}")
+        if hasattr(module, "check_flags"):  # options given that this run would not use
+            module.check_flags(config, given_flags(rest))
     except ValueError as err:  # raised by the config's own validation
-        raise SystemExit(f"invalid config for {name}: {err}") from None
+        raise SystemExit(f"invalid config for {name}: {' '.join(str(err).split())}") from None
     try:
         join_run(args, name, config)
         run_dir = RunDir.create(name, config, root=args.run_root, resume=args.resume,
@@ -128,6 +135,12 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
         raise SystemExit(f"{name}: {type(err).__name__}: {' '.join(str(err).split())}") from None
     print(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The config fields an override list names, dotted with underscores: ``--grpo.max-new-tokens 8`` ->
+    ``grpo.max_new_tokens``."""
+    return {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
 
 
 def join_run(args: argparse.Namespace, name: str, config) -> None:

@@ -9,6 +9,7 @@ behind the same interface.
     texts = ds.prompt_strings(rows_b)          # rendered prompts (reward functions, logging)
     tds = TaskDataset(tasks, tokenizer, prompt_len=24, seed=0)   # synthetic tasks, the same interface
     write_jsonl(task_rows(tasks, 1000, seed=0), "demo.jsonl")   # a synthetic task as a dataset file
+    train, held = heldout_split(rows, n=None, seed=0)   # seeded random held-out rows (10%, at most 512)
 
 Parquet and ``datasets`` directories need ``pip install jaxrl_reason[data]``.
 """
@@ -16,6 +17,7 @@ Parquet and ``datasets`` directories need ``pip install jaxrl_reason[data]``.
 from jaxrl_reason.data.datasets import PromptDataset, PromptSource, TaskDataset, task_rows
 from jaxrl_reason.data.loading import DataError, load_rows, require_fields, write_jsonl
 from jaxrl_reason.data.prompts import PromptFormat, render_prompt
+from jaxrl_reason.data.splits import heldout_split
 
 __all__ = ["DataError", "load_rows", "require_fields", "write_jsonl", "PromptFormat", "render_prompt", "PromptDataset",
-           "TaskDataset", "PromptSource", "task_rows"]
+           "TaskDataset", "PromptSource", "task_rows", "heldout_split"]

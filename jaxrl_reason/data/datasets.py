@@ -49,13 +49,14 @@ class PromptDataset:
     """Rows of a dataset rendered once into prompt ids; prompts longer than ``max_prompt_len`` are dropped
     (counted in ``dropped`` and logged), never cut. ``sample(step, n)`` takes positions
     [step*n, (step+1)*n) of the stream of epoch permutations ``default_rng([seed, epoch]).permutation(len)``,
-    so every row appears once per epoch and any step can be recomputed alone."""
+    so every row appears once per epoch and any step can be recomputed alone. ``fit=True``: ``prompt_len`` is the
+    longest kept prompt (``max_prompt_len`` is then the cap), else ``max_prompt_len``."""
 
     finite = True
 
     def __init__(self, rows: Sequence[Mapping], tokenizer: Tokenizer, prompt_field: str = "prompt",
                  max_prompt_len: int = 256, fmt: PromptFormat | None = None, seed: int = 0,
-                 required_fields: Sequence[str] = (), source: str = "dataset"):
+                 required_fields: Sequence[str] = (), source: str = "dataset", fit: bool = False):
         fmt = PromptFormat() if fmt is None else fmt
         if max_prompt_len < 1:
             raise DataError(f"max_prompt_len must be >= 1, got {max_prompt_len}")
@@ -81,7 +82,8 @@ class PromptDataset:
         if self.dropped:
             log.warning("%s: dropped %d of %d prompts longer than max_prompt_len=%d tokens (the longest has %d)",
                         source, self.dropped, len(rows), max_prompt_len, lengths.max())
-        self.tokenizer, self.seed, self.prompt_len, self.source = tokenizer, seed, max_prompt_len, source
+        width = int(lengths[keep].max()) if fit else max_prompt_len
+        self.tokenizer, self.seed, self.prompt_len, self.source = tokenizer, seed, width, source
         self.rows = [rows[i] for i in keep]
         self._texts = [texts[i] for i in keep]
         self._text_of = {id(r): t for r, t in zip(self.rows, self._texts)}

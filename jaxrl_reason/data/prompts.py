@@ -3,6 +3,7 @@ or the tokenizer's chat template. Control tokens come only from the template, ne
 
     fmt = PromptFormat("plain", template="{prompt} Assistant: <think>")   # `{prompt}` = row[prompt_field]
     fmt = PromptFormat("chat", system="Answer in <answer> tags.")         # tokenizer.apply_chat_template
+    fmt = PromptFormat("chat", chat_kwargs=(("enable_thinking", False),))  # template variables (Qwen3)
     text, ids = render_prompt(tokenizer, row, "question", fmt)             # str, list[int]
 """
 
@@ -48,16 +49,20 @@ class PromptFormat:
     may hold control tokens (``"{prompt} Assistant: <think>"``); bos is prepended when the tokenizer's
     ``add_bos_token`` is set. kind="chat": the prompt field (a string, or a list of role/content messages)
     goes through the tokenizer's chat template with the generation prompt; ``system`` is prepended as a
-    system message (unless the conversation starts with one)."""
+    system message (unless the conversation starts with one); ``chat_kwargs`` ((name, value) pairs) are passed to
+    the template as variables, as ``apply_chat_template(..., **kwargs)`` does (e.g. Qwen3's ``enable_thinking``)."""
 
     kind: str = "plain"
     template: str = "{prompt}"
     system: str | None = None
+    chat_kwargs: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self):
         check_hyperparameters(self)
         if self.kind not in KINDS:
             raise DataError(f"PromptFormat.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.chat_kwargs and self.kind != "chat":
+            raise DataError("PromptFormat.chat_kwargs apply to kind='chat' (variables of the chat template)")
         if self.kind == "chat":
             if self.template != "{prompt}":
                 raise DataError("PromptFormat.template applies to kind='plain'; a chat prompt is rendered by "
@@ -76,7 +81,7 @@ def render_prompt(tokenizer: Tokenizer, row: Mapping, prompt_field: str, fmt: Pr
     if prompt_field not in row:
         raise DataError(f"no field {prompt_field!r} in the row (fields: {list(row)})")
     if fmt.kind == "chat":
-        return _render_chat(tokenizer, _messages(row[prompt_field], prompt_field, fmt.system))
+        return _render_chat(tokenizer, _messages(row[prompt_field], prompt_field, fmt.system), dict(fmt.chat_kwargs))
     return _render_plain(tokenizer, row, prompt_field, fmt.template)
 
 
@@ -114,10 +119,10 @@ def _messages(value, prompt_field: str, system: str | None) -> list[dict]:
     return (head if value[0]["role"] != "system" else []) + list(value)
 
 
-def _render_chat(tokenizer: Tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
+def _render_chat(tokenizer: Tokenizer, messages: list[dict], kwargs: dict) -> tuple[str, list[int]]:
     try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
     except jinja2.TemplateError as e:
         raise _template_failure(tokenizer, e) from e
     except ValueError as e:  # no chat template, several without a default, a control token made from text

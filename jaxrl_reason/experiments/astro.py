@@ -40,9 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm import LMConfig, Transformer, load_tokenizer
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
-from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, Tokenizer
 from jaxrl_reason.rl.base import check_schedule
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
@@ -231,7 +231,7 @@ def make_tokenizer(config: Config) -> Tokenizer:
 
     if config.model is None:
         return CharTokenizer()
-    inner = HFTokenizer.from_pretrained(config.model)
+    inner = load_tokenizer(config.model)
     name = f"the tokenizer of checkpoint {config.model}"
     missing = [t for t in R1_TAGS if inner.single_token_id(t) is None]
     if missing:

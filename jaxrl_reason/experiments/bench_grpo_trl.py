@@ -114,13 +114,12 @@ def run_ours(args) -> dict:
     import numpy as np
 
     from jaxrl_reason.data import PromptDataset, PromptFormat
-    from jaxrl_reason.models.lm import load_hf_model
-    from jaxrl_reason.models.tokenizer import HFTokenizer
+    from jaxrl_reason.models.lm import load_model, load_tokenizer
     from jaxrl_reason.rl.grpo.losses import LossConfig
     from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 
-    tok = HFTokenizer.from_pretrained(args.model)
-    model = load_hf_model(args.model)
+    tok = load_tokenizer(args.model)
+    model = load_model(args.model)
     ds = PromptDataset(_rows(args), tok, args.prompt_field, args.max_prompt_len, PromptFormat("chat", "{prompt}", None),
                        args.seed, (args.answer_field,), args.data)
     cfg = GRPOConfig(seed=args.seed, group_size=args.group, prompts_per_step=args.prompts, lr=args.lr,

@@ -51,7 +51,8 @@ from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arr
 from jaxrl_reason.agents.joyagents.trainer import (
     JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
 from jaxrl_reason.models.lm.sft import SFTConfig
-from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.models.lm import pretrained
+from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
 from jaxrl_reason.rl.base import check_schedule, run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
@@ -130,7 +131,7 @@ PRESETS = {
 
 def load_tokenizer(config: Config) -> Tokenizer:
     """The checkpoint's tokenizer, else the character tokenizer of the presets (96 ids)."""
-    return HFTokenizer.from_pretrained(config.model) if config.model is not None else CharTokenizer()
+    return pretrained.load_tokenizer(config.model) if config.model is not None else CharTokenizer()
 
 
 def initial_models(config: Config, tokenizer: Tokenizer) -> list:

@@ -36,8 +36,8 @@ from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, fits, read
 from jaxrl_reason.agents.memagent.trainer import (
     MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, evaluate_agent, sft_warm_start, train_conversations)
 from jaxrl_reason.rl.grpo.losses import LossConfig
-from jaxrl_reason.models.lm import Transformer
-from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
+from jaxrl_reason.models.lm import Transformer, pretrained
+from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
 from jaxrl_reason.rl.base import check_schedule, run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
@@ -127,7 +127,7 @@ PRESETS = {
 
 def load_tokenizer(config: Config) -> Tokenizer:
     """The checkpoint's tokenizer, else the character tokenizer of the presets."""
-    return HFTokenizer.from_pretrained(config.model) if config.model is not None else CharTokenizer()
+    return pretrained.load_tokenizer(config.model) if config.model is not None else CharTokenizer()
 
 
 def build_lm(config: Config, tokenizer: Tokenizer, max_seq_len: int) -> Transformer:

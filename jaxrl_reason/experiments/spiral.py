@@ -139,12 +139,12 @@ def load_lm(config: Config) -> tuple[Transformer, Tokenizer, Tokenizer | None]:
     """-> (LM, its tokenizer, the transfer tasks' tokenizer: ``CharTokenizer`` through ``TaskView``, or None for a
     checkpoint, whose tasks are encoded with its own tokenizer). An arch's vocabulary (128256 or 151936 ids) holds
     the byte tokenizer's 264; a checkpoint's pad / bos / eos come from its tokenizer config."""
-    from jaxrl_reason.models.tokenizer import HFTokenizer
+    from jaxrl_reason.models.lm import load_tokenizer
 
     source = PolicySource(config.model, config.arch, config.max_seq_len, config.dtype)
     model = source.build(config.lm, config.seed, remat=config.remat)
     if config.model is not None:
-        return model, HFTokenizer.from_pretrained(config.model), None
+        return model, load_tokenizer(config.model), None
     return model, spiral_tokenizer(), CharTokenizer()
 
 

@@ -569,20 +569,11 @@ class HFTokenizer(Tokenizer):
     def from_pretrained(cls, directory, **kw) -> "HFTokenizer":
         """A checkpoint directory: tokenizer.json (required), tokenizer_config.json and special_tokens_map.json
         (optional; named tokens come from the config first), chat_template.jinja and additional_chat_templates/*.jinja
-        (optional; they take priority over the config's chat_template, as in transformers). Also a llama.cpp
-        ``.gguf`` file (its own tokenizer: ``models.lm.gguf_import.gguf_tokenizer``) or the name of a packaged
-        checkpoint (``models.lm.packaged``)."""
+        (optional; they take priority over the config's chat_template, as in transformers). Any checkpoint (a
+        llama.cpp ``.gguf`` file, a packaged name too): ``models.lm.pretrained.load_tokenizer``."""
         from tokenizers import Tokenizer as _Tk
 
-        from jaxrl_reason.models.lm.packaged import resolve_checkpoint
-
-        d = resolve_checkpoint(directory)
-        if d.suffix == ".gguf" and d.is_file():
-            from jaxrl_reason.models.lm.gguf_import import gguf_tokenizer
-
-            if kw:
-                raise TypeError(f"HFTokenizer.from_pretrained: a .gguf file's tokenizer takes no options, got {sorted(kw)}")
-            return gguf_tokenizer(d)
+        d = pathlib.Path(directory)
         if not (d / "tokenizer.json").is_file():
             raise FileNotFoundError(f"no tokenizer.json in {d} (only fast tokenizers, made by the tokenizers "
                                     "library, are supported)")

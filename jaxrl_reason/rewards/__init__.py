@@ -20,7 +20,8 @@ Answer rewards score the completion's final answer only (``final_answer``: ``req
 "boxed"``; thinking spans, restatements of the prompt and hedges between several answers score 0).
 Built-ins (``REWARDS`` / ``make_reward``): exact_match, math_verify, r1_format, overlong, random,
 wrong_label; in code: ``TaskCorrect`` (the synthetic tasks of ``jaxrl_reason.tasks``), ``Inverted`` and
-``WithMalformedPenalty`` (spurious-reward variants).
+``WithMalformedPenalty`` (spurious-reward variants). Your own by reference (the CLI's ``--reward-fn``):
+``load_reward_fn("my_rewards.py:brevity")``, signature-checked (``rewards.user``).
 """
 
 from jaxrl_reason.rewards.answers import MAX_ANSWER_CHARS, REQUIRE, answers_match, final_answer, normalize_answer
@@ -41,10 +42,11 @@ from jaxrl_reason.rewards.builtin import (
     r1_formatted,
 )
 from jaxrl_reason.rewards.suite import RewardError, RewardFn, RewardSuite, check_rewards, reward_name
+from jaxrl_reason.rewards.user import check_reward_signature, load_reward_fn
 
 __all__ = [
     "MAX_ANSWER_CHARS", "REQUIRE", "answers_match", "final_answer", "normalize_answer",
     "REWARDS", "ExactMatch", "Inverted", "MathVerify", "Overlong", "R1Format", "RandomReward", "TaskCorrect",
     "WithMalformedPenalty", "WrongLabel", "extract_answer", "extract_boxed", "make_reward", "r1_formatted",
-    "RewardError", "RewardFn", "RewardSuite", "check_rewards", "reward_name",
+    "RewardError", "RewardFn", "RewardSuite", "check_rewards", "reward_name", "check_reward_signature", "load_reward_fn",
 ]

@@ -12,18 +12,22 @@ The LM trainers (GRPO, SPIRAL, MemAgent, JoyAgents) share the first half of that
 trainer.init(key)``, ``state, metrics = trainer.step(state)``, each step's data drawn by the step index from
 a seeded stream (so a resumed run draws what the uninterrupted one drew). Their step runs host code between
 device programs (drawing data, decoding, reward functions), so ``host_steps(trainer.step, n)`` is their
-``update``: the chunk ``run_chunks`` drives; ``run_steps`` is that whole run, with periodic evaluations.
+``update``; ``run_steps`` is that whole run, one step per chunk of ``run_chunks``, with evaluations, checkpoints
+and log lines each at its own interval.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol, TypeVar
+import sys
+import time
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, TypeVar
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from jaxrl_reason import envs
-from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.experiment import RunDir, RunDirError
 from jaxrl_reason.utils.loop import run_chunks
 
 State = TypeVar("State")
@@ -83,20 +87,65 @@ def check_schedule(num_steps: int, eval_every: int) -> None:
         raise ValueError(f"the number of steps ({num_steps}) must be a positive multiple of eval_every ({eval_every})")
 
 
-def run_steps(run_dir: RunDir, step: Callable[[State], tuple[State, Metrics]], state: State, num_steps: int,
-              eval_every: int, evaluate: Callable[[State], dict] | None = None, desc: str = "train") -> State:
-    """An LM trainer's run: ``num_steps`` calls of ``step`` in chunks of ``eval_every`` (``host_steps``) driven by
-    ``utils.loop.run_chunks`` (metrics, a checkpoint per chunk, exact resume). ``evaluate(state) -> {name: scalar}``
-    is logged at the state's step before the first chunk (not again on a resume) and after every chunk."""
-    check_schedule(num_steps, eval_every)
-    update = host_steps(step, eval_every)
+def check_intervals(num_steps: int, **intervals: int | None) -> None:
+    """``num_steps >= 0`` and every interval (``eval_every=``, ``save_every=``, ...) ``>= 0`` or None; ValueError naming
+    the first that is not. No interval has to divide ``num_steps`` (``run_steps``)."""
+    if num_steps < 0:
+        raise ValueError(f"steps must be >= 0, got {num_steps}")
+    for name, value in intervals.items():
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be >= 0 (0: never), got {value}")
 
-    def chunk(state):
-        state, metrics = update(state)
-        if evaluate is not None:
-            run_dir.log(int(state.step), evaluate(state))
-        return state, metrics
+
+def run_steps(run_dir: RunDir, step: Callable[[State], tuple[State, Metrics]], state: State, num_steps: int,
+              eval_every: int, evaluate: Callable[[State], dict] | None = None, desc: str = "train", *,
+              save_every: int | None = None, log_every: int = 0, after_step: Callable[[State], None] | None = None,
+              show: Mapping[str, str] | None = None) -> State:
+    """An LM trainer's run: ``num_steps`` calls of ``step``, one chunk each of ``utils.loop.run_chunks`` (a
+    progress bar that moves every step, one metrics row per step with ``time_step_s``, the non-finite guard,
+    exact resume).
+
+    - ``evaluate(state) -> {name: scalar}`` is logged at the state's step before the first step (not again on a
+      resume), after every ``eval_every``-th step (0: never in between) and after the last.
+    - checkpoints after every ``save_every``-th step (None: ``eval_every``; 0: none in between) and after the last.
+    - ``show``: {label: metric} shown after the progress bar (the last step's values) and, every ``log_every``
+      steps (0: never), printed as one line of their means over those steps.
+    - ``after_step(state)``: called after each step (e.g. to log sample completions).
+
+    None of the intervals has to divide ``num_steps``. Checkpoints are numbered by step, so a resumed run continues
+    after the last checkpoint and repeats exactly what the uninterrupted run did from there."""
+    check_intervals(num_steps, eval_every=eval_every, save_every=save_every, log_every=log_every)
+    save_every = eval_every if save_every is None else save_every
+    window: list[dict] = []
+    expected: list[int] = []  # the step the next call starts from (checkpoints are numbered by step)
+
+    def one_step(state):
+        if not expected:
+            expected.append((run_dir.checkpointer().latest_step() or 0) if run_dir.resumed else int(state.step))
+        if int(state.step) != expected[0]:
+            raise RunDirError(f"{run_dir.path}: checkpoint {expected[0]} holds the state after step {int(state.step)}: "
+                              "it was written by an older version that numbered checkpoints by evaluation chunk; "
+                              "resume it with that version, or start a new run")
+        expected[0] += 1
+        t0 = time.perf_counter()
+        state, metrics = step(state)
+        metrics = {**jax.device_get(metrics), "time_step_s": time.perf_counter() - t0}
+        done = int(state.step)
+        if after_step is not None:
+            after_step(state)
+        if show and log_every and run_dir.is_writer:
+            window.append(metrics)
+            if done % log_every == 0 or done == num_steps:
+                tqdm.write(f"[{desc}] step {done}/{num_steps} " + " ".join(
+                    f"{label} {np.mean([m[k] for m in window if k in m]):.4g}" for label, k in show.items()
+                    if any(k in m for m in window)), file=sys.stderr)
+                window.clear()
+        if evaluate is not None and ((eval_every and done % eval_every == 0) or done == num_steps):
+            run_dir.log(done, evaluate(state))
+        return state, {k: np.asarray([v]) for k, v in metrics.items()}
 
     if evaluate is not None and not run_dir.resumed:
         run_dir.log(int(state.step), evaluate(state))
-    return run_chunks(run_dir, state, chunk, num_steps // eval_every, steps_per_chunk=eval_every, desc=desc)
+    postfix = None if not show else (lambda m: {label: f"{float(m[k][-1]):.4g}" for label, k in show.items() if k in m})
+    return run_chunks(run_dir, state, one_step, num_steps, steps_per_chunk=1, checkpoint_every=save_every or
+                      max(num_steps, 1), desc=desc, postfix=postfix)

@@ -6,6 +6,8 @@ Layout of one run::
         config.json      the resolved config (checked again on --resume)
         run.json         how the run was launched: {"processes": N} (checked again on --resume)
         metrics.jsonl    one {"step": s, ...metrics} object per line
+        <name>.jsonl     tables of text rows logged at a step (``log_table``: e.g. sample completions), one
+                         {"step": s, ...} object per line
         tb/              TensorBoard event files (``utils.loggers``; wandb/ with W&B offline)
         *.png, *.md, *.csv, summary.json
         checkpoints/     orbax checkpoints (see ``Checkpointer``)
@@ -16,7 +18,8 @@ Guarantees: one writer per run directory (a second process, e.g. a concurrent
 appended row by row and rewritten only through a temporary file and a rename,
 so a kill never empties it; a torn last row (a kill mid-write) is dropped with a
 warning on resume; on resume TensorBoard's events are rebuilt from metrics.jsonl,
-so both hold the same steps; watched metrics (losses, gradient norms) that turn
+so both hold the same steps (tables too: their rows after the checkpoint are dropped and the rest sent to
+the loggers again); watched metrics (losses, gradient norms) that turn
 NaN or inf stop the run under ``on_nonfinite="raise"`` (see ``utils.guard``).
 
 Multi-process runs (``parallel.distributed``; a filesystem shared by every process is assumed):
@@ -270,6 +273,21 @@ class RunDir:
             row = {k: np.asarray(v)[i] for k, v in metrics.items()}
             self.log(first_step + i * stride, {**row, **(last_row or {})} if i == n - 1 else row)
 
+    def log_table(self, name: str, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``rows`` (dicts of text / numbers, e.g. sample completions) at ``step`` to ``<name>.jsonl`` and
+        the loggers (TensorBoard text, W&B table). Values that are not JSON types are written as strings."""
+        if not self.is_writer or not rows:
+            return
+        rows = [{"step": int(step), **json.loads(json.dumps(dict(r), default=str))} for r in rows]
+        with (self.path / f"{name}.jsonl").open("a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        for logger in self._loggers:
+            logger.write_table(name, int(step), rows)
+
+    def tables(self) -> dict[str, list[dict]]:
+        """{name: rows} of every table ``log_table`` wrote (the writer's files)."""
+        return {p.stem: read_metrics(p) for p in sorted(self.path.glob("*.jsonl")) if p != self.metrics_path}
+
     def read_metrics(self) -> list[dict]:
         """The rows logged so far (the writer reads metrics.jsonl, another process its own copy)."""
         return read_metrics(self.metrics_path) if self.is_writer else [dict(r) for r in self._rows]
@@ -287,15 +305,18 @@ class RunDir:
             write_atomic(self.metrics_path, clean)
 
     def truncate_metrics(self, last_step: int) -> None:
-        """Drop rows after ``last_step`` (logged after the checkpoint a resumed run restarts from)
-        and rebuild TensorBoard's events from the rows kept, so both show the same steps."""
+        """Drop metrics and table rows after ``last_step`` (logged after the checkpoint a resumed run restarts
+        from) and rebuild TensorBoard's events from the rows kept, so both show the same steps."""
         rows = [r for r in self.read_metrics() if r["step"] <= last_step]
         if not self.is_writer:
             self._rows = rows
             return
         write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+        tables = {name: [r for r in kept if r.get("step", 0) <= last_step] for name, kept in self.tables().items()}
+        for name, kept in tables.items():
+            write_atomic(self.path / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
         for logger in self._loggers:
-            logger.rewrite(rows)
+            logger.rewrite(rows, tables)
 
     # -- outputs -----------------------------------------------------------
     def plot(self, keys: Sequence[str], filename: str = "curves.png", x: str = "step",

@@ -2,8 +2,9 @@
 
 ``RunDir(..., loggers=("tensorboard", "wandb"))`` (the CLI's ``--logger tensorboard wandb``; ``--logger none``
 for neither) makes one of these per name. Each takes the rows ``{"step": s, name: value, ...}`` RunDir
-writes (finite numbers only are sent), and ``rewrite(rows)`` when a resumed run drops the rows logged
-after its checkpoint.
+writes (finite numbers only are sent), tables of text rows (``write_table(name, step, rows)``: TensorBoard
+text as a markdown table, a W&B table), and ``rewrite(rows, tables)`` when a resumed run drops the rows
+logged after its checkpoint.
 
 W&B: the run's id is derived from the run directory's absolute path, so ``--resume`` continues the same
 W&B run; rows logged again after the checkpoint are plotted against their ``step`` (W&B keeps what it was
@@ -48,6 +49,18 @@ def _numbers(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
 
 
+def _columns(rows: list[dict]) -> list[str]:
+    return [k for k in dict.fromkeys(k for r in rows for k in r) if k != "step"]
+
+
+def markdown_table(rows: list[dict], width: int = 400) -> str:
+    """Rows (dicts) as a markdown table, each cell on one line and at most ``width`` characters."""
+    cols = _columns(rows)
+    cell = lambda v: (f"{v:.4g}" if isinstance(v, float) else str(v)).replace("|", "\\|").replace("\n", "⏎")[:width]
+    return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                     + ["| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows])
+
+
 class TensorBoardLogger:
     """Event files under ``<run>/tb/``."""
 
@@ -64,13 +77,20 @@ class TensorBoardLogger:
             for k, v in _numbers(row).items():
                 self._writer.add_scalar(k, v, row["step"])
 
-    def rewrite(self, rows: list[dict]) -> None:
-        """The events rebuilt from ``rows`` (so TensorBoard and metrics.jsonl hold the same steps)."""
+    def write_table(self, name: str, step: int, rows: list[dict]) -> None:
+        self.write([])
+        self._writer.add_text(name, markdown_table(rows), step)
+
+    def rewrite(self, rows: list[dict], tables: dict[str, list[dict]] | None = None) -> None:
+        """The events rebuilt from ``rows`` and ``tables`` ({name: rows with their step}; so TensorBoard and the
+        run's JSONL files hold the same steps)."""
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-        if rows:
-            self.write(rows)
-            self._writer.flush()
+        self.write(rows)
+        for name, table in (tables or {}).items():
+            for step in sorted({r["step"] for r in table}):
+                self.write_table(name, step, [r for r in table if r["step"] == step])
+        self._writer.flush()
 
     def close(self) -> None:
         if self._writer is not None:
@@ -102,7 +122,15 @@ class WandbLogger:
         for row in rows:
             self._run.log({"step": row["step"], **_numbers(row)})
 
-    def rewrite(self, rows: list[dict]) -> None:
+    def write_table(self, name: str, step: int, rows: list[dict]) -> None:
+        import wandb
+
+        if self._run is None:
+            self._start()
+        cols = _columns(rows)
+        self._run.log({"step": step, name: wandb.Table(columns=cols, data=[[r.get(c) for c in cols] for r in rows])})
+
+    def rewrite(self, rows: list[dict], tables: dict[str, list[dict]] | None = None) -> None:
         """Nothing: W&B keeps what it was sent; the rows logged again overlay them by ``step``."""
 
     def close(self) -> None:

@@ -3,7 +3,7 @@ metrics, periodic checkpoints, exact resume and the non-finite guard."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jax
 from tqdm.auto import tqdm
@@ -21,6 +21,7 @@ def run_chunks(
     steps_per_chunk: int = 1,
     checkpoint_every: int = 1,
     desc: str = "train",
+    postfix: Callable[[dict], Mapping[str, Any]] | None = None,
 ) -> Any:
     """Run ``state, metrics = chunk_fn(state)`` ``num_chunks`` times.
 
@@ -37,6 +38,8 @@ def run_chunks(
     with a ``NonFiniteError`` before that state is checkpointed; under ``"skip"``
     the running count of skipped updates is logged as ``nonfinite_skipped_updates``.
 
+    ``postfix(metrics) -> {label: value}``: shown after the progress bar, from each chunk's (host) metrics.
+
     Multi-process runs: every process runs this loop (the same chunks, checkpoints and checks);
     only the writer (process 0) shows the progress bar and writes metrics (``RunDir.is_writer``).
     """
@@ -49,13 +52,16 @@ def run_chunks(
         if start and run_dir.is_writer:
             tqdm.write(f"resumed {run_dir.path} at chunk {start}/{num_chunks}")
     skipped = guard.skipped_updates(state)
-    for chunk in tqdm(range(start, num_chunks), initial=start, total=num_chunks, desc=desc,
-                      disable=not run_dir.is_writer):
+    bar = tqdm(range(start, num_chunks), initial=start, total=num_chunks, desc=desc, disable=not run_dir.is_writer)
+    for chunk in bar:
         state, metrics = chunk_fn(state)
         first, last = chunk * steps_per_chunk + 1, (chunk + 1) * steps_per_chunk
         now = guard.skipped_updates(state)
         extra = {guard.SKIPPED_METRIC: now} if run_dir.on_nonfinite == "skip" else {}
-        run_dir.log_many(first, jax.device_get(metrics), last_row=extra)
+        metrics = jax.device_get(metrics)
+        run_dir.log_many(first, metrics, last_row=extra)
+        if postfix is not None:
+            bar.set_postfix(postfix(metrics), refresh=False)
         if run_dir.on_nonfinite == "raise" and now > skipped:
             raise guard.NonFiniteError(
                 f"{run_dir.path}: {now - skipped} update(s) in steps {first}-{last} had NaN or inf gradients; "

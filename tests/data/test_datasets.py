@@ -311,3 +311,36 @@ def test_task_rows_export_as_a_dataset(tmp_path):
     ds = PromptDataset(load_rows(tmp_path / "demo.jsonl"), CharTokenizer(), max_prompt_len=40,
                        fmt=PromptFormat(template="{prompt} <think>"), required_fields=("answer",))
     assert len(ds) == 12 and ds.dropped == 0 and ds.prompt_strings(ds.sample(0, 2)[0])[0].endswith(" <think>")
+
+
+def test_chat_template_kwargs_reach_the_template():
+    """``PromptFormat.chat_kwargs`` are the template's variables, as ``apply_chat_template(**kwargs)`` passes them
+    (Qwen3's ``enable_thinking``); a plain format refuses them."""
+    thinking = CHATML + "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n{% endif %}"
+    tok = ByteTokenizer(CHAT_SPECIAL, chat_template=thinking)
+    off = PromptFormat("chat", chat_kwargs=(("enable_thinking", False),))
+    text, ids = render_prompt(tok, {"prompt": "hi"}, "prompt", off)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n") and tok.decode(ids) == text
+    assert render_prompt(tok, {"prompt": "hi"}, "prompt", PromptFormat("chat"))[0].endswith("assistant\n")
+    with pytest.raises(ValueError, match="chat_kwargs apply to kind='chat'"):
+        PromptFormat("plain", chat_kwargs=(("enable_thinking", False),))
+
+
+def test_fit_sizes_the_prompts_to_the_longest_kept():
+    rows = [{"prompt": "x" * k} for k in (3, 12, 5)]
+    ds = PromptDataset(rows, ByteTokenizer(), max_prompt_len=10, fit=True)
+    assert ds.prompt_len == 5 and ds.dropped == 1 and ds.ids(np.arange(2))[0].shape == (2, 5)
+
+
+def test_heldout_split_is_a_seeded_random_sample():
+    from jaxrl_reason.data import heldout_split
+
+    rows = [{"prompt": str(i)} for i in range(100)]
+    train, held = heldout_split(rows, None, 0)  # 10%
+    assert len(held) == 10 and len(train) == 90 and held != rows[-10:]
+    assert train + held != rows and sorted(train + held, key=lambda r: int(r["prompt"])) == rows
+    assert [int(r["prompt"]) for r in held] == sorted(int(r["prompt"]) for r in held)  # in the file's order
+    assert heldout_split(rows, None, 0) == (train, held) and heldout_split(rows, None, 1)[1] != held
+    assert len(heldout_split(rows * 60, None, 0)[1]) == 512 and len(heldout_split(rows[:5], None, 0)[1]) == 1
+    with pytest.raises(ValueError, match="has 4 rows: too few to hold out 4 and train on the rest"):
+        heldout_split(rows[:4], 4, 0, "tiny.jsonl")

@@ -4,6 +4,7 @@ before any model work."""
 
 import json
 import pathlib
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,9 +16,9 @@ from jaxrl_reason.models.tokenizer import HFTokenizer
 from jaxrl_reason.utils.experiment import read_metrics
 from testutil import hf_logits, model_logits, rel_error
 
-TINY = ["--steps", "2", "--eval-every", "1", "--heldout", "16", "--train-rows", "64", "--start.sft-steps", "5",
-        "--start.sft-problems", "64", "--start.tokenizer-corpus", "200", "--grpo.prompts-per-step", "4",
-        "--grpo.group-size", "2", "--grpo.max-new-tokens", "8"]
+ON_MODEL = ["--steps", "2", "--eval-every", "1", "--heldout", "16", "--train-rows", "64",
+            "--grpo.prompts-per-step", "4", "--grpo.group-size", "2", "--grpo.max-new-tokens", "8"]
+TINY = [*ON_MODEL, "--start.sft-steps", "5", "--start.sft-problems", "64", "--start.tokenizer-corpus", "200"]
 
 
 @pytest.mark.slow  # a whole run: BPE + SFT start, 2 GRPO steps, evals, export (~40 s on 2 quiet cores)
@@ -29,7 +30,7 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     assert set(summary) == {"start_accuracy", "final_accuracy", "n_heldout", "gain_points", "gain_se_points",
                             "dropped_train_prompts", "hf", "run_dir", "heldout_prompts_in_train",
                             "start_strict_accuracy", "final_strict_accuracy", "strict_gain_points",
-                            "strict_gain_se_points"}
+                            "strict_gain_se_points", "final_eval"}
     assert summary["heldout_prompts_in_train"] == 0  # synthetic rows: whole problems held out
     assert summary["n_heldout"] == 16 and 0 <= summary["final_accuracy"] <= 1 and summary["dropped_train_prompts"] == 0
     run_path, hf = pathlib.Path(summary["run_dir"]), pathlib.Path(summary["hf"])
@@ -56,7 +57,8 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
             == HFTokenizer.from_pretrained(hf).encode(text, allow_special=True))
 
     # --plan: the step's programs compiled for these shapes, their memory printed; nothing trained
-    plan = run_experiment("grpo", ["--run-root", str(tmp_path / "plan"), "--model", str(hf), "--plan", *TINY])
+    plan = run_experiment("grpo", ["--run-root", str(tmp_path / "plan"), "--model", str(hf), "--plan",
+                                   "--preset", "cpu", *ON_MODEL])
     assert plan["plan_peak_bytes"] > 0 and not (pathlib.Path(plan["run_dir"]) / "hf").exists()
 
     # bad data: row 3 of --data has no answer field -> an error naming the row (the model given: no start build)
@@ -65,7 +67,8 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     bad = write_jsonl(rows, tmp_path / "bad.jsonl")
     # one line and exit code 1 (cli.RUN_ERRORS), before any model work
     with pytest.raises(SystemExit, match=r"grpo: DataError: .*bad\.jsonl: row 3 \(0-based\) has no field 'answer'"):
-        run_experiment("grpo", ["--run-root", str(tmp_path / "bad"), "--model", str(hf), "--data", str(bad), *TINY])
+        run_experiment("grpo", ["--run-root", str(tmp_path / "bad"), "--model", str(hf), "--data", str(bad),
+                                "--heldout", "8"])
 
 
 @pytest.mark.slow  # the real 135M model: GGUF load, 2 GRPO steps of 4 samples, 3 evaluations of 8 rows, export
@@ -85,3 +88,217 @@ def test_smollm2_preset_runs_two_steps_on_the_real_model(tmp_path):
     assert len(samples) == 3 * 8 and all(s["prompt"].startswith("<|im_start|>system") for s in samples)  # ChatML
     gen = json.loads((hf / "generation_config.json").read_text())
     assert gen["eos_token_id"] == 2 and json.loads((hf / "config.json").read_text())["model_type"] == "llama"
+
+
+# ---- a researcher's checkpoint, JSONL file and reward function (issue 44) ----------------------------------------
+REWARDS_PY = '''
+def brevity(prompts, completions, **kwargs):
+    return [-len(c) / 100 for c in completions]
+
+def no_kwargs(prompts, completions):
+    return [0.0] * len(completions)
+
+class Scorer:
+    def __call__(self, prompts, completions, **kwargs):
+        return [0.0] * len(completions)
+
+def labelled(prompts, completions, label, **kwargs):
+    return [float(l in c) for c, l in zip(completions, label)]
+'''
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A tiny Qwen3 checkpoint (byte-level BPE, ChatML) at ckpt/, 40 question/answer rows in train.jsonl and a
+    rewards file my_rewards.py, in a fresh directory."""
+    pytest.importorskip("transformers")  # the hf extra (installed in CI)
+    from testutil import tiny_hf_checkpoint
+
+    from jaxrl_reason.rl.grpo.start import CHATML, SPECIAL
+
+    root = tmp_path_factory.mktemp("researcher")
+    rows = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a in range(8) for b in range(5)]
+    write_jsonl(rows, root / "train.jsonl")
+    texts = [r["question"] + " <answer>" + r["answer"] + "</answer>" for r in rows] * 4
+    tok = HFTokenizer.train_bpe(texts, 300, SPECIAL, eos="<|im_end|>", pad="<pad>", bos="<bos>", chat_template=CHATML)
+    tiny_hf_checkpoint(root / "ckpt", tok, max_positions=128)
+    (root / "my_rewards.py").write_text(REWARDS_PY)
+    return root
+
+
+SMALL = ["--grpo.prompts-per-step", "2", "--grpo.group-size", "2", "--grpo.max-new-tokens", "6", "--logger", "none"]
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--reward", "math_verfy"], r"unknown --reward 'math_verfy'; built-in: exact_match, math_verify, .* "
+                                 r"\(your own: --reward-fn path/to/file.py:function\)$"),
+    (["--reward-fn", "nofile.py:f"], r"reward function 'nofile.py:f': no file .*nofile.py$"),
+    (["--reward-fn", "my_rewards.py:nope"],
+     r"my_rewards.py defines no 'nope' \(it defines: brevity, no_kwargs, Scorer, labelled\)"),
+    (["--reward-fn", "my_rewards.py:no_kwargs"], r"no_kwargs'\(prompts, completions\): must accept \*\*kwargs"),
+    (["--reward-fn", "my_rewards.py:Scorer"], r"'my_rewards.py:Scorer' is a class: name an instance of it"),
+    (["--reward-fn", "my_rewards.py"], r"write it as path/to/file.py:function or module:function"),
+    (["--reward-fn", "no_such_module:f"], r"cannot import module 'no_such_module'"),
+    (["--reward-fn", "my_rewards.py:brevity", "--reward-weight", "1", "2"],
+     r"--reward-weight needs one weight per reward \(1: 0 built-in, then 1 --reward-fn\)"),
+    (["--reward", "exact_match", "--answer-field", "None"], r"--reward exact_match compares with the gold answer"),
+    (["--accuracy", "brevity"], r"--accuracy must be 'strict' or a reward's name \(math_verify\)"),
+    (["--start.sft-steps", "3"], r"--start.sft-steps configures the built-in CPU start, which --model replaces"),
+    (["--grpo.reward.variant", "random"], r"--grpo.reward.variant configures the synthetic tasks' reward"),
+    (["--train-rows", "5"], r"--train-rows sets the synthetic rows, which --data replaces"),
+    (["--eval-data", "train.jsonl", "--heldout", "4"],
+     r"--heldout splits --data; the held-out rows come from --eval-data"),
+    (["--lora-alpha", "8"], r"--lora-alpha needs --lora-rank"),
+    (["--steps", "0", "--grpo.lr", "1e-5"], r"--grpo.lr applies to training; --steps 0 only evaluates"),
+    (["--prompt-format", "plain", "--chat-template-kwargs", "enable_thinking=false"],
+     r"chat_kwargs apply to kind='chat'"),
+    (["--eval-every", "-1"], r"eval_every must be >= 0"),
+    (["--steps", "0", "--heldout", "4"], r"--heldout splits --data for training; --steps 0 evaluates every row"),
+])
+def test_bad_rewards_and_options_are_refused_before_anything_loads(workdir, tmp_path, monkeypatch, capsys, args,
+                                                                    error):
+    """Every reward (names, functions: importable, callable, signature) and every option that does not apply to
+    the chosen source is checked while the command line is read (by the config, reported by tyro, or by
+    ``check_flags``, reported by the CLI): the reason, a non-zero exit, no run directory, no model loaded."""
+    monkeypatch.chdir(workdir)
+    with pytest.raises(SystemExit) as exit_:
+        run_experiment("grpo", ["--run-root", str(tmp_path), "--model", "ckpt", "--data", "train.jsonl",
+                                "--prompt-field", "question", *args])
+    said = " ".join(f"{exit_.value.code} {capsys.readouterr().err}".replace("│", " ").split())
+    assert re.search(error.removesuffix("$"), said), said
+    assert not (tmp_path / "grpo").exists()
+
+
+def test_a_reward_functions_named_fields_are_checked_against_the_data_before_the_model_loads(workdir, tmp_path,
+                                                                                            monkeypatch):
+    monkeypatch.chdir(workdir)
+    with pytest.raises(SystemExit, match=r"^grpo: DataError: train.jsonl: row 0 \(0-based\) has no field 'label'"):
+        run_experiment("grpo", ["--run-root", str(tmp_path), "--model", "no/such/checkpoint", "--data", "train.jsonl",
+                                "--prompt-field", "question", "--reward-fn", "my_rewards.py:labelled", *SMALL])
+
+
+def test_the_source_chooses_the_defaults_and_the_help_shows_one_lora_spelling(capsys):
+    """--model without --preset: the checkpoint preset (TRL's GRPOConfig defaults); without --model: cpu. --help shows
+    --lora-rank and no grpo.lora subcommand (it used to parse and then be replaced)."""
+    from jaxrl_reason.cli import given_flags, load_experiment
+
+    grpo = load_experiment("grpo")
+    assert grpo.default_preset(["--model", "m"]) == grpo.default_preset(["--model=m"]) == "checkpoint"
+    assert grpo.default_preset(["--data", "d"]) == "cpu" and grpo.PRESETS["cpu"] == grpo.Config()
+    ckpt = grpo.PRESETS["checkpoint"]
+    assert (ckpt.grpo.lr, ckpt.grpo.lr_schedule, ckpt.grpo.max_new_tokens, ckpt.max_prompt_len, ckpt.heldout,
+            ckpt.stop) == (1e-6, "linear", 512, None, None, ())
+    assert given_flags(["--grpo.max-new-tokens", "8", "--lora-rank=2", "x.jsonl"]) == {"grpo.max_new_tokens",
+                                                                                        "lora_rank"}
+    with pytest.raises(SystemExit):
+        run_experiment("grpo", ["--model", "m", "--help"])
+    helped = capsys.readouterr().out
+    assert "--lora-rank" in helped and "grpo.lora" not in helped and "checkpoint when --model is given" in helped
+
+
+@pytest.mark.slow  # 3 GRPO steps + 3 evaluations on a tiny checkpoint, then a resume of the last step (~25 s)
+def test_a_checkpoint_jsonl_and_reward_function_train_watch_evaluate_and_resume(workdir, tmp_path, monkeypatch,
+                                                                                capsys):
+    """The issue's researcher: --model + --data + --reward-fn, the checkpoint preset's defaults (linear lr decay, the
+    prompt length from the data, 10% held out at random, eos as the stop), LoRA; progress every step, evaluations,
+    checkpoints and sample tables each at its own interval (none divides --steps); then a resume from the checkpoint
+    of step 2 ends with the same metrics, tables and exported weights."""
+    import shutil
+
+    from jaxrl_reason.data import PromptFormat, PromptDataset, heldout_split
+
+    monkeypatch.chdir(workdir)
+    args = ["--run-root", str(tmp_path), "--model", "ckpt", "--data", "train.jsonl", "--prompt-field", "question",
+            "--reward", "math_verify", "--reward-fn", "my_rewards.py:brevity", "--reward-weight", "1", "0.5",
+            "--steps", "3", "--eval-every", "2", "--save-every", "2", "--sample-every", "2", "--sample-rows", "2",
+            "--log-every", "1", "--eval-samples", "2", "--lora-rank", "2", *SMALL]
+    summary = run_experiment("grpo", args)
+    out = capsys.readouterr()
+    run_path = pathlib.Path(summary["run_dir"])
+    config = json.loads((run_path / "config.json").read_text())
+    assert config["grpo"]["lr"] == 1e-6 and config["grpo"]["lr_schedule"] == "linear" and config["stop"] == []
+    assert "[grpo] step 1/3 reward" in out.err and "s/step" in out.err  # a log line every step
+    assert "reward=" in out.err and "len=" in out.err and "s/step=" in out.err  # and on the progress bar
+    trained, total = (int(n.replace(",", "")) for n in re.search(
+        r"\[grpo\] training ([\d,]+) of ([\d,]+) parameters \(LoRA rank 2 adapters\)", out.out).groups())
+    metrics = read_metrics(run_path / "metrics.jsonl")
+    train = [r for r in metrics if "reward" in r]
+    assert [r["step"] for r in train] == [1, 2, 3] and all(r["time_step_s"] > 0 for r in train)
+    assert [r["lr"] for r in train] == pytest.approx([1e-6, 2e-6 / 3, 1e-6 / 3])  # linear decay to 0 at step 3
+    assert {"reward/math_verify", "reward/brevity"} <= set(train[0])
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    assert [r["step"] for r in evals] == [0, 2, 3]  # before, every 2 steps and after the last
+    assert {"eval/se", "eval/n", "eval/reward/brevity", "eval/strict_accuracy", "eval/pass@1", "eval/pass@2",
+            "eval/mean@2", "eval/mean@2_se"} <= set(evals[0])
+    (sizes,) = [r for r in metrics if "model/trained_params" in r]
+    assert sizes["model/trained_params"] == trained == 1024  # LoRA from the command line trains adapters only
+    assert sizes["model/frozen_params"] == total - trained
+    rows = load_rows(workdir / "train.jsonl")
+    _, held = heldout_split(rows, None, 0)
+    assert summary["n_heldout"] == len(held) == 4  # 10% at random, seeded
+    tok = HFTokenizer.from_pretrained(workdir / "ckpt")
+    (data_row,) = [r for r in metrics if "data/prompt_len" in r]
+    assert data_row["data/prompt_len"] == PromptDataset(rows, tok, "question", 128, PromptFormat("chat"),
+                                                        fit=True).prompt_len  # the longest prompt
+    assert sorted(p.name for p in (run_path / "checkpoints").iterdir()) == ["2", "3"]
+    tables = {name: load_rows(run_path / f"{name}.jsonl") for name in ("train_samples", "eval_samples")}
+    assert [r["step"] for r in tables["train_samples"]] == [2, 2]
+    assert [r["step"] for r in tables["eval_samples"]] == [0, 0, 2, 2, 3, 3]
+    assert {"prompt", "completion", "reward", "reward/brevity"} <= set(tables["train_samples"][0])
+    weights = (run_path / "hf" / "model.safetensors").read_bytes()
+
+    shutil.rmtree(run_path / "checkpoints" / "3")  # as if killed after the checkpoint of step 2
+    again = run_experiment("grpo", [*args, "--resume", str(run_path)])
+    out = capsys.readouterr()
+    assert f"resumed {run_path} at chunk 2/3" in out.out + out.err
+    no_time = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
+    assert no_time(read_metrics(run_path / "metrics.jsonl")) == no_time(metrics)
+    assert {name: load_rows(run_path / f"{name}.jsonl") for name in tables} == tables
+    assert (run_path / "hf" / "model.safetensors").read_bytes() == weights
+    assert again["final_eval"] == summary["final_eval"]
+
+
+@pytest.mark.slow  # an evaluation-only run and one 2-step run with every new knob (~20 s)
+def test_evaluation_only_and_the_trl_knobs_from_the_command_line(workdir, tmp_path, monkeypatch):
+    """--steps 0: every row of --data, greedy accuracy (here strict), pass@k / mean@n, each reward, SE and n, as a
+    table and JSON, no training; rows without answers with one's own reward. Then lr schedule + warmup, weight
+    decay, top-p / top-k / min-p, truncated-completion masking, remat, chat-template kwargs and bf16 weights."""
+    monkeypatch.chdir(workdir)
+    summary = run_experiment("grpo", ["--run-root", str(tmp_path), "--model", "ckpt", "--data", "train.jsonl",
+                                      "--prompt-field", "question", "--steps", "0", "--accuracy", "strict",
+                                      "--eval-samples", "4", "--grpo.max-new-tokens", "6", "--logger", "none"])
+    run_path = pathlib.Path(summary["run_dir"])
+    ev = summary["eval"]
+    assert ev["n"] == summary["n_heldout"] == 40 and ev["accuracy"] == ev["strict_accuracy"]
+    assert {"se", "reward/math_verify", "pass@1", "pass@2", "pass@4", "pass@4_se", "mean@4"} <= set(ev)
+    assert ev["pass@1"] == pytest.approx(ev["mean@4"]) and ev["pass@1"] <= ev["pass@4"]
+    assert (run_path / "results.md").read_text().startswith("| model | accuracy | se | n |")
+    assert json.loads((run_path / "summary.json").read_text())["eval"] == ev
+    assert not (run_path / "hf").exists() and not (run_path / "checkpoints").exists()
+    # rows without answers and a reward of one's own: no answer field needed, accuracy by that reward's threshold
+    write_jsonl([{"question": r["question"]} for r in load_rows(workdir / "train.jsonl")[:8]], tmp_path / "q.jsonl")
+    ev = run_experiment("grpo", ["--run-root", str(tmp_path), "--model", "ckpt", "--data", str(tmp_path / "q.jsonl"),
+                                 "--prompt-field", "question", "--reward-fn", "my_rewards.py:brevity", "--steps", "0",
+                                 "--accuracy-threshold", "-0.05", "--grpo.max-new-tokens", "6",
+                                 "--logger", "none"])["eval"]
+    assert ev["n"] == 8 and "strict_accuracy" not in ev and ev["reward/brevity"] < 0 and 0 <= ev["accuracy"] <= 1
+
+    summary = run_experiment("grpo", [
+        "--run-root", str(tmp_path / "knobs"), "--model", "ckpt", "--data", "train.jsonl", "--prompt-field",
+        "question", "--steps", "2", "--grpo.lr-schedule", "cosine", "--grpo.warmup-steps", "1", "--grpo.weight-decay",
+        "0.1", "--grpo.top-p", "0.9", "--grpo.top-k", "20", "--grpo.min-p", "0.01", "--grpo.mask-truncated",
+        "--grpo.remat", "block", "--chat-template-kwargs", "enable_thinking=false", "--param-dtype", "bfloat16",
+        "--stop", "</answer>", "--max-prompt-len", "40", *SMALL])
+    run_path = pathlib.Path(summary["run_dir"])
+    train = [r for r in read_metrics(run_path / "metrics.jsonl") if "reward" in r]
+    assert [r["lr"] for r in train] == pytest.approx([0.0, 1e-6])  # warmup from 0, then the cosine's start
+    assert all(r["truncated_fraction"] == 1.0 for r in train)  # 6 random tokens never stop: all masked
+    assert json.loads((run_path / "hf" / "config.json").read_text())["dtype"] == "float32"  # --export-dtype's
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(run_path / "checkpoints") as m:
+        raw = m.restore(2, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    assert "bfloat16" in {str(np.asarray(v).dtype) for v in raw.state.values()}
+    with pytest.raises(SystemExit, match=r"--dtype bfloat16 computes in bfloat16, which XLA's CPU backend cannot"):
+        run_experiment("grpo", ["--run-root", str(tmp_path / "bf16"), "--model", "ckpt", "--data", "train.jsonl",
+                                "--prompt-field", "question", "--dtype", "bfloat16", *SMALL])

@@ -21,7 +21,10 @@ def test_wandb_offline_gets_the_rows_and_a_resume_continues_the_same_run(tmp_pat
     run = RunDir.create("exp", config, root=tmp_path, loggers=("wandb",))
     for step, loss in ((1, 0.8125), (2, 0.40625)):
         run.log(step, {"loss": loss, "bad": float("nan")})
+    run.log_table("samples", 2, [{"prompt": "2+2?", "completion": "<answer>4</answer>", "reward": 1.0}])
     run.close()
+    (table,) = run.path.glob("wandb/offline-run-*/files/media/table/samples_*.table.json")  # a W&B table
+    assert json.loads(table.read_text())["data"] == [["2+2?", "<answer>4</answer>", 1.0]]
     (first,) = _wandb_files(run.path)
     data = first.read_bytes()
     assert b"0.8125" in data and b"0.40625" in data and b"lr" in data  # the rows and the config
@@ -50,3 +53,23 @@ def test_unknown_or_missing_loggers_are_errors_before_a_run_directory(tmp_path, 
     run.log(1, {"loss": 1.0})
     run.close()
     assert sorted(p.name for p in run.path.iterdir()) == [".lock", "config.json", "metrics.jsonl", "run.json"]
+
+
+def test_tables_reach_tensorboard_and_a_resume_drops_their_later_rows(tmp_path):
+    """``RunDir.log_table``: rows in ``<name>.jsonl`` and TensorBoard text; a resume from step 1 keeps the table's
+    rows up to it in both (the events are rebuilt)."""
+    run = RunDir.create("exp", {}, root=tmp_path)
+    for step in (1, 2):
+        run.log(step, {"loss": 1.0 / step})
+        run.log_table("samples", step, [{"prompt": "2+2 | ?", "completion": f"<answer>{step}</answer>\nok"}])
+    run.close()
+    assert [json.loads(line)["step"] for line in (run.path / "samples.jsonl").read_text().splitlines()] == [1, 2]
+    events = lambda: b"".join(f.read_bytes() for f in (run.path / "tb").iterdir())  # the text summaries' bytes
+    assert b"| prompt | completion |" in events() and "2+2 \\| ?".encode() in events()
+    assert b"<answer>2</answer>\xe2\x8f\x8eok" in events()  # one line per cell
+
+    again = RunDir.create("exp", {}, root=tmp_path, resume=True)
+    again.truncate_metrics(1)
+    again.close()
+    assert [r["step"] for r in again.tables()["samples"]] == [1]
+    assert b"<answer>1</answer>" in events() and b"<answer>2</answer>" not in events()

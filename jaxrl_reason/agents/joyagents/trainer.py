@@ -4,7 +4,7 @@ without memory evolution; greedy evaluation per request type.
 
     tok = CharTokenizer()                                               # every id comes from it
     models = build_models(lm, cfg, seed, tokenizer=tok)                 # 1 (shared) or 4 LMs, from scratch
-    # or: tok = HFTokenizer.from_pretrained(ckpt); models = load_models(ckpt, cfg, tokenizer=tok)
+    # or: tok = load_tokenizer(ckpt); models = load_models(ckpt, cfg, tokenizer=tok)
     sft_warm_start(models, requests, cfg, TraceNoise(...), SFTConfig(), tokenizer=tok)
     trainer = JoyTrainer(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models, requests, tokenizer=tok)
     state = trainer.init(key)                           # requests(s): RL step s's Requests (Q training requests)
@@ -87,9 +87,9 @@ def load_models(path, config: SystemConfig, *, tokenizer: Tokenizer, max_seq_len
     """One LM (shared weights) or one per agent, every one the HF checkpoint at ``path`` (fp32; loaded once,
     copied: the same initial weights, trained separately). ``max_seq_len`` (default ``config.seq_len``):
     the models' window (KV cache and RoPE table). ``tokenizer``: the checkpoint's (``HFTokenizer``)."""
-    from jaxrl_reason.models.lm.hf_import import load_hf_model
+    from jaxrl_reason.models.lm.pretrained import load_model
 
-    model = load_hf_model(path, max_seq_len=config.seq_len if max_seq_len is None else max_seq_len)
+    model = load_model(path, max_seq_len=config.seq_len if max_seq_len is None else max_seq_len)
     config.check_model(model.cfg, tokenizer)
     return [model] + [nnx.clone(model) for _ in range(config.num_models - 1)]
 

@@ -7,7 +7,8 @@ from jaxrl_reason.models.lm.hf_export import save_hf_model
 from jaxrl_reason.models.lm.hf_import import HFImportError, load_hf_model
 from jaxrl_reason.models.lm.model import Transformer, cache_bytes_per_token, init_cache, param_count
 from jaxrl_reason.models.lm.packaged import PACKAGED, resolve_checkpoint
+from jaxrl_reason.models.lm.pretrained import load_model, load_tokenizer
 
 __all__ = ["LMConfig", "Transformer", "init_cache", "cache_bytes_per_token", "param_count", "load_hf_model",
            "save_hf_model", "HFImportError", "load_gguf_model", "gguf_tokenizer",
-           "PACKAGED", "resolve_checkpoint"]
+           "PACKAGED", "resolve_checkpoint", "load_model", "load_tokenizer"]

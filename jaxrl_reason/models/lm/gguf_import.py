@@ -1,7 +1,7 @@
 """Import llama.cpp GGUF files: one ``.gguf`` holds the config (its metadata), the weights (often quantised)
 and the tokenizer (its own vocabulary, merges, special ids and chat template).
 
-    model = load_hf_model("SmolLM2-135M-Instruct.Q4_1.gguf")   # = load_gguf_model(...)
+    model = load_gguf_model("SmolLM2-135M-Instruct.Q4_1.gguf")  # or models.lm.load_model(path or name)
     tok = gguf_tokenizer("SmolLM2-135M-Instruct.Q4_1.gguf")    # an HFTokenizer
     save_hf_model(model, "out/dir", tok)                        # an ordinary safetensors checkpoint
 

@@ -434,17 +434,13 @@ def _check_vocab(path: pathlib.Path, cfg: LMConfig, source: str, expected: int |
 
 
 def load_hf_model(path, mesh=None, *, dtype: str | None = None, expected_vocab_size: int | None = None, **overrides):
-    """Load a checkpoint directory (or a llama.cpp ``.gguf`` file: `gguf_import.load_gguf_model`) into a model
-    (a `Transformer` for the dense families); shard it over `mesh` while loading. ``overrides``: LMConfig
-    fields to change (e.g. ``max_seq_len``). ``path`` may also name a packaged checkpoint (``models.lm.packaged``,
-    e.g. ``"smollm2-135m-instruct"``)."""
-    from jaxrl_reason.models.lm.packaged import resolve_checkpoint
-
-    path = resolve_checkpoint(path)
+    """Load a checkpoint directory into a model (a `Transformer` for the dense families); shard it over `mesh`
+    while loading. ``overrides``: LMConfig fields to change (e.g. ``max_seq_len``). A llama.cpp ``.gguf`` file
+    or a packaged checkpoint's name: ``models.lm.pretrained.load_model``."""
+    path = pathlib.Path(path)
     if path.suffix == ".gguf":
-        from jaxrl_reason.models.lm.gguf_import import load_gguf_model
-
-        return load_gguf_model(path, mesh, dtype=dtype, expected_vocab_size=expected_vocab_size, **overrides)
+        raise HFImportError(f"{path} is a llama.cpp GGUF file: load it with jaxrl_reason.models.lm.load_model "
+                            "(any checkpoint: HF directory, .gguf file or packaged name)")
     if dtype:
         overrides.setdefault("param_dtype", dtype)
         overrides.setdefault("dtype", dtype)

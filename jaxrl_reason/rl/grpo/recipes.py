@@ -116,9 +116,9 @@ class PolicySource:
         activations), random weights of the arch (seeded by ``seed``), else a fresh model of ``tiny``. The window of
         a checkpoint / arch model is ``max_seq_len``; ``overrides``: more of its ``LMConfig`` fields (``remat``)."""
         if self.model is not None:
-            from jaxrl_reason.models.lm.hf_import import load_hf_model
+            from jaxrl_reason.models.lm.pretrained import load_model
 
-            return load_hf_model(self.model, max_seq_len=self.max_seq_len, **overrides)
+            return load_model(self.model, max_seq_len=self.max_seq_len, **overrides)
         return Transformer(tiny if self.arch is None else self.arch_config(**overrides), rngs=nnx.Rngs(seed))
 
 
@@ -126,10 +126,11 @@ def load_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequence
     """-> (model, tokenizer, prompt format): a checkpoint as is with a chat-template prompt (R1 system
     message), or an ``arch`` / tiny model warm-started on ``tasks`` with ``CharTokenizer`` and raw prompts."""
     from jaxrl_reason.data import PromptFormat
-    from jaxrl_reason.models.tokenizer import R1_SYSTEM, CharTokenizer, HFTokenizer
+    from jaxrl_reason.models.lm.pretrained import load_tokenizer
+    from jaxrl_reason.models.tokenizer import R1_SYSTEM, CharTokenizer
 
     if source.model is not None:
-        tok = HFTokenizer.from_pretrained(source.model)
+        tok = load_tokenizer(source.model)
         fmt = PromptFormat("chat", system=R1_SYSTEM) if tok.chat_template else PromptFormat(
             "plain", template=R1_SYSTEM + " User: {prompt} Assistant: <think>")
         return source.build(None, seed), tok, fmt

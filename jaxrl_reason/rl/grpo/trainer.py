@@ -29,7 +29,13 @@ forward's own under ``stop_gradient`` (ratio 1, the same gradient; ``logp_mismat
 the sampler's), otherwise a forward pass of the sampling parameters ahead of the update. ``remat``
 (none / block / dots, ``rl.lm.logp``) trades the loss backward's memory for recomputation.
 
-The policy distribution trained is the tempered one (logits / temperature), as in verl. Multi-device:
+Knobs a TRL user reaches for: ``lr_schedule`` constant / cosine / linear with ``warmup_steps`` (optax schedules
+over ``schedule_steps`` RL steps; logged as ``lr``), ``weight_decay`` (AdamW on matrices), ``top_p`` / ``top_k`` /
+``min_p`` (the sampler's filters), ``mask_truncated`` (completions cut by ``max_new_tokens`` add no loss; logged
+as ``truncated_fraction``). ``trainer.last_samples`` holds the last step's prompts, completions and rewards.
+
+The policy distribution trained is the tempered one (logits / temperature, without the top-p / top-k / min-p
+filters, as TRL and verl score it). Multi-device:
 ``mesh="data=8"`` (any spec of ``parallel.mesh.make_mesh``) shards the parameters with the LM
 partition rules and the batch over the data axes. Multi-process (``parallel.distributed``; with
 ``mesh=None`` the batch is split over every device of every process): every process draws the
@@ -70,7 +76,11 @@ from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, remat_graphdef
 from jaxrl_reason.rl.lm.logp import check_remat
 from jaxrl_reason.tasks.rewards import RewardConfig, task_rewards
+from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +107,15 @@ class GRPOConfig:
     lora: LoRAConfig | None = None  # train LoRA adapters only (see the module docstring)
     log_kl: bool = False  # compute the reference's log-probs without a KL term, for the kl / kl_ref metrics
     remat: str = "none"  # the loss forward's rematerialisation: none | block | dots (rl.lm.logp)
+    lr_schedule: str = "constant"  # constant | cosine | linear (decay to 0 at schedule_steps)
+    warmup_steps: int = 0  # linear warmup from 0 over these steps
+    schedule_steps: int = 0  # the RL steps cosine / linear decay over (0: the experiment sets its run length)
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay on matrices (ndim >= 2; not norms or biases)
+    top_p: float = 1.0  # sampling filters (models.lm.sampler); the loss still scores the tempered distribution
+    top_k: int = 0
+    min_p: float = 0.0
+    mask_truncated: bool = False  # completions that hit max_new_tokens without a stop add no loss (their rewards
+    # still count in the group's advantages)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -120,6 +139,36 @@ class GRPOConfig:
         check_remat(self.remat, "GRPOConfig: remat")
         need(0 <= self.overlong_cache <= self.max_new_tokens,
              f"overlong_cache must be in [0, max_new_tokens={self.max_new_tokens}], got {self.overlong_cache}")
+        need(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        need(self.warmup_steps >= 0 and self.schedule_steps >= 0 and self.weight_decay >= 0,
+             "warmup_steps, schedule_steps and weight_decay must be >= 0")
+        need(self.lr_schedule == "constant" or not self.schedule_steps or self.schedule_steps > self.warmup_steps,
+             f"lr_schedule {self.lr_schedule!r} needs schedule_steps ({self.schedule_steps}) > warmup_steps "
+             f"({self.warmup_steps})")
+        need(not (self.scheduled and self.ref_reset_every), "a learning-rate schedule or warmup restarts at every "
+             "reference reset (the optimiser is re-initialised): use one or the other")
+        SamplerConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
+                      top_p=self.top_p, min_p=self.min_p)  # the sampler's own checks
+        need(0.0 <= self.min_p < 1.0, f"min_p must be in [0, 1), got {self.min_p}")
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the learning rate changes over the run (a schedule or warmup)."""
+        return self.lr_schedule != "constant" or self.warmup_steps > 0
+
+    def learning_rate(self) -> optax.Schedule:
+        """RL step -> lr: linear warmup over ``warmup_steps``, then constant / cosine / linear decay to 0 at
+        ``schedule_steps``."""
+        if self.lr_schedule != "constant" and not self.schedule_steps:
+            raise ValueError(f"GRPOConfig: lr_schedule {self.lr_schedule!r} needs schedule_steps (the run's length)")
+        decay = self.schedule_steps - self.warmup_steps
+        after = {"constant": optax.constant_schedule(self.lr),
+                 "cosine": optax.cosine_decay_schedule(self.lr, max(decay, 1)),
+                 "linear": optax.linear_schedule(self.lr, 0.0, max(decay, 1))}[self.lr_schedule]
+        if not self.warmup_steps:
+            return after
+        return optax.join_schedules([optax.linear_schedule(0.0, self.lr, self.warmup_steps), after],
+                                    [self.warmup_steps])
 
     @property
     def groups_sampled(self) -> int:
@@ -156,7 +205,14 @@ class GRPOState:
 
 
 def _optimizer(cfg: GRPOConfig) -> optax.GradientTransformation:
-    return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
+    """``rl.lm.lm_optimizer``; with a schedule, warmup or weight decay the same chain with AdamW(schedule)."""
+    if not (cfg.scheduled or cfg.weight_decay):
+        return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
+    matrices = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)
+    per_step, updates = cfg.learning_rate(), cfg.epochs * cfg.minibatches  # optax counts optimiser updates
+    lr = (lambda count: per_step(count // updates)) if cfg.scheduled else cfg.lr
+    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adamw(
+        lr, b2=cfg.adam_b2, weight_decay=cfg.weight_decay, mask=matrices)))
 
 
 def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Array, jax.Array]:
@@ -192,7 +248,9 @@ class GRPOTrainer:
         self._init_params, self._rest = params, rest
         self.optimizer = _optimizer(config)
         self.sampler_config = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                            top_k=config.top_k, top_p=config.top_p, min_p=config.min_p,
                                             pad_id=tokenizer.pad_id)
+        self.last_samples: dict[str, list] = {}  # the last step's prompts, completions and rewards (to log)
         self.mesh = config_mesh(config.mesh)
         if self.mesh is not None:
             from jaxrl_reason.models.lm.sharding import BATCH_AXES
@@ -274,6 +332,14 @@ class GRPOTrainer:
 
         return to_global(x, batch_sharding(self.mesh, x.shape))
 
+    def _finished(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """[B] float32: 1 where a completion stopped (a stop token / sequence, or shorter than max_new_tokens),
+        0 where max_new_tokens cut it (``mask_truncated``)."""
+        stops = set(np.asarray(self.stop_tokens).tolist())
+        seqs = [] if self.stop_sequences is None else np.asarray(self.stop_sequences)
+        return np.asarray([n < self.config.max_new_tokens or _ends_with_stop(t, int(n), stops, seqs)
+                           for t, n in zip(tokens, lengths)], np.float32)
+
     # ----------------------------------------------------------------- step
     def prompts(self, step: int):
         """The step's prompts, each repeated group_size times: (rows, prompt strings, ids [B, P], lens [B])."""
@@ -308,9 +374,12 @@ class GRPOTrainer:
         t2 = time.perf_counter()
         total, per_fn = pending.result()
         t3 = time.perf_counter()
+        self.last_samples = {"prompt": prompt_text, "completion": completions, "reward": total.tolist(),
+                             **{f"reward/{k}": v.tolist() for k, v in per_fn.items()}}
+        finished = self._put(self._finished(tokens, lengths)) if cfg.mask_truncated else None
         state, metrics = self._update(state, k_update, prompts, plens, out.tokens, out.lengths, out.logprobs, logps,
                                       jnp.asarray(total).reshape(-1, cfg.group_size),
-                                      jnp.int32(cfg.ref_reset_every or 0))
+                                      jnp.int32(cfg.ref_reset_every or 0), finished)
         jax.block_until_ready(state.params)
         metrics["time_sample_s"], metrics["time_reward_idle_s"] = t1 - t0, t3 - t2
         metrics["time_update_s"] = time.perf_counter() - t1 - (t3 - t2)
@@ -319,6 +388,17 @@ class GRPOTrainer:
             metrics["accuracy"] = float(np.mean(per_fn["correct"] == 1.0))
         metrics["format_rate"] = float(np.mean(self._format(prompt_text, completions)))
         return state, metrics
+
+
+def _ends_with_stop(row, length: int, stop_tokens, stop_sequences) -> bool:
+    """Whether a completion's ``length`` tokens ``row`` end with a stop token or stop sequence."""
+    if length and int(row[length - 1]) in stop_tokens:
+        return True
+    for seq in stop_sequences:
+        seq = [int(t) for t in seq if t >= 0]
+        if seq and length >= len(seq) and [int(t) for t in row[length - len(seq):length]] == seq:
+            return True
+    return False
 
 
 def _logp_fn(graphdef, cfg: GRPOConfig, remat: str = "none"):
@@ -353,7 +433,8 @@ def _update_fn(graphdef, loss_graphdef, cfg: GRPOConfig, pad_id: int):
     logp_fn = _logp_fn(loss_graphdef, cfg, cfg.remat)
     loss_fn = make_loss(cfg.loss)
 
-    def update(state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, logps, rewards, reset_every):
+    def update(state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, logps, rewards, reset_every,
+               finished=None):
         g, n = cfg.group_size, cfg.max_new_tokens
         sel, frac_filtered = select_groups(rewards, cfg.prompts_per_step, cfg.dynamic_sampling)
         rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
@@ -365,7 +446,10 @@ def _update_fn(graphdef, loss_graphdef, cfg: GRPOConfig, pad_id: int):
             key, k_drop = jax.random.split(key)
             extra["dropout_seed"] = jax.random.randint(k_drop, rows.shape, 0, jnp.iinfo(jnp.int32).max)
         pick = lambda k: logps[k][rows] if k in logps else None
-        rollout = Rollout(join(prompts[rows], prompt_lens, tokens[rows], pad_id), prompt_lens, response_mask(lengths, n),
+        mask = response_mask(lengths, n)
+        if finished is not None:  # mask_truncated: a cut-off completion adds no loss
+            mask = mask * finished[rows][:, None]
+        rollout = Rollout(join(prompts[rows], prompt_lens, tokens[rows], pad_id), prompt_lens, mask,
                           adv, sample_logp=sample_logp[rows], ref_logp=pick("ref"), old_logp=pick("old"),
                           old_entropy=pick("old_entropy"), extra=extra)
         learn = make_update(lambda p, r: logp_fn(p, state.rest, r), loss_fn, optimizer, cfg.update_config,
@@ -383,6 +467,10 @@ def _update_fn(graphdef, loss_graphdef, cfg: GRPOConfig, pad_id: int):
         )
         if "kl" in m:
             metrics["kl_ref"] = m["kl"][0, 0]
+        if finished is not None:
+            metrics["truncated_fraction"] = 1.0 - finished.mean()
+        if cfg.scheduled:
+            metrics["lr"] = jnp.asarray(cfg.learning_rate()(state.step), jnp.float32)
         return GRPOState(params=params, rest=state.rest, ref_params=ref_params, opt_state=opt_state, step=step,
                          key=state.key), metrics
 

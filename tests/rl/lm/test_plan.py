@@ -2,6 +2,7 @@
 plan over the device memory naming the largest term; the plan's working memory against the measured peak of the
 real compiled update (RSS of a subprocess, within 25%), with and without remat."""
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -10,6 +11,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import pytest
 from flax import nnx
 
@@ -54,11 +56,48 @@ def test_plan_terms_and_the_check():
 @pytest.mark.parametrize("remat", ["none", "block"])
 def test_plan_matches_the_measured_peak_of_the_compiled_update(remat):
     env = {**os.environ, "XLA_FLAGS": testutil.subprocess_xla_flags(1), "JAX_PLATFORMS": "cpu"}
-    script = pathlib.Path(__file__).with_name("measure_peak.py")
-    out = subprocess.run([sys.executable, str(script), remat], env=env, capture_output=True, text=True, timeout=600)
+    env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).parents[2]), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, __file__, remat], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["measured_working"] > 50 << 20  # the program's memory dominates the measurement's noise
     assert abs(r["plan_working"] - r["measured_working"]) <= 0.25 * r["measured_working"], r
     measured_peak = r["resident"] + r["measured_working"]
     assert abs(r["plan_peak"] - measured_peak) <= 0.25 * measured_peak, r
+
+# ---------------------------------------------------------------- run as a script by the test above: plan a small GRPO
+# run, then run its compiled update once and measure the resident memory it adds (VmHWM after clear_refs minus VmRSS
+# before, glibc's free memory trimmed first); prints one JSON line: the plan's figures and the measurement (bytes)
+
+
+def status(field: str) -> int:
+    """A /proc/self/status field in bytes."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+
+
+def measure_peak(remat: str, d: int = 128, layers: int = 2, rows: int = 32, n: int = 96, p: int = 16):
+    tok = CharTokenizer()
+    model = Transformer(LMConfig(vocab_size=tok.vocab_size, d_model=d, n_layers=layers, n_heads=4, n_kv_heads=4,
+                                 d_ff=4 * d, max_seq_len=p + n), rngs=nnx.Rngs(0))
+    cfg = GRPOConfig(prompts_per_step=rows // 4, group_size=4, max_new_tokens=n, reward=RewardConfig("random"),
+                     remat=remat)
+    tr = GRPOTrainer.for_tasks(cfg, model, tok, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=p)
+    plan = plan_grpo(tr, flops_per_s=1e10)
+    args = (tr.init(jax.random.key(0)), jax.random.key(1), jnp.ones((rows, p), jnp.int32),
+            jnp.full((rows,), p // 2, jnp.int32), jnp.ones((rows, n), jnp.int32), jnp.full((rows,), n, jnp.int32),
+            jnp.zeros((rows, n)), {}, jax.random.uniform(jax.random.key(2), (rows // 4, 4)), jnp.int32(0))
+    compiled = tr._update.lower(*args).compile()
+    jax.block_until_ready(args)
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    base = status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak-RSS mark
+    jax.block_until_ready(compiled(*args))
+    delta = status("VmHWM") - base
+    print(json.dumps({"measured_working": delta, "plan_working": plan.programs["update"].working,
+                      "resident": plan.resident, "plan_peak": plan.peak, "activations": plan.activations}))
+
+
+if __name__ == "__main__":  # the subprocess of test_plan_matches_the_measured_peak_of_the_compiled_update
+    measure_peak(sys.argv[1])

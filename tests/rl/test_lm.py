@@ -1,7 +1,10 @@
-"""Short runs of every LM trainer, fingerprinted, to check that moving them onto ``rl.lm`` kept their numbers.
+"""The LM trainers on ``rl.lm`` (the learner core) give what they gave before it: short runs of every trainer,
+fingerprinted, against ``lm/golden.json`` (the same metrics and parameter change within float tolerance). The runs
+without a KL term and with one epoch of one minibatch (old log-probs fused into the loss forward, no reference pass)
+drop only the ``kl`` metrics.
 
-``golden.json`` holds what these runs gave with the trainers as they were before ``rl.lm`` (commit 486f4f4,
-issue 41), recorded with ``python tests/rl/lm/golden.py [name ...]`` under the test suite's XLA flags.
+``lm/golden.json`` holds what these runs gave with the trainers as they were before ``rl.lm`` (commit 486f4f4,
+issue 41), recorded with ``python tests/rl/test_lm.py [name ...]`` under the test suite's XLA flags.
 Each run -> {"metrics": {name: float}, "delta_norm": |p1 - p0|, "delta_proj": <p1 - p0, fixed signs>}.
 """
 
@@ -13,16 +16,17 @@ import pathlib
 import sys
 
 if __name__ == "__main__":  # the suite's XLA flags (8 host devices, fast compilation) before jax starts
-    sys.path.insert(0, str(pathlib.Path(__file__).parents[2]))
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
     import conftest  # noqa: F401
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from jaxrl_reason.rl.grpo.losses import LossConfig
 
-PATH = pathlib.Path(__file__).with_name("golden.json")
+PATH = pathlib.Path(__file__).parent / "lm" / "golden.json"
 
 
 def fingerprint(p0, p1) -> dict:
@@ -182,6 +186,31 @@ def compare(name: str, got: dict, rtol: float = 1e-4, atol: float = 1e-5, skip=(
             np.testing.assert_allclose(got["metrics"][k], v, rtol=rtol, atol=atol, err_msg=f"{name}: {k}")
     for k in ("delta_norm", "delta_proj"):
         np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=f"{name}: {k}")
+
+
+KL = ("kl", "kl_ref")
+
+
+@pytest.mark.parametrize("name, skip", [("grpo_kl_epochs", ()), ("grpo_fused", KL), ("grpo_fused_seq_mean", KL)])
+def test_grpo_matches_the_code_before_the_learner_core(name, skip):
+    got = RUNS[name]()
+    assert not set(skip) & set(got["metrics"])  # no reference pass without a KL term
+    compare(name, got, skip=skip)
+
+
+@pytest.mark.parametrize("remat", ["block", "dots"])
+def test_remat_gives_the_same_update(remat):
+    compare("grpo_fused", grpo("fused", remat), skip=KL)
+
+
+@pytest.mark.parametrize("name", ["memagent", "joyagents_joint", "joyagents_nodewise"])
+def test_agents_match_the_code_before_the_learner_core(name):
+    compare(name, RUNS[name]())
+
+
+@pytest.mark.parametrize("name", ["spiral", "rally"])
+def test_spiral_and_rally_match_the_code_before_the_learner_core(name):
+    compare(name, RUNS[name]())
 
 
 if __name__ == "__main__":

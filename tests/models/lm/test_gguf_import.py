@@ -17,7 +17,7 @@ pytest.importorskip("accelerate")  # transformers' GGUF loading needs it
 
 from testutil import hf_logits, model_logits, rel_error, smollm2_gguf  # noqa: E402
 
-from jaxrl_reason.models.lm import HFImportError, load_hf_model, save_hf_model  # noqa: E402
+from jaxrl_reason.models.lm import HFImportError, load_hf_model, load_model, save_hf_model  # noqa: E402
 from jaxrl_reason.models.lm.gguf_import import GGUFFile, gguf_tokenizer, load_gguf_model  # noqa: E402
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample  # noqa: E402
 from jaxrl_reason.models.tokenizer import HFTokenizer  # noqa: E402
@@ -211,7 +211,7 @@ def _tiny(kind: str, tmp_path_factory):
             hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
         hf_tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         assert hf.config.model_type == kind and hf.dtype == torch.float32
-        _TINY[kind] = kind, path, load_hf_model(path), gguf_tokenizer(path), hf, hf_tok
+        _TINY[kind] = kind, path, load_model(path), gguf_tokenizer(path), hf, hf_tok
     return _TINY[kind]
 
 
@@ -266,20 +266,20 @@ def test_llama3_rope_freqs(tmp_path):
         rope_type="llama3", rope_theta=5e5, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
         original_max_position_embeddings=8192))
     path = write_gguf(tmp_path / "llama3.gguf", "llama", vocab, PLANS["mistral"], weights=weights, theta=5e5)
-    ours = load_hf_model(path)
+    ours = load_model(path)
     assert dict(ours.cfg.rope_scaling)["factor"] == 8.0
     toks = np.random.default_rng(0).integers(0, ours.cfg.vocab_size, (2, 16))
     assert rel_error(model_logits(ours, toks), hf_logits(hf, toks)) < 1e-5
     weights["rope_freqs.weight"][1] *= 1.5
     bad = write_gguf(tmp_path / "bad.gguf", "llama", vocab, PLANS["mistral"], weights=weights, theta=5e5)
     with pytest.raises(HFImportError, match="rope_freqs.weight .* is not Llama 3's llama3 scaling"):
-        load_hf_model(bad)
+        load_model(bad)
 
 
 def test_bfloat16_load(tmp_path_factory):
     """dtype: every parameter is the float32 dequantised value rounded to the requested dtype."""
     _, path, ours, *_ = _tiny("qwen2", tmp_path_factory)
-    half = load_hf_model(path, dtype="bfloat16")
+    half = load_model(path, dtype="bfloat16")
     assert half.cfg.param_dtype == "bfloat16"
     for a, b in zip(jax.tree.leaves(nnx.state(half)), jax.tree.leaves(nnx.state(ours)), strict=True):
         assert a.dtype == jax.numpy.bfloat16 and np.array_equal(a, b.astype(a.dtype))
@@ -298,12 +298,13 @@ def test_unsupported_files_are_one_line_errors(tmp_path):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(files["phi3"].read_bytes()[:200])
     cases = [
-        (load_hf_model, files["phi3"], r"unsupported GGUF architecture 'phi3'; supported: \('llama', "),
-        (load_hf_model, files["i8"], r"unsupported GGUF tensor type\(s\) I8 \(blk.0.ffn_gate.weight\).*; supported: "
+        (load_model, files["phi3"], r"unsupported GGUF architecture 'phi3'; supported: \('llama', "),
+        (load_model, files["i8"], r"unsupported GGUF tensor type\(s\) I8 \(blk.0.ffn_gate.weight\).*; supported: "
                                      r"\('F32', 'F16', 'Q4_0'.*'Q6_K'"),
         (gguf_tokenizer, files["bert"], r"unsupported tokenizer tokenizer.ggml.model='bert'.*; supported: \('gpt2', "),
         (gguf_tokenizer, files["pre"], r"unsupported pre-tokenizer tokenizer.ggml.pre='bogus'; supported: \("),
-        (load_hf_model, broken, r"broken.gguf: not a readable GGUF file"),
+        (load_model, broken, r"broken.gguf: not a readable GGUF file"),
+        (load_hf_model, broken, r"broken.gguf is a llama.cpp GGUF file: load it with jaxrl_reason.models.lm.load_model"),
     ]
     for fn, path, match in cases:
         with pytest.raises(HFImportError, match=match) as e:

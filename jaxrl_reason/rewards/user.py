@@ -1,0 +1,102 @@
+"""Your own reward functions by reference, checked before a run loads anything.
+
+    fn = load_reward_fn("my_rewards.py:brevity")       # a file (relative to the working directory) : a name in it
+    fn = load_reward_fn("my_package.rewards:brevity")  # an importable module : a name in it
+
+The object named must follow the reward protocol (``rewards`` package docstring): a function or callable
+instance ``fn(prompts, completions, **fields) -> [B] floats`` that takes the two lists positionally and every
+per-row field, ``step`` and ``completion_ids`` by keyword (so it needs ``**kwargs``, or a parameter for each of
+them). Parameters after the two lists that have no default name row fields (``required_fields``: an experiment
+checks its data has them). Anything else is a ``RewardError`` naming the reference and what is wrong; the file's
+folder is put on ``sys.path`` so it can import its neighbours.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import pathlib
+import sys
+
+from jaxrl_reason.rewards.suite import RewardError
+
+
+def _module(where: str, ref: str):
+    """The module of a reference: a ``.py`` file path, else an importable module name."""
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = pathlib.Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise RewardError(f"reward function {ref!r}: no file {path}")
+        return _load_file(str(path), ref)
+    try:
+        return importlib.import_module(where)
+    except ImportError as e:
+        raise RewardError(f"reward function {ref!r}: cannot import module {where!r} ({e}); give a .py file "
+                          "path or a module on PYTHONPATH") from e
+
+
+@functools.lru_cache(maxsize=None)
+def _load_file(path: str, ref: str):
+    folder = str(pathlib.Path(path).parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = "jaxrl_reason_user_reward_" + pathlib.Path(path).stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise RewardError(f"reward function {ref!r}: importing {path} raised {type(e).__name__}: {e}") from e
+    sys.modules[name] = module
+    return module
+
+
+def required_fields(fn) -> tuple[str, ...]:
+    """The keyword parameters ``fn`` needs besides (prompts, completions): the row fields it names without a
+    default (e.g. ``answer`` in ``def f(prompts, completions, answer, **kwargs)``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][2:]
+    named = positional + [p for p in params if p.kind == p.KEYWORD_ONLY]
+    return tuple(p.name for p in named if p.default is p.empty)
+
+
+def check_reward_signature(fn, ref: str) -> None:
+    """``RewardError`` unless ``fn(prompts, completions, step=..., completion_ids=..., <row fields>=...)`` binds:
+    two positional parameters, then any named fields, and ``**kwargs``."""
+    if isinstance(fn, type):
+        raise RewardError(f"reward function {ref!r} is a class: name an instance of it, or a function")
+    if not callable(fn):
+        raise RewardError(f"reward function {ref!r} is a {type(fn).__name__}, not callable")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: checked by its first call
+    try:
+        sig.bind([], [], **dict.fromkeys(required_fields(fn)))
+    except TypeError as e:
+        raise RewardError(f"reward function {ref!r}{sig}: must take (prompts, completions) positionally "
+                          f"({e})") from None
+    if inspect.Parameter.VAR_KEYWORD not in [p.kind for p in sig.parameters.values()]:
+        raise RewardError(f"reward function {ref!r}{sig}: must accept **kwargs (the dataset's fields, step and "
+                          "completion_ids are passed by keyword), e.g. def f(prompts, completions, **kwargs)")
+
+
+def load_reward_fn(ref: str):
+    """The reward function a ``"path/file.py:name"`` or ``"module:name"`` reference names, signature-checked."""
+    where, sep, name = ref.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise RewardError(f"reward function {ref!r}: write it as path/to/file.py:function or module:function")
+    module = _module(where, ref)
+    if not hasattr(module, name):
+        found = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                 and getattr(v, "__module__", None) == module.__name__]
+        raise RewardError(f"reward function {ref!r}: {where} defines no {name!r} (it defines: "
+                          f"{', '.join(found) or 'no functions'})")
+    fn = getattr(module, name)
+    check_reward_signature(fn, ref)
+    return fn
