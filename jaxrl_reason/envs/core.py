@@ -11,7 +11,7 @@ import abc
 import functools
 import inspect
 import operator
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -279,6 +279,30 @@ class SplitEnvironment(Environment):
     def step(self, key: PRNGKey, state: State, action: jax.Array) -> tuple[State, TimeStep]:
         out = self.transition(key, state, action)
         return out.state, self.timestep(out.state, out.reward, out.terminated, out.truncated, out.info)
+
+
+def custom_batched(per_env: Callable, batched: Callable) -> Callable:
+    """``per_env`` (a pure function of one environment's arrays) whose ``jax.vmap`` runs ``batched``.
+
+    ``batched(*args)`` gets every argument with a leading batch axis ``[B, ...]`` (those the vmap left
+    unbatched are broadcast to it first) and returns every output batched; row for row it must give what
+    ``per_env`` gives (a batching rule, ``jax.custom_batching.custom_vmap``, so a user's ``jax.vmap`` reaches a
+    hand-batched program). Nested vmaps batch ``batched`` itself with vmap. Reverse-mode differentiation
+    (``grad``, ``vjp``; batched or not) goes through ``per_env`` (``custom_vmap`` alone has none, so the
+    function is also a ``jax.custom_vjp``); forward mode (``jvp``) is not available.
+    """
+    fun = jax.custom_batching.custom_vmap(per_env)
+
+    @fun.def_vmap
+    def rule(axis_size, in_batched, *args):
+        args = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *x.shape)), args,
+                            tuple(in_batched))
+        out = batched(*args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    fun = jax.custom_vjp(fun)
+    fun.defvjp(lambda *args: jax.vjp(per_env, *args), lambda vjp, cotangent: vjp(cotangent))
+    return functools.wraps(per_env)(fun)
 
 
 def random_legal_action(key: PRNGKey, env: Environment, ts: TimeStep) -> jax.Array:

@@ -2,16 +2,50 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl_reason.envs.core import Environment, SplitEnvironment, TimeStep
+from jaxrl_reason.envs.core import Environment, SplitEnvironment, TimeStep, custom_batched
 
 
 def where_done(done: jax.Array, fresh, old):
     """Per row of a batch: the pytree ``fresh`` where ``done`` ``[B]`` is True, else ``old``."""
     return jax.tree.map(lambda f, o: jnp.where(done.reshape(done.shape + (1,) * (o.ndim - 1)), f, o), fresh, old)
+
+
+def reset_done(done: jax.Array, stepped, fresh, capacities: tuple[int, ...] = ()):
+    """The pytree ``stepped`` (leading axis ``[B]``) with the rows where ``done`` ``[B]`` is True replaced by
+    fresh episodes: ``fresh(rows)`` gives them for the rows ``rows`` (``[C]`` int32), ``fresh(None)`` for all B.
+
+    On CPU only what is needed is computed (``lax.switch`` on the number of finished rows): nothing when
+    none ended; when at most ``C`` did for the smallest ``C`` of ``capacities`` (increasing) that fits, ``C``
+    fresh rows (their indices compacted, then scattered in); else all B, selected where done. The switch
+    also materialises ``stepped`` and the result once, so that XLA does not fuse (and repeat) the step into
+    every element of the observation encoded from them. Other platforms select over all B fresh rows, as
+    ``vmap`` of a ``lax.cond`` does: no conditional, whose predicate a GPU reads back to the host every step
+    (not measured: no GPU was available).
+    """
+    num = done.shape[0]
+
+    def all_rows():
+        return where_done(done, fresh(None), stepped)
+
+    def compacted(capacity):
+        rows = jnp.nonzero(done, size=capacity, fill_value=num)[0]  # fill rows past the end: dropped
+        new = fresh(jnp.minimum(rows, num - 1))
+        return jax.tree.map(lambda s, f: s.at[rows].set(f, mode="drop"), stepped, new)
+
+    def on_cpu():
+        caps = sorted({c for c in capacities if 0 < c < num})
+        n = jnp.sum(done, dtype=jnp.int32)
+        index = jnp.where(n == 0, 0, 1 + sum((n > c).astype(jnp.int32) for c in caps))
+        branches = [lambda: stepped, *[functools.partial(compacted, c) for c in caps], all_rows]
+        return jax.lax.switch(index, branches)
+
+    return jax.lax.platform_dependent(cpu=on_cpu, default=all_rows)
 
 
 class Wrapper(Environment):
@@ -69,18 +103,19 @@ class AutoReset(Wrapper):
     ``final_obs=True`` the final step's observation is also kept in
     ``ts.info["final_obs"]`` (same shape as ``obs``; equal to ``obs`` after reset).
 
-    The reset runs under ``lax.cond``: a single (un-vmapped) environment pays for it
-    only when an episode ends; under ``vmap`` both branches run. For a
-    ``SplitEnvironment`` the fresh *state* is selected first and the observation
-    encoded once, so the per-step cost is one ``reset_state`` plus one
-    ``observe``; for a plain ``Environment`` it is a full ``step`` plus a full
-    ``reset`` (two encodings).
+    One environment: the reset runs under ``lax.cond``, paid only when an episode ends. For a
+    ``SplitEnvironment`` the fresh *state* is selected and the observation encoded once per step
+    (``reset_state`` + one ``observe``); a plain ``Environment`` pays a full ``step`` and ``reset``.
+
+    ``jax.vmap(step)`` runs the batched program (``_step_batch``, by a batching rule: ``core.custom_batched``)
+    with, row for row, the results of the per-environment ``step``: the transition of the whole batch,
+    fresh episodes only for the rows that ended (``reset_done``), the observation encoded once.
 
     ``batch_reset`` / ``batch_step`` run a whole batch (leading axis) from ONE key per call,
     instead of ``vmap`` over ``split(key, B)`` keys: the fresh episodes come from one
     ``env.reset_states(key, B)`` call (e.g. TicTacToe's coin flips are B bits of one
     ``jax.random.bits`` draw), so no per-environment key is split when the transition is
-    deterministic. Same rules and shapes as ``vmap(step)``; the random draws differ.
+    deterministic. Same program and rules as ``vmap(step)``; the random draws differ.
     """
 
     def __init__(self, env: Environment, final_obs: bool = False):
@@ -95,19 +130,64 @@ class AutoReset(Wrapper):
         return state, self._with_final_obs(ts, ts.obs)
 
     def step(self, key, state, action):
+        # built per call (a few Python objects at trace time) so that the wrapper stays copyable and picklable
+        return custom_batched(self._step_one, self._vmap_step)(key, state, action)
+
+    def _step_one(self, key, state, action):
+        """One environment (what ``vmap(step)`` reproduces row for row)."""
         if isinstance(self.env, SplitEnvironment):
-            if self.env.deterministic_transition:  # transition ignores its key: no split needed
-                return self._split_step(key, key, state, action)
-            return self._split_step(*jax.random.split(key), state, action)
+            env: SplitEnvironment = self.env
+            # a deterministic transition ignores its key: the whole key goes to reset_state, no split
+            step_key, reset_key = (key, key) if env.deterministic_transition else jax.random.split(key)
+            out = env.transition(step_key, state, action)
+            done = jnp.logical_or(out.terminated, out.truncated)
+            new_state = jax.lax.cond(done, lambda: env.reset_state(reset_key), lambda: out.state)
+            ts = env.timestep(new_state, out.reward, out.terminated, out.truncated, out.info)
+            final_obs = env.observe(out.state).obs if self.final_obs else None
+            return new_state, self._with_final_obs(ts, final_obs)
         step_key, reset_key = jax.random.split(key)
         state, ts = self.env.step(step_key, state, action)
         new_state, new_ts = jax.lax.cond(
             ts.done, lambda: self.env.reset(reset_key), lambda: (state, ts)
         )
-        new_ts = new_ts.replace(
-            reward=ts.reward, terminated=ts.terminated, truncated=ts.truncated, info=ts.info
-        )
-        return new_state, self._with_final_obs(new_ts, ts.obs)
+        return new_state, self._finish(new_ts, ts)
+
+    def _finish(self, new_ts: TimeStep, ts: TimeStep) -> TimeStep:
+        """The new episode's view with the final step's outcome (plain ``Environment``)."""
+        new_ts = new_ts.replace(reward=ts.reward, terminated=ts.terminated, truncated=ts.truncated, info=ts.info)
+        return self._with_final_obs(new_ts, ts.obs)
+
+    def _vmap_step(self, key, state, action):
+        """``vmap(step)``'s program: ``key`` ``[B]`` keys, ``state`` and ``action`` with a leading ``[B]``."""
+        env = self.env
+        if isinstance(env, SplitEnvironment) and env.deterministic_transition:
+            step_keys, reset_keys = key, key
+        else:
+            step_keys, reset_keys = jax.vmap(jax.random.split, out_axes=1)(key)
+        reset_one = env.reset_state if isinstance(env, SplitEnvironment) else env.reset
+        fresh = lambda rows: jax.vmap(reset_one)(reset_keys if rows is None else reset_keys[rows])
+        num = action.shape[0]
+        return self._step_batch(step_keys, fresh, state, action, capacities=(num // 8, num // 4, num // 2))
+
+    def _step_batch(self, step_keys, fresh, state, action, *, shared_key: bool = False,
+                    capacities: tuple[int, ...] = ()):
+        """The batched step behind ``vmap(step)`` and ``batch_step``: leading axis ``[B]`` on ``state`` and
+        ``action``; ``step_keys`` the ``[B]`` transition keys (one key for all rows with ``shared_key``);
+        ``fresh(rows)`` -> fresh episodes (``reset_state`` rows, or ``(state, ts)`` of ``reset`` for a plain
+        ``Environment``) for the rows ``rows`` (``[C]`` int32, or ``None`` for all B); ``capacities``: see
+        ``reset_done``. Returns ``(state, ts)``."""
+        env = self.env
+        key_axis = None if shared_key else 0
+        if isinstance(env, SplitEnvironment):
+            out = jax.vmap(env.transition, (key_axis, 0, 0))(step_keys, state, action)
+            done = jnp.logical_or(out.terminated, out.truncated)
+            new_state = reset_done(done, out.state, fresh, capacities)
+            ts = jax.vmap(env.timestep)(new_state, out.reward, out.terminated, out.truncated, out.info)
+            final_obs = jax.vmap(env.observe)(out.state).obs if self.final_obs else None
+            return new_state, self._with_final_obs(ts, final_obs)
+        state, ts = jax.vmap(env.step, (key_axis, 0, 0))(step_keys, state, action)
+        new_state, new_ts = reset_done(ts.done, (state, ts), fresh, capacities)
+        return new_state, self._finish(new_ts, ts)
 
     def batch_reset(self, key, num: int):
         """``num`` environments from one key: ``(state, ts)``, every leaf with a leading ``[num]``."""
@@ -138,25 +218,12 @@ class AutoReset(Wrapper):
             return jax.vmap(self.step)(jax.random.split(key, num), state, action)
         env: SplitEnvironment = self.env
         if env.deterministic_transition:
-            out = jax.vmap(env.transition, (None, 0, 0))(key, state, action)
-            reset_key = key
+            step_keys, reset_key = key, key
         else:
             step_key, reset_key = jax.random.split(key)
-            out = jax.vmap(env.transition)(jax.random.split(step_key, num), state, action)
-        done = jnp.logical_or(out.terminated, out.truncated)
-        new_state = where_done(done, env.reset_states(reset_key, num), out.state)
-        ts = jax.vmap(env.timestep)(new_state, out.reward, out.terminated, out.truncated, out.info)
-        final_obs = jax.vmap(env.observe)(out.state).obs if self.final_obs else None
-        return new_state, self._with_final_obs(ts, final_obs)
-
-    def _split_step(self, step_key, reset_key, state, action):
-        env: SplitEnvironment = self.env
-        out = env.transition(step_key, state, action)
-        done = jnp.logical_or(out.terminated, out.truncated)
-        new_state = jax.lax.cond(done, lambda: env.reset_state(reset_key), lambda: out.state)
-        ts = env.timestep(new_state, out.reward, out.terminated, out.truncated, out.info)
-        final_obs = env.observe(out.state).obs if self.final_obs else None
-        return new_state, self._with_final_obs(ts, final_obs)
+            step_keys = jax.random.split(step_key, num)
+        fresh = lambda rows: env.reset_states(reset_key, num)  # rows is None: no capacities given
+        return self._step_batch(step_keys, fresh, state, action, shared_key=env.deterministic_transition)
 
 
 @struct.dataclass

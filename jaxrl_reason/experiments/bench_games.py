@@ -4,16 +4,19 @@ Throughput (docs/benchmarks.md): a jitted ``lax.scan`` of ``steps`` over a vmapp
 random legal actions, auto-reset, with a checksum of observations and rewards. The pgx side is
 the anchor script's loop (``jax.random.categorical`` over the masked logits, a fresh batched
 ``init(split(k2, B))`` selected where an episode ended); ours steps ``envs.AutoReset`` with the
-same sampler and checksum, either ``batch_step(k2, ...)`` (one key for the batch: the fresh
-episodes come from one ``reset_states`` draw) or ``vmap(step)`` over ``split(k2, B)`` keys (rows
-marked "vmap split keys"); its ``SplitEnvironment`` fast path selects the fresh state and encodes
-one observation. Same games: our TicTacToe flips a coin for the first player, as pgx does.
-A row "no environment" times the loop's key splits and sampler alone on a legal mask: pgx over it
-bounds the ratio any environment could reach with that sampler. ``sampler="both"`` also times both with a cheaper sampler (one uniform per environment, the
-k-th legal action) so the environment cost is less hidden by RNG. Search: ``mctx.gumbel_muzero_policy`` with a uniform prior and zero value, the
-model being the real simulator (ours: ``search/alphazero.py``; anchor: the pgx anchor script).
-Measurements are interleaved (``repeats`` rounds, each timing every function once); ratios are
-from the median wall-clock (also reported: from the best call, and from median process CPU time).
+same sampler and checksum. The headline rows are the public path, what a user writes:
+``jax.vmap(env.step)`` over ``split(k2, B)`` keys (which runs AutoReset's batched program: fresh
+episodes only for the rows that ended); beside them ``batch_step(k2, ...)`` (one key for the batch:
+the fresh episodes come from one ``reset_states`` draw). Same games: our TicTacToe flips a coin for
+the first player, as pgx does. A row "no environment" times the loop's key splits (the
+per-environment ones included) and sampler alone on a legal mask: pgx over it bounds the ratio any
+environment could reach with that sampler. ``sampler="both"`` also times both with a cheaper
+sampler (one uniform per environment, the k-th legal action) so the environment cost is less
+hidden by RNG. Search: ``mctx.gumbel_muzero_policy``
+with a uniform prior and zero value, the model being the real simulator (ours:
+``search/alphazero.py``; anchor: the pgx anchor script). Measurements are interleaved (``repeats``
+rounds, each timing every function once); ratios are from the median wall-clock (also reported:
+from the best call, and from median process CPU time).
 """
 
 from __future__ import annotations
@@ -75,23 +78,22 @@ def _select(done, fresh, old):
     return jax.tree.map(lambda f, s: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s), fresh, old)
 
 
-#: benchmarked configurations: ``(row label, our env kwargs, stepping)`` per game. pgx's TicTacToe
-#: flips a coin for the first player at every reset, so the like-for-like rows use
-#: ``first_player="random"``; our default (player 0 first, as OpenSpiel) needs no RNG at reset.
-#: ``"batch"``: ``AutoReset.batch_step`` with the step's one key (fresh episodes from one
-#: ``reset_states`` draw); ``"vmap"``: ``vmap(AutoReset.step)`` over ``split(k2, B)`` keys, the key
-#: handling of the pgx loop (one key per environment per step).
+#: benchmarked configurations: ``(row label, our env kwargs, stepping)`` per game, the headline first (the row
+#: device_check reports). pgx's TicTacToe flips a coin for the first player at every reset, so the like-for-like
+#: rows use ``first_player="random"``; our default (player 0 first, as OpenSpiel) needs no RNG at reset.
+#: ``"vmap"``: ``jax.vmap(AutoReset.step)`` over ``split(k2, B)`` keys, the key handling of the pgx loop (one
+#: key per environment per step); ``"batch"``: ``AutoReset.batch_step`` with the step's one key.
 CASES = {
-    "tictactoe": [("tictactoe (random first player, = pgx)", {"first_player": "random"}, "batch"),
-                  ("tictactoe (random first, vmap split keys)", {"first_player": "random"}, "vmap"),
-                  ("tictactoe (first_player=0, our default)", {"first_player": 0}, "batch")],
-    "kuhn_poker": [("kuhn_poker", {}, "batch"), ("kuhn_poker (vmap split keys)", {}, "vmap")],
+    "tictactoe": [("tictactoe vmap(step) (random first, = pgx)", {"first_player": "random"}, "vmap"),
+                  ("tictactoe batch_step (random first)", {"first_player": "random"}, "batch"),
+                  ("tictactoe vmap(step) (first_player=0)", {"first_player": 0}, "vmap")],
+    "kuhn_poker": [("kuhn_poker vmap(step)", {}, "vmap"), ("kuhn_poker batch_step", {}, "batch")],
 }
 
 
 def ours_rollout(name, B, T, sampler, stepping="batch", **env_kwargs):
-    """Our env under ``envs.AutoReset`` (SplitEnvironment fast path: one observation encoding per
-    step), stepped with ``batch_step`` (one key per step) or ``vmap(step)`` (``split(k2, B)`` keys)."""
+    """Our env under ``envs.AutoReset``, stepped with ``vmap(step)`` (``split(k2, B)`` keys: the batched
+    program behind ``vmap``) or ``batch_step`` (one key per step)."""
     env = envs.AutoReset(envs.make(name, **env_kwargs))
     if stepping == "batch":
         reset, step = (lambda key: env.batch_reset(key, B)), env.batch_step
@@ -121,17 +123,19 @@ def ours_rollout(name, B, T, sampler, stepping="batch", **env_kwargs):
 
 
 def no_env_rollout(B, T, num_actions, sampler):
-    """The loop without an environment: the same key splits, sampler and an ``[B, A]`` legal mask
-    (the chosen action is struck out, a row refills when empty) with its checksum. Its time is what
-    the sampler costs any environment, so ``pgx / this`` bounds the ratio any environment can reach."""
+    """The loop without an environment: the same key splits (``split(k2, B)`` per-environment keys included,
+    as the ``vmap(step)`` rows and pgx's reset pay them), sampler and an ``[B, A]`` legal mask (the chosen
+    action is struck out, a row refills when empty) with its checksum. Its time is what the loop costs any
+    environment, so ``pgx / this`` bounds the ratio any environment can reach."""
 
     def body(carry, _):
         key, mask = carry
         key, k1, k2 = jax.random.split(key, 3)
         a = sampler(k1, mask)
+        bits = jax.random.key_data(jax.random.split(k2, B))[:, -1] & 1  # summed: not dead code
         mask = mask & (jnp.arange(num_actions) != a[:, None])
         mask = mask | ~mask.any(-1, keepdims=True)
-        return (key, mask), (mask.sum(), mask.astype(jnp.float32).sum())
+        return (key, mask), (mask.sum(), mask.astype(jnp.float32).sum() + bits.sum())
 
     @jax.jit
     def rollout(key):

@@ -3,6 +3,9 @@
 Both run a jitted ``lax.scan`` of T steps over a vmapped batch of B games
 taking uniformly random legal actions, with auto-reset, consuming a checksum
 of observations and rewards (the whole obs is summed, so nothing is dead code).
+Ours: the headline is the public path, ``jax.vmap(envs.AutoReset(env).step)`` over split keys
+(AutoReset's batched program); with ``"batch"`` in ``stepping`` also ``AutoReset.batch_step``
+(one key per step).
 Every implementation is compiled and warmed up first, then all are timed in turn
 (ours and JaxMARL alternately, ``repeats`` rounds) and the median call is reported:
 timing one after the other on a shared machine makes the ratio depend on the load.
@@ -28,6 +31,7 @@ class Config:
     steps: int = 100
     num_players: int = 2
     obs_modes: tuple[str, ...] = ("canonical", "belief", "compact")
+    stepping: tuple[str, ...] = ("vmap", "batch")  # vmap(AutoReset.step) (the headline) and batch_step
     repeats: int = 5  # interleaved timed rounds (the median call is reported)
     jaxmarl: bool = True
 
@@ -37,6 +41,8 @@ class Config:
             raise ValueError("batch_sizes must be non-empty and positive; steps, repeats >= 1")
         if not self.obs_modes:
             raise ValueError("obs_modes must name at least one observation mode")
+        if "vmap" not in self.stepping or not set(self.stepping) <= {"vmap", "batch"}:
+            raise ValueError(f"stepping must contain 'vmap' (the headline) and may add 'batch', got {self.stepping}")
 
 
 PRESETS = {
@@ -45,9 +51,10 @@ PRESETS = {
 }
 
 
-def ours_rollout(env, batch: int, steps: int):
+def ours_rollout(env, batch: int, steps: int, stepping: str = "vmap"):
     """Carries (state, legal mask, current player) like the anchor carries its state; the
-    observation is consumed through the checksum every step."""
+    observation is consumed through the checksum every step. ``stepping``: ``"vmap"``
+    (``jax.vmap(step)`` over split keys) or ``"batch"`` (``batch_step``, one key per step)."""
     wrapped = envs.AutoReset(env)
 
     def body(carry, _):
@@ -55,13 +62,19 @@ def ours_rollout(env, batch: int, steps: int):
         key, k_act, k_step = jax.random.split(key, 3)
         mine = jnp.take_along_axis(legal, player[:, None, None], axis=1)[:, 0]
         act = jax.random.categorical(k_act, jnp.where(mine, 0.0, -1e9)).astype(jnp.int32)
-        state, ts = jax.vmap(wrapped.step)(jax.random.split(k_step, batch), state, act)
+        if stepping == "vmap":
+            state, ts = jax.vmap(wrapped.step)(jax.random.split(k_step, batch), state, act)
+        else:
+            state, ts = wrapped.batch_step(k_step, state, act)
         chk = ts.obs.sum() + ts.reward.sum()
         return (key, state, ts.legal_action_mask, ts.current_player), (ts.done.sum(), chk)
 
     @jax.jit
     def rollout(key):
-        state, ts = jax.vmap(wrapped.reset)(jax.random.split(key, batch))
+        if stepping == "vmap":
+            state, ts = jax.vmap(wrapped.reset)(jax.random.split(key, batch))
+        else:
+            state, ts = wrapped.batch_reset(key, batch)
         carry = (key, state, ts.legal_action_mask, ts.current_player)
         _, (dones, chk) = jax.lax.scan(body, carry, None, steps)
         return dones.sum(), chk.sum()
@@ -106,22 +119,26 @@ def run(config: Config, run_dir: RunDir | None = None) -> dict:
                 print("jaxmarl is not installed (pip install '.[bench]'): measuring ours only")
         for mode in config.obs_modes:
             env = envs.make("hanabi", num_players=config.num_players, obs_mode=mode)
-            rollouts[mode] = ours_rollout(env, batch, config.steps)
+            for stepping in config.stepping:
+                rollouts[(mode, stepping)] = ours_rollout(env, batch, config.steps, stepping)
         times = timing.interleaved({k: (lambda i, ro=ro: ro(jax.random.key(i))) for k, ro in rollouts.items()},
                                    config.repeats)
         sps = {name: batch * config.steps / t.median for name, t in times.items()}
         ref = sps.get("jaxmarl")
         for name, value in sps.items():
             ratio = value / ref if ref else float("nan")
-            impl, obs = ("jaxmarl", "belief") if name == "jaxmarl" else ("ours", name)
+            if name == "jaxmarl":
+                impl, obs, key = "jaxmarl", "belief", f"jaxmarl_B{batch}"
+            else:  # the headline keeps the keys ours_{obs}_B / ratio_{obs}_B
+                obs, stepping = name
+                impl, tag = ("ours", "") if stepping == "vmap" else ("ours batch_step", "batch_step_")
+                key = f"ours_{tag}{obs}_B{batch}"
+                summary[f"ratio_{tag}{obs}_B{batch}"] = ratio
             rows.append({"impl": impl, "obs": obs, "B": batch, "steps_per_s": value, "ratio": ratio,
                          "min_s": times[name].best, "max_s": max(times[name].wall)})
-            key = f"jaxmarl_B{batch}" if name == "jaxmarl" else f"ours_{name}_B{batch}"
             summary[key] = value
-            if name != "jaxmarl":
-                summary[f"ratio_{name}_B{batch}"] = ratio
     for r in rows:
-        print(f"{r['impl']:8s} {r['obs']:9s} B={r['B']:6d} {r['steps_per_s']:14,.0f} steps/s (median)  "
+        print(f"{r['impl']:15s} {r['obs']:9s} B={r['B']:6d} {r['steps_per_s']:14,.0f} steps/s (median)  "
               f"ratio {r['ratio']:.2f}  call {r['min_s']:.2f}-{r['max_s']:.2f} s")
     if run_dir is not None:
         run_dir.write_table("throughput", rows)

@@ -1,4 +1,8 @@
-"""AutoReset.batch_reset / batch_step (one key per batch step) and the games' reset_states."""
+"""AutoReset: batch_reset / batch_step (one key per batch step) and the games' reset_states; vmap(step) running
+the batched program (reset_done) with the per-environment results."""
+
+import copy
+import pickle
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +13,7 @@ from jaxrl_reason import envs
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.games.kuhn_poker import DEALS
 from jaxrl_reason.envs.games.tictactoe import coin_flips
+from jaxrl_reason.envs.wrappers import reset_done, where_done
 from testutil import PlainView
 
 B, T = 16, 24  # T > 9: every board finishes and resets at least twice
@@ -109,3 +114,109 @@ def test_batch_step_of_a_plain_environment_is_vmap_step_over_split_keys():
     got = jax.jit(auto.batch_step)(key, state, a)
     want = jax.jit(jax.vmap(auto.step))(jax.random.split(key, n), state, a)
     jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+# --------------------------------------------------------------------------- vmap(AutoReset.step)
+VB, VT = 8, 24  # capacities 1, 2, 4: steps with 0, 1-2 and > 2 finished rows take different branches
+TINY_HANABI = dict(num_players=2, num_colours=1, hand_size=2, max_info_tokens=3, max_life_tokens=1)
+VMAP_CASES = {  # name -> (environment, final_obs)
+    "tictactoe-random-first": (lambda: envs.make("tictactoe", first_player="random"), True),
+    "kuhn_poker": (lambda: envs.make("kuhn_poker"), False),
+    "hanabi-tiny": (lambda: envs.make("hanabi", **TINY_HANABI), True),  # the transition draws: split keys
+    "swarm": (lambda: envs.make("swarm", num_agents=2, capture_radius=0.5, max_steps=6), False),  # captures end some
+    "plain-tictactoe": (lambda: PlainView(envs.make("tictactoe", first_player="random")), True),  # not split
+}
+
+
+def _keyed_rollout(auto, env, step, batch=VB, steps=VT):
+    """``steps`` of random legal play on ``batch`` environments (``step(keys, state, action)`` steps them):
+    ``(last (state, ts), every step's (state, ts))``."""
+
+    def body(carry, key):
+        state, ts = carry
+        k_act, k_step = jax.random.split(key)
+        act = jax.vmap(envs.random_legal_action, (0, None, 0))(jax.random.split(k_act, batch), env, ts)
+        state, ts = step(jax.random.split(k_step, batch), state, act)
+        return (state, ts), (state, ts)
+
+    init = jax.vmap(auto.reset)(jax.random.split(jax.random.key(0), batch))
+    return jax.lax.scan(body, init, jax.random.split(jax.random.key(1), steps))
+
+
+def _same(a, b):
+    """Equal; floats to the last bits (XLA may vectorise the batched program's float arithmetic differently
+    from the one-environment program's: the swarm's positions differ by an ulp)."""
+    if np.issubdtype(np.asarray(a).dtype, np.floating):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", list(VMAP_CASES))
+def test_vmap_step_runs_the_batched_program_with_the_per_environment_results(case):
+    make, final_obs = VMAP_CASES[case]
+    env = make()
+    auto = envs.AutoReset(env, final_obs=final_obs)
+    one_by_one = lambda keys, s, a: jax.lax.map(lambda x: auto.step(*x), (keys, s, a))  # no vmap: per-env path
+    vmapped, looped = jax.jit(lambda: (_keyed_rollout(auto, env, jax.vmap(auto.step))[1],
+                                       _keyed_rollout(auto, env, one_by_one)[1]))()
+    jax.tree.map(_same, vmapped, looped)
+    ended = np.asarray(vmapped[1].done).sum(1)
+    assert (ended == 0).any() and ((ended >= 1) & (ended <= 2)).any() and (ended > 2).any(), ended
+
+
+def test_vmap_step_batched_rule_handles_nested_vmap_and_unbatched_arguments():
+    env = envs.make("tictactoe", first_player="random")
+    auto = envs.AutoReset(env, final_obs=True)
+    grid = lambda tree: jax.tree.map(lambda x: x.reshape(4, 6, *x.shape[1:]), tree)
+    one_by_one = lambda k, s, a: jax.lax.map(lambda x: auto.step(*x), (k, s, a))
+
+    @jax.jit
+    def run():
+        (state, ts), _ = _keyed_rollout(auto, env, jax.vmap(auto.step), 24, 4)  # 24 boards in mid-game
+        action = jax.vmap(envs.random_legal_action, (0, None, 0))(jax.random.split(jax.random.key(2), 24), env, ts)
+        keys = jax.random.split(jax.random.key(3), 24)
+        nested = jax.vmap(jax.vmap(auto.step))(*grid((keys, state, action)))
+        shared = jax.vmap(jax.vmap(auto.step, (None, 0, 0)))(grid(keys)[:, 0], *grid((state, action)))
+        return (nested, shared), (one_by_one(keys, state, action),
+                                  one_by_one(jnp.repeat(grid(keys)[:, 0], 6), state, action))
+
+    got, want = run()
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a.reshape(b.shape), b), got, want)
+    assert 0 < int(want[0][1].terminated.sum()) < 24  # some boards ended and were reset
+
+
+def test_autoreset_step_differentiates_through_the_per_environment_step():
+    env = envs.make("swarm", num_agents=2, num_targets=1, control="continuous", max_steps=3)
+    auto = envs.AutoReset(env)
+    keys = jax.random.split(jax.random.key(0), 3)
+    state, _ = jax.vmap(auto.reset)(keys)
+    act = jnp.full((3, 2, 2), 0.3)
+    loss = lambda step: lambda a: step(keys, state, a)[0].pos.sum()
+    g_vmap, g_map = jax.jit(lambda a: (
+        jax.grad(loss(jax.vmap(auto.step)))(a),
+        jax.grad(loss(lambda k, s, a: jax.lax.map(lambda x: auto.step(*x), (k, s, a))))(a)))(act)
+    np.testing.assert_allclose(g_vmap, g_map, rtol=1e-6)
+    assert np.abs(np.asarray(g_vmap)).sum() > 0
+
+
+def test_autoreset_stays_copyable_and_picklable():
+    auto = envs.AutoReset(envs.make("kuhn_poker"), final_obs=True)
+    for twin in (copy.deepcopy(auto), pickle.loads(pickle.dumps(auto))):
+        assert twin.final_obs and twin.num_actions == auto.num_actions
+
+
+@pytest.mark.parametrize("ended", [[], [3], [0, 5], [0, 1, 2, 4, 5]])
+def test_reset_done_computes_only_the_fresh_rows_needed(ended):
+    done = jnp.zeros(6, bool).at[jnp.asarray(ended, jnp.int32)].set(True)
+    stepped = {"a": jnp.arange(12.0).reshape(6, 2), "b": jnp.arange(6)}
+    table = {"a": -jnp.arange(12.0).reshape(6, 2) - 1, "b": 100 + jnp.arange(6)}
+    asked = []
+
+    def fresh(rows):
+        asked.append(None if rows is None else rows.shape[0])
+        return table if rows is None else jax.tree.map(lambda x: x[rows], table)
+
+    got = jax.jit(lambda d: reset_done(d, stepped, fresh, capacities=(1, 2)))(done)
+    jax.tree.map(np.testing.assert_array_equal, got, where_done(done, table, stepped))
+    assert sorted(asked, key=str) == [1, 2, None]  # traced: the compacted branches (1, 2 rows) and the full one

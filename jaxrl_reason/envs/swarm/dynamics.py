@@ -1,9 +1,14 @@
 """Pure kinematics of the swarm: norm clipping, limited integration, the low-level
 controller that turns a (target, role) intention into a desired velocity, and
 obstacle / arena projection. Every function works on any leading batch shape.
+
+Sums over the coordinate axis (2 or 3 entries) and other short static axes go through ``small_sum``.
 """
 
 from __future__ import annotations
+
+import functools
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -13,16 +18,35 @@ COMMANDER, COORDINATOR, EXECUTOR = 0, 1, 2
 ROLE_NAMES = ("Commander", "Coordinator", "Executor")
 NUM_ROLES = 3
 _EPS = 1e-6
+#: axes up to this length are summed by ``small_sum`` as elementwise adds
+SMALL_AXIS = 4
+
+
+def small_sum(x: jax.Array, axis: int = -1, keepdims: bool = False) -> jax.Array:
+    """``x.sum(axis, keepdims=keepdims)``, written as adds of the entries when the axis has at most
+    ``SMALL_AXIS`` of them (a coordinate axis, a few pursuers): XLA on CPU runs a reduction that short as
+    a reduce loop of its own (the swarm step spent most of its time in them), while adds fuse with the
+    elementwise work around them."""
+    n = x.shape[axis]
+    if n > SMALL_AXIS or n == 0:
+        return jnp.sum(x, axis, keepdims=keepdims)
+    total = functools.reduce(operator.add, [jnp.take(x, i, axis) for i in range(n)])
+    return jnp.expand_dims(total, axis) if keepdims else total
+
+
+def sq_norm(v: jax.Array, keepdims: bool = False) -> jax.Array:
+    """Squared Euclidean norm over the last axis of ``v`` ``[..., d]``."""
+    return small_sum(v * v, -1, keepdims)
 
 
 def clip_norm(v: jax.Array, max_norm) -> jax.Array:
     """Scale vectors ``[..., d]`` so that their Euclidean norm is at most ``max_norm``."""
-    n = jnp.sqrt(jnp.sum(v * v, -1, keepdims=True) + _EPS * _EPS)
+    n = jnp.sqrt(sq_norm(v, True) + _EPS * _EPS)
     return v * jnp.minimum(1.0, max_norm / n)
 
 
 def unit(v: jax.Array) -> jax.Array:
-    return v / jnp.sqrt(jnp.sum(v * v, -1, keepdims=True) + _EPS * _EPS)
+    return v / jnp.sqrt(sq_norm(v, True) + _EPS * _EPS)
 
 
 def integrate(pos, vel, accel, dt: float, max_speed: float, max_accel: float):
@@ -43,7 +67,7 @@ def velocity_command_accel(vel, v_des, dt: float, max_accel: float):
 def seek_velocity(pos, goal, max_speed: float, slow_radius: float):
     """Desired velocity ``[..., d]`` towards ``goal``, slowing down within ``slow_radius``."""
     to_goal = goal - pos
-    dist = jnp.sqrt(jnp.sum(to_goal * to_goal, -1, keepdims=True) + _EPS * _EPS)
+    dist = jnp.sqrt(sq_norm(to_goal, True) + _EPS * _EPS)
     return to_goal / dist * jnp.minimum(1.0, dist / slow_radius) * max_speed
 
 
@@ -60,12 +84,12 @@ def controller_velocity(pos, goal, threats, threat_visible, *, evade: jax.Array,
     where ``evade`` ``[N]`` is set, add repulsion from visible ``threats`` ``[K, d]``
     (``threat_visible`` ``[N, K]``) that grows as they come within ``evade_radius``."""
     to_goal = goal - pos
-    dist = jnp.sqrt(jnp.sum(to_goal * to_goal, -1, keepdims=True) + _EPS * _EPS)
+    dist = jnp.sqrt(sq_norm(to_goal, True) + _EPS * _EPS)
     attract = to_goal / dist * jnp.minimum(1.0, dist / slow_radius)
     away = pos[:, None, :] - threats[None, :, :]  # [N, K, d]
-    d_threat = jnp.sqrt(jnp.sum(away * away, -1) + _EPS * _EPS)  # [N, K]
+    d_threat = jnp.sqrt(sq_norm(away) + _EPS * _EPS)  # [N, K]
     push = jnp.clip(1.0 - d_threat / evade_radius, 0.0, 1.0) * threat_visible
-    repulse = jnp.sum(away / d_threat[..., None] * push[..., None], 1)
+    repulse = small_sum(away / d_threat[..., None] * push[..., None], 1)
     direction = attract + evade_gain * evade[:, None] * repulse
     return clip_norm(direction, 1.0) * max_speed
 
@@ -89,9 +113,9 @@ def project_out_of_spheres(pos, centres, radius: float):
     one (a collision with an obstacle).
     """
     rel = pos[:, None, :] - centres[None, :, :]
-    d = jnp.sqrt(jnp.sum(rel * rel, -1) + _EPS * _EPS)  # [N, O]
+    d = jnp.sqrt(sq_norm(rel) + _EPS * _EPS)  # [N, O]
     pen = jnp.maximum(radius - d, 0.0)
-    pos = pos + jnp.sum(rel / d[..., None] * pen[..., None], 1)
+    pos = pos + small_sum(rel / d[..., None] * pen[..., None], 1)
     return pos, jnp.any(pen > 0.0, -1)
 
 

@@ -164,8 +164,7 @@ class SwarmState:
 
 def _sqdist(a, b):
     """``[..., P, d], [..., Q, d] -> [..., P, Q]`` squared distances."""
-    rel = b[..., None, :, :] - a[..., :, None, :]
-    return jnp.sum(rel * rel, -1)
+    return dyn.sq_norm(b[..., None, :, :] - a[..., :, None, :])
 
 
 class Swarm(SplitEnvironment):
@@ -297,13 +296,14 @@ class Swarm(SplitEnvironment):
         collided = alive_next & (jnp.any(close, -1) | hit_obstacle)
 
         near = (_sqdist(state.target_pos, pos) < c.cover_radius**2) & alive_next[None, :]
-        cover = jnp.where(state.served, 0.0, jnp.minimum(near.sum(-1), state.need) / state.need)
+        covering = dyn.small_sum(near.astype(jnp.float32))  # UAVs within reach of each target
+        cover = jnp.where(state.served, 0.0, jnp.minimum(covering, state.need) / state.need)
         progress = state.progress + cover
         newly_served = ~state.served & (progress >= c.serve_steps)
         served = state.served | newly_served
         u = state.urgency
-        weighted_cover = jnp.sum(u * cover) / jnp.sum(u)
-        team = c.w_cover * weighted_cover + c.w_complete * jnp.sum(u * newly_served)
+        weighted_cover = dyn.small_sum(u * cover) / dyn.small_sum(u)
+        team = c.w_cover * weighted_cover + c.w_complete * dyn.small_sum(u * newly_served)
         individual = -c.w_capture * captured - c.w_collision * collided
         if c.team_reward:
             individual = jnp.broadcast_to(individual.sum(), (N,))
@@ -341,8 +341,8 @@ class Swarm(SplitEnvironment):
 
     def _outcome_info(self, state: SwarmState, weighted_cover, nonfinite) -> dict:
         return {"coverage": jnp.asarray(weighted_cover, jnp.float32),
-                "num_captured": jnp.sum(~state.alive).astype(jnp.int32),
-                "num_served": jnp.sum(state.served).astype(jnp.int32),
+                "num_captured": dyn.small_sum((~state.alive).astype(jnp.int32)),
+                "num_served": dyn.small_sum(state.served.astype(jnp.int32)),
                 "nonfinite_action": nonfinite}
 
     # ------------------------------------------------------------ observation
@@ -363,7 +363,7 @@ class Swarm(SplitEnvironment):
         if self._others is not None:
             idx = jnp.asarray(self._others)
             rel = state.pos[idx] - state.pos[:, None, :]
-            d2 = jnp.sum(rel * rel, -1)
+            d2 = dyn.sq_norm(rel)
         else:
             d2_all = _sqdist(state.pos, state.pos) + jnp.where(jnp.eye(N, dtype=bool), jnp.inf, 0.0)
             neg, idx = jax.lax.top_k(-d2_all, self.k)
@@ -380,7 +380,7 @@ class Swarm(SplitEnvironment):
         me = me_active[:, None]
 
         def sensed(rel, extra):  # rel [P, Q, d], extra [P, Q, e] -> [P, Q*(d+e+1)]
-            vis = (jnp.sum(rel * rel, -1, keepdims=True) < c.obs_radius**2) * me[:, None, :]
+            vis = (dyn.sq_norm(rel, True) < c.obs_radius**2) * me[:, None, :]
             return (jnp.concatenate([rel, extra, jnp.ones_like(vis)], -1) * vis).reshape(P, -1)
 
         t_frac = jnp.broadcast_to(state.t / c.max_steps, (P, 1)).astype(jnp.float32)
