@@ -78,6 +78,7 @@ class Config:
     data: str | None = None  # training rows (None: start.task's problems as JSONL)
     eval_data: str | None = None  # held-out rows (None: `heldout` rows of data, drawn at random)
     heldout: int | None = 512  # rows held out of --data (None: 10%, at most 512)
+    distinct_heldout: bool = False  # without --data: the held-out rows are distinct problems (for small task spaces)
     split_seed: int = 0  # the seed of the held-out rows drawn from --data
     prompt_field: str = "prompt"
     answer_field: str | None = "answer"  # the gold answer: needed by the answer rewards; strict accuracy where present
@@ -205,7 +206,7 @@ def _builtin(name: str, config: Config):
 #: out whole); SmolLM2-135M-Instruct answers about a quarter of them correctly before RL
 SMOLLM2_TASK = RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=30, ops="+-",
                                  template="What is {expr}? Reply with just the number.")
-SMOLLM2 = Config(model="smollm2-135m-instruct", max_prompt_len=64, steps=24, eval_every=12, save_every=12,
+SMOLLM2 = Config(model="smollm2-135m-instruct", max_prompt_len=64, distinct_heldout=True, steps=24, eval_every=12, save_every=12,
                  train_rows=4096, start=StartConfig(task=SMOLLM2_TASK),
                  grpo=GRPOConfig(group_size=8, prompts_per_step=8, lr=1e-5, temperature=0.7, max_new_tokens=16,
                                  remat="block",  # --plan: update activations 10.0 -> 1.5 GiB, peak 11.5 -> 3.0
@@ -266,7 +267,7 @@ def check_flags(config: Config, flags: set[str]) -> None:
                 config.data is not None or flag not in ("start.task", "start.seed")):
             refuse(flag, "configures the built-in CPU start, which --model replaces" if flag not in (
                 "start.task", "start.seed") else "makes synthetic rows, which --data replaces")
-        if flag == "train_rows" and config.data is not None:
+        if flag in ("train_rows", "distinct_heldout") and config.data is not None:
             refuse(flag, "sets the synthetic rows, which --data replaces")
         if flag in ("heldout", "split_seed") and config.eval_data is not None:
             refuse(flag, "splits --data; the held-out rows come from --eval-data")
@@ -290,12 +291,16 @@ def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
     data, eval_data = config.data, config.eval_data
     if data is None:
         n_held = config.heldout or AUTO_MAX
-        rows = task_rows([config.start.task], config.train_rows + 2 * n_held, config.start.seed)
-        held_rows = list({r["prompt"]: r for r in rows[config.train_rows:]}.values())  # first-seen order
-        if len(held_rows) < n_held:  # n distinct held-out problems, in the order drawn
-            raise DataError(f"{config.start.task} gave {len(held_rows)} distinct problems in {2 * n_held} "
-                            f"draws, fewer than --heldout {n_held}; use a task with a larger problem space")
-        held_rows = held_rows[:n_held]
+        if config.distinct_heldout:  # n distinct problems, the first seen in n more draws after the training rows
+            rows = task_rows([config.start.task], config.train_rows + 2 * n_held, config.start.seed)
+            held_rows = list({r["prompt"]: r for r in rows[config.train_rows:]}.values())  # first-seen order
+            if len(held_rows) < n_held:
+                raise DataError(f"{config.start.task} gave {len(held_rows)} distinct problems in {2 * n_held} "
+                                f"draws, fewer than --heldout {n_held}; use a task with a larger problem space")
+            held_rows = held_rows[:n_held]
+        else:  # the n draws after the training rows (a problem may occur twice)
+            rows = task_rows([config.start.task], config.train_rows + n_held, config.start.seed)
+            held_rows = rows[config.train_rows:]
         held_prompts = {r["prompt"] for r in held_rows}  # whole problems held out: none of them is trained on
         train = [r for r in rows[: config.train_rows] if r["prompt"] not in held_prompts]
         if not train:

@@ -6,8 +6,7 @@
     answers_match("25.0", "25")                                              -> True (normalised exact match)
 
 Only the visible part of a completion is read: a thinking span (``<think>...</think>``, or everything
-when the prompt opens ``<think>`` / the completion opens it and never closes it) is context, not an
-answer. ``require`` chooses where the answer may come from:
+after a ``<think>`` the completion opens and never closes) is context, not an answer. ``require`` chooses where the answer may come from:
 
 - ``"tag"``: the ``<answer>...</answer>`` span;
 - ``"boxed"``: the balanced ``\\boxed{...}``;
@@ -52,6 +51,7 @@ _NUMBER = re.compile(r"\d+(?:,\d{3})+(?![\d,])(?:\.\d+)?|\d+(?:\.\d+)?")
 _VALUE = r"(\$[^$]{1,%d}\$|[-+−]?\s?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?)(?!,?\d|\.\d|\s*[-+*/^×÷−]\s*[\d(])" % MAX_ANSWER_CHARS
 _EXPLICIT = re.compile(r"(?:\banswer\b(?:\s+is|\s*[:=])|(?<![=<>!])=(?!=))\s*(?:\*\*)?\s*" + _VALUE, re.IGNORECASE)
 _ARITHMETIC = re.compile(r"[\d.+\-*/^()×÷−]+")
+_FRACTION = re.compile(r"[-+]?\d+/\d+")
 _OPERATOR = re.compile(r"(?<=[\d)])[+\-*/^×÷−]")
 _LATEX_OPS = (("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"), ("\\left", ""), ("\\right", ""), ("{,}", ","))
 
@@ -62,14 +62,15 @@ def check_require(require: str) -> None:
         raise ValueError(f"require must be one of {REQUIRE}, got {require!r}")
 
 
-def visible_text(completion: str, prompt: str = "") -> str:
-    """``completion`` without its thinking span (the text after the last ``</think>``; "" while a
-    ``<think>`` opened by the completion or at the end of the prompt is still open)."""
+def visible_text(completion: str) -> str:
+    """``completion`` without its thinking span: the text after the last ``</think>``, the text before a
+    ``<think>`` the completion opened and never closed, else all of it (a prompt that opened ``<think>`` and a
+    completion that never closes it: the completion is read whole, as R1-style prompts are trained)."""
     if "</think>" in completion:
         return completion.rsplit("</think>", 1)[1]
     if "<think>" in completion:
         return completion.split("<think>", 1)[0]
-    return "" if prompt.rstrip().endswith("<think>") else completion
+    return completion
 
 
 def tag_spans(text: str) -> list[str]:
@@ -161,11 +162,11 @@ def _canonical(text: str) -> str:
 
 
 def restates(candidate: str, prompt: str) -> bool:
-    """``candidate`` is an arithmetic expression (operators between numbers, nothing else) whose numbers
-    all occur in ``prompt``: the question restated, not answered."""
+    """``candidate`` is an arithmetic expression (operators between numbers, nothing else; not a bare fraction)
+    whose numbers all occur in ``prompt``: the question restated, not answered."""
     c = _canonical(candidate)
-    if not c or not _ARITHMETIC.fullmatch(c) or not _OPERATOR.search(c):
-        return False
+    if not c or not _ARITHMETIC.fullmatch(c) or not _OPERATOR.search(c) or _FRACTION.fullmatch(c):
+        return False  # not an expression (a number, or a fraction in lowest terms such as -7/2, is a value)
     prompt_numbers = set(numbers(prompt))
     return all(n in prompt_numbers for n in numbers(c))
 
@@ -186,7 +187,7 @@ def final_answer(completion, prompt: str = "", require: str = "any") -> str | No
     if not isinstance(completion, str):
         return None
     prompt = prompt if isinstance(prompt, str) else ""
-    text = visible_text(completion, prompt)
+    text = visible_text(completion)
     candidate = _committed(tag_spans(text)) if require in ("any", "tag") else None
     if candidate is not None:
         candidate = _reduce(candidate) if candidate else None

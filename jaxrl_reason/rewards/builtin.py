@@ -60,7 +60,11 @@ def _column(fields: dict, key: str, n: int) -> Sequence:
 
 
 def _has_answer(prompts: Sequence[str], completions: Sequence[str], require: str) -> np.ndarray:
-    """[B] bool: the row has a final answer (``answers.final_answer`` is not None)."""
+    """[B] bool: the row has an answer: with ``require="tag"`` a non-empty ``<answer>`` span after any thinking (the
+    synthetic tasks' format, where an expression of the prompt's numbers can be the answer, e.g. countdown); else a
+    final answer (``answers.final_answer``: restatements are none)."""
+    if require == "tag":
+        return np.asarray([isinstance(c, str) and bool(tag_span(visible_text(c))) for c in completions], bool)
     return np.asarray([a is not None for a in final_answers(prompts, completions, require)], bool)
 
 
@@ -223,8 +227,8 @@ def _inner(fn, prompts, completions, fields) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Inverted:
-    """1 iff the completion has a final answer (``answers.final_answer`` with ``require``: not a restatement)
-    and ``inner`` gives it 0 (spurious rewards)."""
+    """1 iff the completion has an answer (``require``: "tag" any ``<answer>`` span, else a final answer that is
+    not a restatement) and ``inner`` gives it 0 (spurious rewards)."""
 
     inner: Any
     require: str = "tag"
@@ -243,8 +247,8 @@ class Inverted:
 
 @dataclasses.dataclass(frozen=True)
 class WithMalformedPenalty:
-    """``inner``'s reward, but ``penalty`` for rows without a final answer (``answers.final_answer`` with
-    ``require``: by default an ``<answer>`` span after any thinking, not a restatement); same name as inner."""
+    """``inner``'s reward, but ``penalty`` for rows without an answer (``require``: by default a non-empty
+    ``<answer>`` span after any thinking; "any" / "boxed": a final answer, never a restatement); same name as inner."""
 
     inner: Any
     penalty: float = 0.0
@@ -285,7 +289,7 @@ class TaskCorrect:
         problems = _column(fields, "problem", len(completions))
         task_names = fields["task"] if "task" in fields else [p.task for p in problems]
         out = np.zeros(len(completions), np.float32)
-        answers = [tag_span(visible_text(c, p)) if isinstance(c, str) else None for p, c in zip(prompts, completions)]
+        answers = [tag_span(visible_text(c)) if isinstance(c, str) else None for c in completions]
         for i, (answer, problem, tname) in enumerate(zip(answers, problems, task_names)):
             if tname not in by_name:
                 raise ValueError(f"TaskCorrect: row {i} has unknown task {tname!r}; known: {sorted(by_name)}")

@@ -99,12 +99,17 @@ def test_wrong_label_scores_the_final_answer_only():
 
 
 def test_spurious_wrappers_do_not_credit_restatements():
-    inv = Inverted(ExactMatch())
-    # an answer span that is not correct earns the inverted reward; a restated one is no answer at all
-    expect(scores(inv, ADVERSARIAL, answer=GOLD), {"operand_tag": 1.0, "several_tag": 1.0})
-    pen = WithMalformedPenalty(MathVerify(), penalty=-0.5)
-    has_span = {"operand_tag", "several_tag"}
-    expect(scores(pen, ADVERSARIAL, answer=GOLD), {k: -0.5 for k in ADVERSARIAL if k not in has_span})
+    # require="any": a restatement is no answer, so it earns neither the inverted reward nor escapes the penalty
+    inv = Inverted(ExactMatch(), require="any")
+    wrong_answers = {"operand_tag", "several_tag", "correct_then_wrong", "long_prose_wrong"}  # answers, not 25
+    expect(scores(inv, ADVERSARIAL, answer=GOLD), dict.fromkeys(wrong_answers, 1.0))
+    pen = WithMalformedPenalty(MathVerify(), penalty=-0.5, require="any")
+    expect(scores(pen, ADVERSARIAL, answer=GOLD), {k: -0.5 for k in ADVERSARIAL if k not in wrong_answers})
+    # require="tag" (the synthetic tasks' spurious studies): any non-empty <answer> span after the thinking is an
+    # answer, since an expression of the prompt's numbers can be the right one (countdown)
+    tagged = {"restated_tag", "restated_latex", "operand_tag", "several_tag", "several_tags", "correct_then_wrong_tag",
+              "long_tag"}
+    expect(scores(Inverted(ExactMatch()), ADVERSARIAL, answer=GOLD), dict.fromkeys(tagged, 1.0))
 
 
 def test_format_length_and_random_rewards_do_what_they_say():
