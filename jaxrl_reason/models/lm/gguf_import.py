@@ -68,7 +68,7 @@ def dequantizable_types() -> tuple[str, ...]:
         try:
             dequantize(np.zeros((1, GGML_QUANT_SIZES[q][1]), np.uint8), q)
             ok.append(q.name)
-        except (NotImplementedError, KeyError, ValueError):
+        except (NotImplementedError, KeyError, ValueError):  # gguf cannot dequantise this type: not listed
             pass
     return tuple(ok)
 

@@ -76,7 +76,6 @@ from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, remat_graphdef
 from jaxrl_reason.rl.lm.logp import check_remat
 from jaxrl_reason.tasks.rewards import RewardConfig, task_rewards
-from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -205,14 +204,10 @@ class GRPOState:
 
 
 def _optimizer(cfg: GRPOConfig) -> optax.GradientTransformation:
-    """``rl.lm.lm_optimizer``; with a schedule, warmup or weight decay the same chain with AdamW(schedule)."""
-    if not (cfg.scheduled or cfg.weight_decay):
-        return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
-    matrices = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)
+    """``rl.lm.lm_optimizer`` with the config's learning rate (a schedule of RL steps when ``scheduled``)."""
     per_step, updates = cfg.learning_rate(), cfg.epochs * cfg.minibatches  # optax counts optimiser updates
     lr = (lambda count: per_step(count // updates)) if cfg.scheduled else cfg.lr
-    return guard_optimizer(optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adamw(
-        lr, b2=cfg.adam_b2, weight_decay=cfg.weight_decay, mask=matrices)))
+    return lm_optimizer(lr, cfg.max_grad_norm, cfg.adam_b2, cfg.weight_decay)
 
 
 def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Array, jax.Array]:
