@@ -116,6 +116,17 @@ def jaxmarl_rollout(num_agents: int, batch: int, steps: int):
     return rollout
 
 
+def time_rollout(rollout, batch: int, steps: int, repeats: int) -> float:
+    """Best steps/s over ``repeats`` timed calls after one warm-up (notebook 06)."""
+    rollout(jax.random.key(0)).block_until_ready()
+    best = np.inf
+    for r in range(repeats):
+        t = time.perf_counter()
+        rollout(jax.random.key(r + 1)).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return batch * steps / best
+
+
 def time_pair(rollouts, batch: int, steps: int, repeats: int) -> list[float]:
     """Median steps/s of each rollout, timed calls interleaved after one warm-up each."""
     t = timing.interleaved({str(k): (lambda i, ro=ro: ro(jax.random.key(i))) for k, ro in enumerate(rollouts)}, repeats)
