@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import time
+
 import jax
+import numpy as np
 
 from jaxrl_reason import envs
 from jaxrl_reason.utils import timing
