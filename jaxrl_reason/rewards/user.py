@@ -4,10 +4,9 @@
     fn = load_reward_fn("my_package.rewards:brevity")  # an importable module : a name in it
 
 The object named must follow the reward protocol (``rewards`` package docstring): a function or callable
-instance ``fn(prompts, completions, **fields) -> [B] floats`` that takes the two lists positionally and every
-per-row field, ``step`` and ``completion_ids`` by keyword (so it needs ``**kwargs``, or a parameter for each of
-them). Parameters after the two lists that have no default name row fields (``required_fields``: an experiment
-checks its data has them). Anything else is a ``RewardError`` naming the reference and what is wrong; the file's
+instance ``fn(prompts, completions, *, completion_ids, step, **row_fields) -> B rewards``, sync or ``async``,
+declaring only the keywords it uses (``**kwargs`` takes them all). Keyword parameters without a default that are
+not ``step`` / ``completion_ids`` name row fields (``required_fields``: an experiment checks its data has them). Anything else is a ``RewardError`` naming the reference and what is wrong; the file's
 folder is put on ``sys.path`` so it can import its neighbours.
 """
 
@@ -16,11 +15,10 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import inspect
 import pathlib
 import sys
 
-from jaxrl_reason.rewards.suite import RewardError
+from jaxrl_reason.rewards.suite import RewardError, reward_call
 
 
 def _module(where: str, ref: str):
@@ -54,36 +52,23 @@ def _load_file(path: str, ref: str):
 
 
 def required_fields(fn) -> tuple[str, ...]:
-    """The keyword parameters ``fn`` needs besides (prompts, completions): the row fields it names without a
-    default (e.g. ``answer`` in ``def f(prompts, completions, answer, **kwargs)``)."""
+    """The keyword parameters ``fn`` needs besides (prompts, completions): those it declares without a default
+    (e.g. ``answer`` in ``def f(prompts, completions, *, answer, step)``; ``step`` and ``completion_ids`` are the
+    trainer's, the rest row fields an experiment checks its data for)."""
     try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
+        return reward_call(fn).required
+    except RewardError:
         return ()
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][2:]
-    named = positional + [p for p in params if p.kind == p.KEYWORD_ONLY]
-    return tuple(p.name for p in named if p.default is p.empty)
 
 
 def check_reward_signature(fn, ref: str) -> None:
-    """``RewardError`` unless ``fn(prompts, completions, step=..., completion_ids=..., <row fields>=...)`` binds:
-    two positional parameters, then any named fields, and ``**kwargs``."""
+    """``RewardError`` unless ``fn`` can be called as a reward (``rewards.suite.reward_call``): a function or
+    callable instance taking (prompts, completions) first, or a ``completions`` keyword."""
     if isinstance(fn, type):
         raise RewardError(f"reward function {ref!r} is a class: name an instance of it, or a function")
     if not callable(fn):
         raise RewardError(f"reward function {ref!r} is a {type(fn).__name__}, not callable")
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # a builtin without a signature: checked by its first call
-    try:
-        sig.bind([], [], **dict.fromkeys(required_fields(fn)))
-    except TypeError as e:
-        raise RewardError(f"reward function {ref!r}{sig}: must take (prompts, completions) positionally "
-                          f"({e})") from None
-    if inspect.Parameter.VAR_KEYWORD not in [p.kind for p in sig.parameters.values()]:
-        raise RewardError(f"reward function {ref!r}{sig}: must accept **kwargs (the dataset's fields, step and "
-                          "completion_ids are passed by keyword), e.g. def f(prompts, completions, **kwargs)")
+    reward_call(fn, ref)
 
 
 def load_reward_fn(ref: str):

@@ -261,3 +261,140 @@ def test_submit_returns_at_once_and_runs_concurrently(max_workers):
         release.set()
         total, per_fn = fut.result(timeout=10)
     assert total.tolist() == [3.0] and list(per_fn) == ["waiter", "waiter_2"]
+
+
+# ---- the calling convention: optional keywords, async, None, per-turn rewards (issue 42) ----------------------
+from jaxrl_reason.rewards import RewardScores, check_reward_signature, reward_call  # noqa: E402
+
+
+def test_each_function_gets_only_the_keywords_it_declares():
+    seen = {}
+
+    def bare(prompts, completions):
+        seen["bare"] = (prompts, completions)
+        return [0.0] * len(completions)
+
+    def some(prompts, completions, *, step, answer):
+        seen["some"] = (step, answer)
+        return [1.0] * len(completions)
+
+    def every(prompts, completions, completion_ids, step, answer, other="default"):
+        seen["every"] = (completion_ids, step, answer, other)
+        return [2.0] * len(completions)
+
+    def rest(prompts, completions, answer, **kwargs):
+        seen["rest"] = (answer, sorted(kwargs))
+        return [3.0] * len(completions)
+
+    def trl_style(completions, **kwargs):  # TRL's spelling: completions by keyword, prompts among the kwargs
+        seen["trl_style"] = (completions, kwargs["prompts"], kwargs["step"])
+        return [4.0] * len(completions)
+
+    fields = {"answer": ["1", "2"], "other": ["x", "y"], "completion_ids": [[5], [6, 7]]}
+    with RewardSuite([bare, some, every, rest, trl_style]) as suite:
+        total, per_fn = suite(["p", "q"], ["a", "b"], fields, step=7)
+    assert seen == {"bare": (["p", "q"], ["a", "b"]), "some": (7, ["1", "2"]),
+                    "every": ([[5], [6, 7]], 7, ["1", "2"], ["x", "y"]),
+                    "rest": (["1", "2"], ["completion_ids", "other", "step"]),
+                    "trl_style": (["a", "b"], ["p", "q"], 7)}
+    assert total.tolist() == [10.0, 10.0]
+    assert reward_call(some).required == ("step", "answer") and reward_call(rest).takes is None
+    assert reward_call(every).required == ("completion_ids", "step", "answer")
+    check_reward_signature(bare, "f.py:bare")  # no **kwargs needed any more
+    with pytest.raises(RewardError, match=r"'f.py:one'\(x\): must take \(prompts, completions\) first"):
+        check_reward_signature(lambda x: x, "f.py:one")
+
+
+def test_async_rewards_are_awaited_concurrently_beside_sync_ones():
+    import asyncio
+
+    class Pair:  # two async functions that each wait for the other: they finish only if run concurrently
+        def __init__(self):
+            self.events = None
+
+        def make(self, me, other):
+            async def fn(prompts, completions, *, step):
+                if self.events is None:
+                    self.events = {k: asyncio.Event() for k in "ab"}
+                self.events[me].set()
+                await asyncio.wait_for(self.events[other].wait(), timeout=10)
+                return [float(step)] * len(completions)
+            fn.__name__ = f"waits_{me}"
+            return fn
+
+    class AsyncCallable:
+        async def __call__(self, prompts, completions, answer):
+            await asyncio.sleep(0)
+            return [float(c == a) for c, a in zip(completions, answer)]
+
+    pair = Pair()
+    fns = [pair.make("a", "b"), (pair.make("b", "a"), 2.0), AsyncCallable(), make_reward("r1_format")]
+    with RewardSuite(fns, max_workers=1) as suite:
+        assert [c.is_async for c in suite.calls] == [True, True, True, False]
+        total, per_fn = suite(["p", "p"], ["1", "2"], {"answer": ["1", "1"]}, step=3)
+    assert per_fn["waits_a"].tolist() == [3.0, 3.0] and per_fn["AsyncCallable"].tolist() == [1.0, 0.0]
+    assert total.tolist() == [10.0, 9.0]
+
+    async def broken(prompts, completions):
+        raise RuntimeError("line one\nline two")
+
+    with pytest.raises(RewardError, match=r"^reward function 'broken' raised RuntimeError at step 0 on a batch of 1 "
+                                          r"completions: line one line two$"):
+        RewardSuite([broken, pair.make("a", "b")])(["p"], ["c"])
+
+
+def test_none_excludes_a_sample_and_is_counted():
+    def picky(prompts, completions, *, answer):
+        return [None if a is None else float(c == a) for c, a in zip(completions, answer)]
+
+    with RewardSuite([picky, (make_reward("r1_format"), 0.5)]) as suite:
+        scores = suite.score(["p"] * 3, ["1", "2", "3"], {"answer": ["1", None, "2"]}).result()
+        total, per_fn = suite(["p"] * 3, ["1", "2", "3"], {"answer": ["1", None, "2"]})
+    assert isinstance(scores, RewardScores)
+    assert scores.valid.tolist() == [True, False, True] and scores.total.tolist() == [1.0, 0.0, 0.0]
+    assert scores.excluded == {"picky": 1, "r1_format": 0}
+    assert np.isnan(total[1]) and total[[0, 2]].tolist() == [1.0, 0.0]  # the legacy tuple marks it NaN
+    m = suite.metrics(per_fn)
+    assert m["reward/picky"] == 0.5 and m["reward/picky/excluded"] == 1 and m["reward/r1_format/excluded"] == 0
+    assert suite.metrics({"x": np.full(2, np.nan, np.float32)})["reward/x"] == 0.0  # none scored: finite
+
+
+def test_per_turn_rewards_of_multi_turn_episodes():
+    def per_turn(prompts, completions):
+        return [[0.5, 1.0], 2.0, None]  # two turns rewarded each, an episode reward, an excluded episode
+
+    with RewardSuite([per_turn, (lambda p, c: [1.0, 1.0, 1.0], 0.5)]) as suite:
+        s = suite.score(["p"] * 3, ["a", "b", "c"], turns=[2, 3, 1]).result()
+        assert s.total.tolist() == [2.0, 2.5, 0.0] and s.valid.tolist() == [True, True, False]
+        assert [t.tolist() for t in s.per_turn[:2]] == [[0.5, 1.5], [0.0, 0.0, 2.5]]  # episode numbers at the end
+        assert np.isnan(s.per_turn[2]).all()
+        with pytest.raises(RewardError, match=r"'per_turn' returned per-turn rewards \[0.5, 1.0\] for row 0 at step "
+                                              r"0, expected 3 numbers"):
+            suite.score(["p"] * 3, ["a", "b", "c"], turns=[3, 3, 1]).result()
+        with pytest.raises(RewardError, match=r"'per_turn' returned non-numeric values .* list \[0.5, 1.0\] for row 0"):
+            suite(["p"] * 3, ["a", "b", "c"])  # no turns: a list is not a reward
+
+
+@pytest.mark.parametrize("out, error", [
+    ([1.0], r"'bad' returned length 1 at step 4, expected a 1-D sequence of length 2"),
+    (["1", 0.0], r"'bad' returned non-numeric values at step 4: str '1' for row 0"),
+    ("11", r"'bad' returned a str at step 4, expected a sequence of 2 rewards"),
+    (1.0, r"'bad' returned a float at step 4"),
+    ([0.0, math.nan], r"'bad' returned 1 non-finite value\(s\) at step 4: rows \[1\]"),
+    ([None, math.inf], r"'bad' returned 1 non-finite value\(s\) at step 4: rows \[1\]"),
+    (np.zeros((2, 2)), r"'bad' returned shape \(2, 2\) at step 4"),
+])
+@pytest.mark.parametrize("is_async", [False, True])
+def test_every_bad_return_is_one_line_naming_the_function(out, error, is_async):
+    def bad(prompts, completions):
+        return out
+
+    async def bad_async(prompts, completions):
+        return out
+
+    fn = bad_async if is_async else bad
+    fn.__name__ = "bad"
+    with RewardSuite([make_reward("r1_format"), fn]) as suite:
+        with pytest.raises(RewardError, match=error) as err:
+            suite(["p", "q"], ["a", "b"], step=4)
+    assert "\n" not in str(err.value)

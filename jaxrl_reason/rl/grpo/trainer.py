@@ -4,7 +4,8 @@ KL-regularised policy loss.
 
     trainer = GRPOTrainer(GRPOConfig(...), model, tokenizer, dataset, reward_fns)
     #   dataset: data.PromptDataset (rows from a file, rendered prompts) or data.TaskDataset (synthetic tasks)
-    #   reward_fns: [fn | (fn, weight)], fn(prompts, completions, **row_fields) -> [B] (jaxrl_reason.rewards)
+    #   reward_fns: [fn | (fn, weight)], fn(prompts, completions, *, completion_ids, step, **row_fields) -> [B]
+    #   numbers or None (jaxrl_reason.rewards; each keyword optional to declare; sync or async)
     trainer = GRPOTrainer.for_tasks(GRPOConfig(...), model, CharTokenizer(), [RandomCalculation()], prompt_len=24)
     state = trainer.init(jax.random.key(0))                 # starts from the model's weights
     state, metrics = trainer.step(state)                    # one RL step (host entry point)
@@ -14,8 +15,9 @@ One step: (1) take ``prompts_per_step * oversample`` prompts from the dataset, s
 (config.seed, step), so a resumed run sees the same data; (2) sample ``group_size`` responses per
 prompt at ``temperature``, stopping at eos or a stop string (``</answer>``); (3) decode them and score
 them with the reward functions in a thread pool (``rewards.RewardSuite``; weighted sum, each logged as
-``reward/<name>``) while the device computes the old-policy and reference log-probs where they are
-needed; (4) in one jitted update (``rl.lm.make_update``): dynamic sampling (keep groups with non-zero
+``reward/<name>``; a sample any function returned None for is excluded: no part in its group's statistics,
+advantage 0, no loss tokens; counted as ``reward/<name>/excluded`` and ``excluded``) while the device computes
+the old-policy and reference log-probs where they are needed; (4) in one jitted update (``rl.lm.make_update``): dynamic sampling (keep groups with non-zero
 reward variance first, then fill with the rest: static shapes, oversample-and-select), advantages
 (``rl.grpo.advantages.ESTIMATORS``), ``epochs`` x ``minibatches`` optimiser steps of the loss
 (``rl.grpo.losses``: objective clip / gspo / cispo), and the ProRL reference hard reset (reference <-
@@ -210,13 +212,20 @@ def _optimizer(cfg: GRPOConfig) -> optax.GradientTransformation:
     return lm_optimizer(lr, cfg.max_grad_norm, cfg.adam_b2, cfg.weight_decay)
 
 
-def select_groups(rewards: jax.Array, keep: int, dynamic: bool) -> tuple[jax.Array, jax.Array]:
-    """rewards [Q, G] -> (indices of ``keep`` groups [keep], fraction of groups with zero variance).
+def select_groups(rewards: jax.Array, keep: int, dynamic: bool, valid: jax.Array | None = None
+                  ) -> tuple[jax.Array, jax.Array]:
+    """rewards [Q, G] (valid [Q, G]: 0 on excluded samples) -> (indices of ``keep`` groups [keep], fraction of
+    groups with zero variance among their valid samples).
 
     Dynamic sampling with static shapes: groups with non-zero reward variance come first (stable
     order), zero-variance groups only fill the remaining slots (their advantages are 0 anyway).
     """
-    informative = jnp.std(rewards, axis=1) > 0
+    if valid is None:
+        informative = jnp.std(rewards, axis=1) > 0
+    else:
+        w = valid.astype(rewards.dtype)
+        mean = (rewards * w).sum(1, keepdims=True) / jnp.maximum(w.sum(1, keepdims=True), 1.0)
+        informative = ((rewards - mean) ** 2 * w).sum(1) > 0
     frac_filtered = 1.0 - jnp.mean(informative.astype(jnp.float32))
     order = jnp.argsort(~informative, stable=True) if dynamic else jnp.arange(rewards.shape[0])
     return order[:keep], frac_filtered
@@ -363,22 +372,27 @@ class GRPOTrainer:
         completions = self.tokenizer.decode_completions(tokens, lengths)
         fields = {k: [r[k] for r in rows] for k in rows[0] if all(k in r for r in rows)}
         fields["completion_ids"] = [t[:n].tolist() for t, n in zip(tokens, lengths)]
-        pending = self.rewards.submit(prompt_text, completions, fields, step=step)
+        pending = self.rewards.score(prompt_text, completions, fields, step=step)
         logps = {} if self._logprobs is None else self._logprobs(state, prompts, plens, out.tokens)  # meanwhile
         jax.block_until_ready(logps)
         t2 = time.perf_counter()
-        total, per_fn = pending.result()
+        scores = pending.result()
+        total, per_fn = scores.total, scores.per_fn
         t3 = time.perf_counter()
-        self.last_samples = {"prompt": prompt_text, "completion": completions, "reward": total.tolist(),
-                             **{f"reward/{k}": v.tolist() for k, v in per_fn.items()}}
+        none = lambda v: [None if not np.isfinite(x) else float(x) for x in v]  # excluded samples: None
+        self.last_samples = {"prompt": prompt_text, "completion": completions,
+                             "reward": none(np.where(scores.valid, total, np.nan)),
+                             **{f"reward/{k}": none(v) for k, v in per_fn.items()}}
         finished = self._put(self._finished(tokens, lengths)) if cfg.mask_truncated else None
         state, metrics = self._update(state, k_update, prompts, plens, out.tokens, out.lengths, out.logprobs, logps,
                                       jnp.asarray(total).reshape(-1, cfg.group_size),
-                                      jnp.int32(cfg.ref_reset_every or 0), finished)
+                                      jnp.int32(cfg.ref_reset_every or 0), finished,
+                                      valid=jnp.asarray(scores.valid, jnp.float32).reshape(-1, cfg.group_size))
         jax.block_until_ready(state.params)
         metrics["time_sample_s"], metrics["time_reward_idle_s"] = t1 - t0, t3 - t2
         metrics["time_update_s"] = time.perf_counter() - t1 - (t3 - t2)
         metrics.update(self.rewards.metrics(per_fn))
+        metrics["excluded"] = float(len(total) - scores.valid.sum())  # samples some reward returned None for
         if "correct" in per_fn:
             metrics["accuracy"] = float(np.mean(per_fn["correct"] == 1.0))
         metrics["format_rate"] = float(np.mean(self._format(prompt_text, completions)))
@@ -429,12 +443,16 @@ def _update_fn(graphdef, loss_graphdef, cfg: GRPOConfig, pad_id: int):
     loss_fn = make_loss(cfg.loss)
 
     def update(state: GRPOState, key, prompts, prompt_lens, tokens, lengths, sample_logp, logps, rewards, reset_every,
-               finished=None):
+               finished=None, valid=None):
+        """rewards, valid [Q, G] (valid: 1, or 0 on a sample a reward excluded with None: no part in its group's
+        statistics, advantage 0, no loss tokens)."""
         g, n = cfg.group_size, cfg.max_new_tokens
-        sel, frac_filtered = select_groups(rewards, cfg.prompts_per_step, cfg.dynamic_sampling)
+        sel, frac_filtered = select_groups(rewards, cfg.prompts_per_step, cfg.dynamic_sampling, valid)
         rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
         chosen = rewards[sel].reshape(-1)
-        adv, _ = estimate(cfg.advantage, chosen, jnp.repeat(jnp.arange(cfg.prompts_per_step), g), cfg.prompts_per_step)
+        kept = None if valid is None else valid[sel].reshape(-1)
+        adv, _ = estimate(cfg.advantage, chosen, jnp.repeat(jnp.arange(cfg.prompts_per_step), g), cfg.prompts_per_step,
+                          None if kept is None else kept > 0)
         prompt_lens, lengths = prompt_lens[rows], lengths[rows]
         extra = {}
         if cfg.dropout:  # one seed per row; a minibatch uses its first row's
@@ -444,6 +462,8 @@ def _update_fn(graphdef, loss_graphdef, cfg: GRPOConfig, pad_id: int):
         mask = response_mask(lengths, n)
         if finished is not None:  # mask_truncated: a cut-off completion adds no loss
             mask = mask * finished[rows][:, None]
+        if kept is not None:  # excluded samples add no loss
+            mask = mask * kept[:, None]
         rollout = Rollout(join(prompts[rows], prompt_lens, tokens[rows], pad_id), prompt_lens, mask,
                           adv, sample_logp=sample_logp[rows], ref_logp=pick("ref"), old_logp=pick("old"),
                           old_entropy=pick("old_entropy"), extra=extra)
@@ -456,8 +476,10 @@ def _update_fn(graphdef, loss_graphdef, cfg: GRPOConfig, pad_id: int):
         ref_params = None if state.ref_params is None else pick(params, state.ref_params)
         opt_state = pick(optimizer.init(params), opt_state)
         metrics = {k: v.mean() for k, v in m.items()}
+        mean = lambda r, w: r.mean() if w is None else (r * w).sum() / jnp.maximum(w.sum(), 1.0)
         metrics.update(
-            reward=rewards.mean(), reward_selected=rewards[sel].mean(), frac_filtered=frac_filtered,
+            reward=mean(rewards, valid), reward_selected=mean(rewards[sel], None if valid is None else valid[sel]),
+            frac_filtered=frac_filtered,
             response_length=lengths.mean(), clip_fraction=m["clip_fraction"].mean(), ref_reset=reset.astype(jnp.float32),
         )
         if "kl" in m:

@@ -373,3 +373,64 @@ def test_rewards_run_on_host_threads_while_the_device_computes_log_probs(bpe, js
 
 
 # ---- experiments/grpo.py through the CLI ----------------------------------------------------------------
+
+
+# ---- None from a reward: the sample is excluded from the loss (issue 42) -----------------------------------------
+def test_a_sample_a_reward_excludes_adds_nothing_to_the_update(bpe, jsonl_dataset, bpe_model):
+    """The jitted update with sample 1 excluded (valid 0): its advantage is 0 and the others' are their group's
+    without it; the updated params do not depend on its tokens or reward (token-mean loss: the same update as
+    the batch without it), while changing a kept sample's tokens changes them (the check can fail)."""
+    from jaxrl_reason.rl.grpo.advantages import estimate, grpo_advantages
+
+    cfg = dataclasses.replace(DATA_CFG, group_size=4, prompts_per_step=2)
+    trainer = GRPOTrainer(cfg, bpe_model, bpe, jsonl_dataset, [make_reward("exact_match")])
+    _, _, ids, lens = trainer.prompts(0)
+    b, n = len(ids), cfg.max_new_tokens
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(3, bpe.vocab_size, (b, n)).astype(np.int32)
+    lengths = rng.integers(2, n + 1, b).astype(np.int32)
+    rewards = np.array([[1.0, 5.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]], np.float32)
+    valid = np.ones_like(rewards)
+    valid[0, 1] = 0.0
+
+    def update(tokens, rewards, valid=valid):
+        state = trainer.init(jax.random.key(0))
+        new, m = trainer._update(state, jax.random.key(1), jnp.asarray(ids), jnp.asarray(lens), jnp.asarray(tokens),
+                                 jnp.asarray(lengths), jnp.zeros((b, n)), {}, jnp.asarray(rewards), jnp.int32(0),
+                                 None, valid=jnp.asarray(valid))
+        return [np.asarray(x) for x in jax.tree.leaves(new.params)], m
+
+    base, m = update(tokens, rewards)
+    other_tokens, other_rewards = tokens.copy(), rewards.copy()
+    other_tokens[1] = rng.integers(3, bpe.vocab_size, n)
+    other_rewards[0, 1] = -3.0
+    for a, c in zip(base, update(other_tokens, other_rewards)[0]):
+        np.testing.assert_allclose(a, c, rtol=0, atol=1e-7)
+    kept_changed = tokens.copy()
+    kept_changed[2] = other_tokens[1]
+    assert any(not np.allclose(a, c, atol=1e-6) for a, c in zip(base, update(kept_changed, rewards)[0]))
+    assert float(m["reward"]) == pytest.approx((rewards.sum() - 5.0) / 7)  # the mean over the valid samples
+
+    adv, _ = estimate(
+        "grpo", jnp.asarray(rewards.reshape(-1)), jnp.repeat(jnp.arange(2), 4), 2, jnp.asarray(valid.reshape(-1)) > 0)
+    adv = np.asarray(adv).reshape(2, 4)
+    assert adv[0, 1] == 0.0
+    np.testing.assert_allclose(adv[0, [0, 2, 3]], np.asarray(grpo_advantages(jnp.asarray(rewards[:1, [0, 2, 3]])))[0],
+                               rtol=1e-6)
+    np.testing.assert_allclose(adv[1], np.asarray(grpo_advantages(jnp.asarray(rewards[1:])))[0], rtol=1e-6)
+    trainer.rewards.close()
+
+
+def test_a_reward_returning_none_is_counted_in_the_step_metrics(bpe, jsonl_dataset, bpe_model):
+    def every_other(prompts, completions, *, step):
+        return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+    trainer = GRPOTrainer(DATA_CFG, bpe_model, bpe, jsonl_dataset, [every_other, make_reward("r1_format")])
+    state, m = trainer.step(trainer.init(jax.random.key(0)))
+    b = DATA_CFG.prompts_per_step * DATA_CFG.group_size
+    assert m["reward/every_other/excluded"] == b // 2 and m["reward/r1_format/excluded"] == 0
+    assert m["excluded"] == b // 2 and m["reward/every_other"] == 1.0
+    # every group (size 2) keeps one sample: no baseline, advantages 0, so nothing is learned and the loss is 0
+    assert float(m["loss"]) == 0.0 and int(state.step) == 1
+    assert trainer.last_samples["reward"][1] is None and trainer.last_samples["reward/every_other"][1] is None
+    trainer.rewards.close()
