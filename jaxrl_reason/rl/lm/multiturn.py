@@ -1,0 +1,406 @@
+"""Multi-turn LM episodes on one text-environment protocol, ending in the learner core's ``Rollout``.
+
+The protocol (the ``envs.core`` conventions, in text: key first, a pure ``step``, the episode's state a pytree):
+
+    class MyEnv(TextEnv):                        # pure JAX: runs inside the jitted rollout
+        max_turns, prompt_tokens, obs_tokens = 4, 32, 8
+        def reset(self, key, data) -> (state, TextStep)              # obs [B, prompt_tokens]: the prompt
+        def step(self, key, state, turn, turn_len) -> (state, TextStep)   # turn [B, N]: the model's ids
+    class MyTool(HostTextEnv):                   # Python (a tool, a checker): runs on host threads
+        def reset(self, row) -> (episode, prompt_ids)
+        def step(self, episode, turn_ids) -> (episode, obs_ids, reward, done)
+
+``TextStep``: obs [B, O] int32 right-padded with obs_len [B], reward [B] float32, done [B] bool, info {name: [B, ...]}.
+
+Two ways a turn's context is built:
+
+``make_rollout(env, respond, turn_tokens)`` -> pure ``rollout(params, key, data) -> Episodes`` (jit it): one
+growing sequence per episode, ``prompt, turn 1, obs 1, turn 2, obs 2, ...``; a ``lax.scan`` over the turns samples
+each turn on the whole context so far (``respond``), then steps the env; an ended episode samples nothing more
+(its rows stop at once) and keeps its state. ``HostRollout(env, respond, turn_tokens)`` is the same episode with a
+``HostTextEnv``: one jitted program per turn samples (and appends) on the device, the env steps on a thread pool;
+with ``chunks`` > 1 the batch is cut into chunks so one chunk's env steps overlap another's sampling.
+``Episodes.to_rollout(advantages)`` is the learner's ``Rollout``: response = everything after the prompt, ``mask``
+its length, ``loss_mask`` 1 only on the tokens the model wrote (observations are context, never trained on).
+
+``make_turn_rollout(env, respond)``: each turn's prompt is the env's observation alone (a game rendered for the
+player to move, a memory-update prompt): ``Turns`` [T, B, ...], one trainable row per (turn, episode).
+
+Shapes: P = ``env.prompt_tokens``, N = ``turn_tokens`` (the responder's max_new_tokens), O = ``env.obs_tokens``,
+T = ``env.max_turns``; the response holds L = T * N + (T - 1) * O tokens (``response_width``), so it never
+overflows. ``respond(params, prompts [B, W], prompt_lens [B], key, live [B]) -> SampleOutput`` (``lm_responder``:
+the jitted sampler; a row with ``live`` False samples nothing).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_reason.envs.wrappers import where_done
+from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.models.lm.sequences import join, response_mask
+from jaxrl_reason.rl.lm.rollout import Rollout
+
+@flax.struct.dataclass
+class TextStep:
+    """What the model sees after ``reset`` / ``step`` of a batched ``TextEnv``."""
+
+    obs: jax.Array  # [B, O] int32 token ids, right-padded
+    obs_len: jax.Array  # [B] int32
+    reward: jax.Array  # [B] float32 (of the turn just taken; 0 at reset)
+    done: jax.Array  # [B] bool: the episode ended
+    info: dict = flax.struct.field(default_factory=dict)  # {name: [B, ...]} the env's own per-turn records
+
+
+class TextEnv(abc.ABC):
+    """A batched pure-JAX text environment (see the module docstring). Static attributes: ``max_turns`` (T, the
+    model's turns at most), ``prompt_tokens`` (P, the first observation's width), ``obs_tokens`` (O, every later
+    observation's width). ``reset``'s ``data`` is the episodes' per-row input ([B, ...] pytree: problems' arrays,
+    or ``jnp.arange(B)`` for an env that draws its own)."""
+
+    max_turns: int
+    prompt_tokens: int
+    obs_tokens: int
+
+    def split_key(self, key: jax.Array) -> tuple[jax.Array, Any]:
+        """A turn's key -> (the sampler's key, the key ``step`` gets). Default: ``jax.random.split(key)``."""
+        k_sample, k_env = jax.random.split(key)
+        return k_sample, k_env
+
+    @abc.abstractmethod
+    def reset(self, key: jax.Array, data) -> tuple[Any, TextStep]:
+        """Start B episodes: (state, TextStep with obs [B, P] = the prompts, reward 0)."""
+
+    @abc.abstractmethod
+    def step(self, key, state, turn: jax.Array, turn_len: jax.Array) -> tuple[Any, TextStep]:
+        """The model's turn (ids [B, N], lengths [B], stop token included) -> (state, TextStep with obs [B, O])."""
+
+
+class HostTextEnv(abc.ABC):
+    """A text environment stepped in Python, one episode at a time (a tool, a checker); the same static
+    attributes as ``TextEnv``. Methods must be thread-safe across episodes (``HostRollout`` runs them on a pool)."""
+
+    max_turns: int
+    prompt_tokens: int
+    obs_tokens: int
+
+    @abc.abstractmethod
+    def reset(self, row) -> tuple[Any, list[int]]:
+        """One episode from a data row -> (episode, the prompt's ids, at most ``prompt_tokens``)."""
+
+    @abc.abstractmethod
+    def step(self, episode, turn: list[int]) -> tuple[Any, list[int], float, bool]:
+        """The model's turn ids -> (episode, the next observation's ids (at most ``obs_tokens``), reward, done)."""
+
+
+def response_width(max_turns: int, turn_tokens: int, obs_tokens: int) -> int:
+    """L = T * N + (T - 1) * O: the response slots of an episode (every turn full, every observation between)."""
+    return max_turns * turn_tokens + (max_turns - 1) * obs_tokens
+
+
+def _check_env(env, turn_tokens: int) -> None:
+    for name in ("max_turns", "prompt_tokens", "obs_tokens"):
+        if not isinstance(getattr(env, name, None), int) or getattr(env, name) < (0 if name == "obs_tokens" else 1):
+            raise ValueError(f"{type(env).__name__}.{name} must be an int >= {0 if name == 'obs_tokens' else 1}, "
+                             f"got {getattr(env, name, None)!r}")
+    if turn_tokens < 1:
+        raise ValueError(f"turn_tokens must be >= 1, got {turn_tokens}")
+
+
+# ---------------------------------------------------------------------------------------- the context
+def write_rows(buf: jax.Array, start: jax.Array, x: jax.Array, n: jax.Array) -> jax.Array:
+    """buf [B, L]; each row's x[b, :n[b]] written at buf[b, start[b]:] (nothing past L). Jittable, no loops."""
+    w, width = x.shape[1], buf.shape[1]
+    idx = start[:, None] + jnp.arange(w, dtype=jnp.int32)[None]
+    idx = jnp.where(jnp.arange(w)[None] < n[:, None], idx, width)  # unused slots: dropped
+    return buf.at[jnp.arange(buf.shape[0])[:, None], idx].set(x.astype(buf.dtype), mode="drop")
+
+
+@flax.struct.dataclass
+class Context:
+    """An episode so far: the prompt [B, P] (prompt_len [B]), then response [B, L] (length [B]) with the loss mask
+    [B, L] (1 where the model wrote the token) and the sampler's log-probs [B, L] (0 elsewhere)."""
+
+    prompt: jax.Array
+    prompt_len: jax.Array
+    response: jax.Array
+    length: jax.Array
+    loss_mask: jax.Array
+    logp: jax.Array
+
+    @staticmethod
+    def start(prompt, prompt_len, width: int, pad_id: int) -> "Context":
+        b = prompt.shape[0]
+        return Context(jnp.asarray(prompt, jnp.int32), jnp.asarray(prompt_len, jnp.int32),
+                       jnp.full((b, width), pad_id, jnp.int32), jnp.zeros((b,), jnp.int32),
+                       jnp.zeros((b, width), jnp.float32), jnp.zeros((b, width), jnp.float32))
+
+    def append(self, tokens, n, logp=None) -> "Context":
+        """Append tokens [B, W] (n [B] of each row); with ``logp`` [B, W] they are the model's (loss mask 1)."""
+        n = jnp.asarray(n, jnp.int32)
+        model = logp is not None
+        mask = write_rows(self.loss_mask, self.length, jnp.full(tokens.shape, float(model), jnp.float32), n)
+        logps = self.logp if not model else write_rows(self.logp, self.length, logp, n)
+        return self.replace(response=write_rows(self.response, self.length, tokens, n), length=self.length + n,
+                            loss_mask=mask, logp=logps)
+
+    def sequences(self, pad_id: int) -> jax.Array:
+        """[B, P + L]: each prompt, its response right after it (``join``)."""
+        return join(self.prompt, self.prompt_len, self.response, pad_id)
+
+
+@flax.struct.dataclass
+class Episodes:
+    """Multi-turn episodes as one sequence each (``make_rollout`` / ``HostRollout``)."""
+
+    seqs: jax.Array  # [B, P + L] int32: prompt, then turns and observations
+    prompt_lens: jax.Array  # [B]
+    lengths: jax.Array  # [B] response tokens (turns + observations)
+    loss_mask: jax.Array  # [B, L] float32: 1 on the model's tokens
+    sample_logp: jax.Array  # [B, L] float32: the sampler's log-probs of the model's tokens, 0 elsewhere
+    rewards: jax.Array  # [B, T] float32 per turn (0 after the end)
+    turns: jax.Array  # [B] int32: the model's turns taken
+    done: jax.Array  # [B] bool: the env ended the episode (else it hit max_turns: truncated)
+    info: dict = flax.struct.field(default_factory=dict)  # make_rollout: the env's info [T, B, ...]
+
+    @property
+    def reward(self) -> jax.Array:
+        """[B]: the episode's return (the sum of its turn rewards)."""
+        return self.rewards.sum(axis=1)
+
+    def to_rollout(self, advantages: jax.Array, **fields) -> Rollout:
+        """The learner's ``Rollout`` (advantages [B]); ``fields``: more of its fields (ref_logp, extra, ...)."""
+        return Rollout(self.seqs, self.prompt_lens, response_mask(self.lengths, self.loss_mask.shape[1]), advantages,
+                       sample_logp=self.sample_logp, loss_mask=self.loss_mask, **fields)
+
+
+def _episodes(ctx: Context, rewards, turns, done, pad_id: int, info=None) -> Episodes:
+    return Episodes(seqs=ctx.sequences(pad_id), prompt_lens=ctx.prompt_len, lengths=ctx.length,
+                    loss_mask=ctx.loss_mask, sample_logp=ctx.logp, rewards=rewards, turns=turns, done=done,
+                    info=info or {})
+
+
+def _sample_turn(respond, params, ctx: Context, key, live, pad_id: int):
+    """Sample one turn on the whole context; append it (n = 0 for rows not live) -> (ctx, out, n)."""
+    out = respond(params, ctx.sequences(pad_id), ctx.prompt_len + ctx.length, key, live)
+    n = jnp.where(live, out.lengths, 0)
+    return ctx.append(out.tokens, n, out.logprobs), out, n
+
+
+# ---------------------------------------------------------------------------------------- responders
+def lm_responder(graphdef, config: SamplerConfig, stop_tokens: Sequence[int], stop_sequences=None) -> Callable:
+    """The LM as a responder: ``respond(params, prompts [B, W], prompt_lens [B], key, live [B]) -> SampleOutput``,
+    the jitted sampler (``params``: the model's full ``nnx.State``) with a cache of W + max_new_tokens, stopping at
+    any of ``stop_tokens`` (ids) or ``stop_sequences`` ([Q, L], ``sampler.stop_sequence_array``)."""
+    stops = jnp.asarray(list(stop_tokens) or [-1], jnp.int32)
+    n = config.max_new_tokens
+
+    def respond(params, prompts, prompt_lens, key, live):
+        b, w = prompts.shape
+        cfg = dataclasses.replace(config, cache_len=w + n)
+        seqs = None if stop_sequences is None else jnp.broadcast_to(stop_sequences, (b,) + stop_sequences.shape)
+        return generate(graphdef, params, prompts, prompt_lens, key, jnp.broadcast_to(stops, (b, stops.shape[0])),
+                        jnp.where(live, n, 0).astype(jnp.int32), seqs, config=cfg)
+
+    return respond
+
+
+# ---------------------------------------------------------------------------------------- pure-JAX envs
+def make_rollout(env: TextEnv, respond: Callable, turn_tokens: int, pad_id: int = 0) -> Callable:
+    """-> pure ``rollout(params, key, data) -> Episodes`` (module docstring): ``lax.scan`` over the env's turns,
+    each sampling on the whole episode so far. Keys: ``k_reset, k_play = split(key)``; turn t gets
+    ``split(k_play, T)[t]``, divided by ``env.split_key``. ``info``: the env's per-turn info, [T, B, ...] (after an
+episode ended: what a step of its kept state gave; read it where the turn was live)."""
+    _check_env(env, turn_tokens)
+    t_max, o = env.max_turns, env.obs_tokens
+    width = response_width(t_max, turn_tokens, o)
+
+    def rollout(params, key, data) -> Episodes:
+        k_reset, k_play = jax.random.split(key)
+        state, first = env.reset(k_reset, data)
+        b = first.obs.shape[0]
+        ctx = Context.start(first.obs, first.obs_len, width, pad_id)
+
+        def turn(carry, xs):
+            state, ctx, done, turns = carry
+            t, key = xs
+            k_sample, k_env = env.split_key(key)
+            live = ~done
+            ctx, out, n = _sample_turn(respond, params, ctx, k_sample, live, pad_id)
+            new_state, st = env.step(k_env, state, out.tokens, n)
+            state = where_done(done, state, new_state)  # an ended episode keeps its state
+            ended = live & st.done
+            keep = live & ~st.done & (t < t_max - 1)  # the last turn's observation is never read
+            ctx = ctx.append(st.obs[:, :o], jnp.where(keep, jnp.minimum(st.obs_len, o), 0))
+            reward = jnp.where(live, st.reward, 0.0).astype(jnp.float32)
+            return (state, ctx, done | ended, turns + live.astype(jnp.int32)), (reward, st.info)
+
+        init = (state, ctx, jnp.asarray(first.done, bool), jnp.zeros((b,), jnp.int32))
+        xs = (jnp.arange(t_max), jax.random.split(k_play, t_max))
+        (_, ctx, done, turns), (rewards, info) = jax.lax.scan(turn, init, xs)
+        return _episodes(ctx, rewards.T, turns, done, pad_id, info)
+
+    return rollout
+
+
+@flax.struct.dataclass
+class Turns:
+    """``make_turn_rollout``'s records, one row per (turn, episode): [T, B, ...]."""
+
+    prompts: jax.Array  # [T, B, P] the observation the turn answered
+    prompt_lens: jax.Array  # [T, B]
+    tokens: jax.Array  # [T, B, N]
+    logprobs: jax.Array  # [T, B, N]
+    lengths: jax.Array  # [T, B]
+    live: jax.Array  # [T, B] bool: the episode had not ended before the turn
+    reward: jax.Array  # [T, B]
+    done: jax.Array  # [T, B] bool: ended at this turn or before
+    info: dict  # the env's info [T, B, ...]
+
+    def to_rollout(self, advantages: jax.Array, active: jax.Array | None = None, pad_id: int = 0, **fields) -> Rollout:
+        """Rows = (turn, episode), turn-major; advantages [T, B]; ``active`` [T, B] (default ``live``): trained rows."""
+        t, b, n = self.tokens.shape
+        flat = lambda x: x.reshape((t * b,) + x.shape[2:])
+        active = self.live if active is None else active
+        seqs = join(flat(self.prompts), flat(self.prompt_lens), flat(self.tokens), pad_id)
+        return Rollout(seqs, flat(self.prompt_lens), response_mask(flat(self.lengths), n, flat(active)),
+                       flat(advantages), sample_logp=flat(self.logprobs), **fields)
+
+
+def make_turn_rollout(env: TextEnv, respond: Callable) -> Callable:
+    """-> pure ``rollout(params, key, data) -> (Turns, final state)``: each turn the model answers the env's latest
+    observation alone (``obs_tokens`` = ``prompt_tokens``). Every row samples every turn (``live`` tells the
+    responder which episodes still run); keys as in ``make_rollout``; an ended episode keeps its state."""
+    _check_env(env, 1)
+    if env.obs_tokens != env.prompt_tokens:
+        raise ValueError(f"make_turn_rollout: obs_tokens ({env.obs_tokens}) must equal prompt_tokens "
+                         f"({env.prompt_tokens}): each observation is the next prompt")
+
+    def rollout(params, key, data):
+        k_reset, k_play = jax.random.split(key)
+        state, first = env.reset(k_reset, data)
+
+        def turn(carry, key):
+            state, last = carry
+            k_sample, k_env = env.split_key(key)
+            live = ~last.done
+            out = respond(params, last.obs, last.obs_len, k_sample, live)
+            new_state, st = env.step(k_env, state, out.tokens, out.lengths)
+            state = where_done(last.done, state, new_state)
+            st = st.replace(done=last.done | st.done, reward=jnp.where(live, st.reward, 0.0))
+            rec = Turns(prompts=last.obs, prompt_lens=last.obs_len, tokens=out.tokens, logprobs=out.logprobs,
+                        lengths=out.lengths, live=live, reward=st.reward, done=st.done, info=st.info)
+            return (state, st), rec
+
+        first = first.replace(done=jnp.asarray(first.done, bool))
+        (state, _), turns = jax.lax.scan(turn, (state, first), jax.random.split(k_play, env.max_turns))
+        return turns, state
+
+    return rollout
+
+
+# ---------------------------------------------------------------------------------------- host envs
+class HostRollout:
+    """Episodes of a ``HostTextEnv``: ``episodes, states = HostRollout(env, respond, turn_tokens)(params, key, rows)``.
+
+    Per turn and chunk of rows: one jitted device program samples the turn on the whole context and appends it;
+    the env steps that chunk's episodes on a thread pool while the device samples the next chunk (``chunks`` > 1:
+    overlap; a chunk's draws then use ``fold_in(sampler key, chunk)``; with one chunk the keys, so the draws, are
+    ``make_rollout``'s); the observations are appended on the device
+    before the chunk's next turn. Stops early once every episode has ended. ``states``: the env's episode objects
+    (their counters, for metrics). An observation or prompt longer than the env's widths raises ValueError."""
+
+    def __init__(self, env: HostTextEnv, respond: Callable, turn_tokens: int, pad_id: int = 0, chunks: int = 1,
+                 workers: int | None = None):
+        _check_env(env, turn_tokens)
+        if chunks < 1:
+            raise ValueError(f"HostRollout: chunks must be >= 1, got {chunks}")
+        self.env, self.turn_tokens, self.pad_id, self.chunks = env, turn_tokens, pad_id, chunks
+        self.width = response_width(env.max_turns, turn_tokens, env.obs_tokens)
+        self.pool = ThreadPoolExecutor(max_workers=workers or chunks, thread_name_prefix="text-env")
+        self._turn = jax.jit(lambda params, ctx, key, live: _sample_turn(respond, params, ctx, key, live, pad_id))
+        self._observe = jax.jit(lambda ctx, obs, n: ctx.append(obs, n))
+
+    def _pad(self, seqs, width: int, what: str):
+        arr = np.full((len(seqs), max(width, 1)), self.pad_id, np.int32)
+        lens = np.zeros(len(seqs), np.int32)
+        for i, s in enumerate(seqs):
+            if len(s) > width:
+                raise ValueError(f"{type(self.env).__name__}: a {what} of {len(s)} tokens exceeds its width {width}")
+            arr[i, : len(s)], lens[i] = s, len(s)
+        return arr[:, :width], lens
+
+    def _step_rows(self, states, rows, tokens, lengths, live):
+        """Host: step the live episodes ``rows`` -> (obs ids lists, rewards, dones) for those rows."""
+        obs, rewards, dones = [], np.zeros(len(rows), np.float32), np.ones(len(rows), bool)
+        for j, i in enumerate(rows):
+            if not live[j]:
+                obs.append([])
+                continue
+            states[i], o, r, d = self.env.step(states[i], tokens[j, : lengths[j]].tolist())
+            obs.append(list(o))
+            rewards[j], dones[j] = float(r), bool(d)
+        return obs, rewards, dones
+
+    def __call__(self, params, key, rows: Sequence) -> tuple[Episodes, list]:
+        env, b = self.env, len(rows)
+        if b < 1:
+            raise ValueError("HostRollout: no rows")
+        reset = list(self.pool.map(env.reset, rows))
+        states = [s for s, _ in reset]
+        prompt, plen = self._pad([p for _, p in reset], env.prompt_tokens, "prompt")
+        cuts = np.array_split(np.arange(b), min(self.chunks, b))
+        ctxs = [Context.start(prompt[c], plen[c], self.width, self.pad_id) for c in cuts]
+        live = [np.ones(len(c), bool) for c in cuts]
+        rewards = np.zeros((b, env.max_turns), np.float32)
+        turns, done = np.zeros(b, np.int32), np.zeros(b, bool)
+        pending = [None] * len(cuts)
+        keys = jax.random.split(jax.random.split(key)[1], env.max_turns)  # make_rollout's keys: same draws
+        for t in range(env.max_turns):
+            outs = []
+            for c, rows_c in enumerate(cuts):
+                if pending[c] is not None:  # the chunk's last env step: append its observations, then sample
+                    (obs, r, d), pending[c] = pending[c].result(), None
+                    prev = live[c]
+                    rewards[rows_c, t - 1], done[rows_c] = np.where(prev, r, 0.0), done[rows_c] | (prev & d)
+                    live[c] = prev & ~d
+                    arr, n = self._pad(obs, env.obs_tokens, "observation")
+                    ctxs[c] = self._observe(ctxs[c], arr, np.where(live[c], n, 0))
+                if not live[c].any():
+                    outs.append(None)
+                    continue
+                k = jax.random.split(keys[t])[0]  # TextEnv.split_key's default
+                k = k if len(cuts) == 1 else jax.random.fold_in(k, c)
+                ctxs[c], out, _ = self._turn(params, ctxs[c], k, live[c])
+                turns[rows_c] += live[c]
+                outs.append(out)
+            if all(o is None for o in outs):
+                break
+            for c, rows_c in enumerate(cuts):  # each chunk's tokens as soon as they exist: its env steps start
+                if outs[c] is None:
+                    pending[c] = None
+                    continue
+                tokens, lengths = jax.device_get((outs[c].tokens, outs[c].lengths))
+                pending[c] = self.pool.submit(self._step_rows, states, rows_c, tokens, lengths, live[c].copy())
+        for c, rows_c in enumerate(cuts):  # the last turn's steps: rewards and dones (no observation)
+            if pending[c] is not None:
+                _, r, d = pending[c].result()
+                rewards[rows_c, t] = np.where(live[c], r, 0.0)
+                done[rows_c] |= live[c] & d
+        ctx = jax.tree.map(lambda *x: jnp.concatenate(x), *ctxs)
+        return _episodes(ctx, jnp.asarray(rewards), jnp.asarray(turns), jnp.asarray(done), self.pad_id), states
+
+    def close(self):
+        self.pool.shutdown(wait=True)
+
+
+__all__ = ["Context", "Episodes", "HostRollout", "HostTextEnv", "TextEnv", "TextStep", "Turns",
+           "lm_responder", "make_rollout", "make_turn_rollout", "response_width", "write_rows"]

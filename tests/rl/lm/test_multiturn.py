@@ -1,0 +1,207 @@
+"""rl.lm.multiturn: the text-env protocol's rollouts (pure JAX inside jit, host on threads) against a reference
+built turn by turn, the loss mask exactly the model's tokens, the sampler's log-probs where the learner scores them."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig
+from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.multiturn import (HostRollout, HostTextEnv, TextEnv, TextStep, lm_responder, make_rollout,
+                                          make_turn_rollout, response_width)
+
+P, O, T, N = 4, 3, 3, 4
+STOP = 7
+
+
+class Count(TextEnv):
+    """Episode d (data) lasts d model turns; obs = [20 + turn, 30 + turn length]; reward = turn length / 10."""
+
+    max_turns, prompt_tokens, obs_tokens = T, P, O
+
+    def reset(self, key, data):
+        b = data.shape[0]
+        prompt = jnp.zeros((b, P), jnp.int32).at[:, 0].set(1).at[:, 1].set(10 + data)
+        return {"d": data, "t": jnp.zeros((b,), jnp.int32)}, TextStep(
+            prompt, jnp.full((b,), 2, jnp.int32), jnp.zeros((b,)), jnp.zeros((b,), bool))
+
+    def step(self, key, state, turn, turn_len):
+        t = state["t"] + 1
+        obs = jnp.zeros((turn.shape[0], O), jnp.int32).at[:, 0].set(20 + t).at[:, 1].set(30 + turn_len)
+        st = TextStep(obs, jnp.full(t.shape, 2, jnp.int32), turn_len / 10.0, t >= state["d"], {"t": t})
+        return {**state, "t": t}, st
+
+
+class HostCount(HostTextEnv):
+    """``Count`` stepped in Python, one episode at a time."""
+
+    max_turns, prompt_tokens, obs_tokens = T, P, O
+
+    def reset(self, d):
+        return {"d": d, "t": 0}, [1, 10 + d]
+
+    def step(self, ep, turn):
+        ep = {**ep, "t": ep["t"] + 1}
+        return ep, [20 + ep["t"], 30 + len(turn)], len(turn) / 10.0, ep["t"] >= ep["d"]
+
+
+def scripted(params, prompts, prompt_lens, key, live):
+    """1 + (context length % 3) tokens 60, 61, ...; no sampling."""
+    b = prompts.shape[0]
+    n = jnp.where(live, 1 + prompt_lens % 3, 0)
+    return SampleOutput(jnp.broadcast_to(60 + jnp.arange(N, dtype=jnp.int32), (b, N)), jnp.full((b, N), -0.5), n)
+
+
+def reference(data):
+    """The episodes built turn by turn in Python: (sequence, loss mask, rewards [T], turns, done)."""
+    out = []
+    for d in data:
+        seq, mask, rewards, done, turns = [1, 10 + d], [], [0.0] * T, False, 0
+        for t in range(T):
+            n = 1 + len(seq) % 3
+            seq += [60 + i for i in range(n)]
+            mask += [1] * n
+            turns += 1
+            rewards[t] = n / 10
+            if t + 1 >= d:
+                done = True
+                break
+            if t < T - 1:
+                seq += [20 + t + 1, 30 + n]
+                mask += [0, 0]
+        out.append((seq, mask, rewards, turns, done))
+    return out
+
+
+DATA = np.array([1, 2, 3, 5], np.int32)  # 5: truncated at T turns
+
+
+def check_against_reference(ep, data):
+    width = response_width(T, N, O)
+    assert ep.seqs.shape == (len(data), P + width) and ep.loss_mask.shape == (len(data), width)
+    for i, (seq, mask, rewards, turns, done) in enumerate(reference(data)):
+        n = len(seq) - 2
+        assert int(ep.prompt_lens[i]) == 2 and int(ep.lengths[i]) == n
+        np.testing.assert_array_equal(np.asarray(ep.seqs[i, : 2 + n]), seq)
+        assert np.all(np.asarray(ep.seqs[i, 2 + n:]) == 0)
+        np.testing.assert_array_equal(np.asarray(ep.loss_mask[i, :n]), mask)
+        assert not np.asarray(ep.loss_mask[i, n:]).any()
+        np.testing.assert_allclose(np.asarray(ep.rewards[i]), rewards, rtol=1e-6)
+        assert int(ep.turns[i]) == turns and bool(ep.done[i]) == done
+
+
+def test_pure_env_rollout_inside_jit_matches_a_turn_by_turn_reference():
+    ep = jax.jit(make_rollout(Count(), scripted, N))(None, jax.random.key(0), jnp.asarray(DATA))
+    check_against_reference(ep, DATA)
+    # episode 0 ended at turn 1 and kept its state (t = 1): later steps of it start again from t = 1
+    np.testing.assert_array_equal(np.asarray(ep.info["t"])[:, 0], [1, 2, 2])
+    np.testing.assert_array_equal(np.asarray(ep.info["t"])[:, 3], [1, 2, 3])
+    r = ep.to_rollout(jnp.ones(4))
+    np.testing.assert_array_equal(np.asarray(r.token_mask), np.asarray(ep.loss_mask))
+    assert np.all(np.asarray(r.sample_logp)[np.asarray(ep.loss_mask) == 0] == 0)
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_host_env_rollout_matches_the_reference(chunks):
+    roll = HostRollout(HostCount(), scripted, N, chunks=chunks)
+    ep, states = roll(None, jax.random.key(0), DATA.tolist())
+    roll.close()
+    check_against_reference(ep, DATA)
+    assert [s["t"] for s in states] == [1, 2, 3, 3]
+
+
+def tiny_lm():
+    cfg = LMConfig(vocab_size=64, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32,
+                   max_seq_len=P + response_width(T, N, O) + N)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    return nnx.split(model)
+
+
+def test_host_rollout_draws_what_the_jitted_rollout_draws_with_a_sampling_lm():
+    graphdef, state = tiny_lm()
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=1.0), [STOP])
+    key = jax.random.key(3)
+    a = jax.jit(make_rollout(Count(), respond, N))(state, key, jnp.asarray(DATA))
+    roll = HostRollout(HostCount(), respond, N)
+    b, _ = roll(state, key, DATA.tolist())
+    roll.close()
+    for f in ("seqs", "prompt_lens", "lengths", "loss_mask", "turns", "done"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), err_msg=f)
+    np.testing.assert_allclose(np.asarray(a.sample_logp), np.asarray(b.sample_logp), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(a.rewards), np.asarray(b.rewards), atol=1e-6)
+
+
+def test_loss_mask_is_the_models_tokens_and_observations_get_no_gradient():
+    graphdef, state = tiny_lm()
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=1.0), [STOP])
+    ep = jax.jit(make_rollout(Count(), respond, N))(state, jax.random.key(1), jnp.asarray(DATA))
+    mask = np.asarray(ep.loss_mask)
+    # the loss mask is 1 exactly on the tokens the sampler wrote: the learner scores them as the sampler did
+    rollout = ep.to_rollout(jnp.asarray([1.0, -1.0, 0.5, -0.5]))
+    logp, _ = _score(graphdef, state, rollout)
+    np.testing.assert_allclose(np.asarray(logp)[mask == 1], np.asarray(ep.sample_logp)[mask == 1], atol=1e-4)
+    assert mask.sum() == int(np.sum(np.asarray(ep.lengths))) - 2 * _observations(ep)
+    loss = make_loss(LossConfig(aggregation="token_mean"))
+    grad = jax.grad(lambda lp: loss(lp, jax.lax.stop_gradient(lp), rollout.advantages, rollout.token_mask)[0])(logp)
+    grad = np.asarray(grad)
+    assert np.all(grad[mask == 0] == 0) and np.all(grad[mask == 1] != 0)
+
+
+def _score(graphdef, state, rollout):
+    from jaxrl_reason.models.lm.sequences import response_logprobs
+
+    model = nnx.merge(graphdef, state)
+    return response_logprobs(model, rollout.seqs, rollout.prompt_lens, rollout.mask.shape[1], 1.0)
+
+
+def _observations(ep) -> int:
+    """Observations appended: one after every turn but an episode's last."""
+    return int(np.sum(np.asarray(ep.turns) - 1))
+
+
+class Board(TextEnv):
+    """Each observation is the whole next prompt: [1, 40 + turn]; ends after data turns."""
+
+    max_turns, prompt_tokens, obs_tokens = T, 2, 2
+
+    def reset(self, key, data):
+        b = data.shape[0]
+        obs = jnp.stack([jnp.ones((b,), jnp.int32), jnp.full((b,), 40, jnp.int32)], 1)
+        return {"d": data, "t": jnp.zeros((b,), jnp.int32)}, TextStep(obs, jnp.full((b,), 2, jnp.int32),
+                                                                     jnp.zeros((b,)), jnp.zeros((b,), bool))
+
+    def step(self, key, state, turn, turn_len):
+        t = state["t"] + 1
+        obs = jnp.stack([jnp.ones_like(t), 40 + t], 1)
+        return {**state, "t": t}, TextStep(obs, jnp.full(t.shape, 2, jnp.int32), jnp.ones(t.shape), t >= state["d"])
+
+
+def test_turn_rollout_answers_each_observation_alone():
+    turns, state = jax.jit(make_turn_rollout(Board(), scripted))(None, jax.random.key(0), jnp.asarray(DATA))
+    np.testing.assert_array_equal(np.asarray(turns.prompts[:, 2, 1]), [40, 41, 42])  # episode 2: 3 turns
+    np.testing.assert_array_equal(np.asarray(turns.live[:, 0]), [True, False, False])
+    np.testing.assert_array_equal(np.asarray(turns.reward.sum(0)), [1, 2, 3, 3])
+    np.testing.assert_array_equal(np.asarray(state["t"]), [1, 2, 3, 3])
+    r = turns.to_rollout(jnp.ones((T, 4)))
+    assert r.seqs.shape == (T * 4, 2 + N)  # rows turn-major: row 4 = turn 1 of episode 0 (ended), row 1 live
+    assert float(r.mask[4].sum()) == 0 and float(r.mask[1].sum()) > 0
+
+
+def test_bad_envs_and_observations_are_refused():
+    class Long(HostCount):
+        def step(self, ep, turn):
+            return ep, [5] * (O + 1), 0.0, False
+
+    roll = HostRollout(Long(), scripted, N)
+    with pytest.raises(ValueError, match="observation of 4 tokens exceeds its width 3"):
+        roll(None, jax.random.key(0), [2])
+    roll.close()
+
+    class NoTurns(HostCount):
+        max_turns = 0
+
+    with pytest.raises(ValueError, match="max_turns must be an int >= 1"):
+        HostRollout(NoTurns(), scripted, N)
