@@ -17,13 +17,16 @@ str.format template (``--prompt-format plain --template "{prompt}"``); prompts o
 dropped and counted (None: the longest prompt, capped by the model's window). Held-out: ``--eval-data``, else
 ``--heldout`` rows of ``--data`` drawn at random (``--split-seed``). Rewards: built-in names (``--reward``,
 ``jaxrl_reason.rewards.REWARDS``; answer rewards read the completion's final answer, ``--require any | tag | boxed``)
-and your functions (``--reward-fn file.py:name`` or ``module:name``, ``rewards.user``), weighted by
+and your functions (``--reward-fn file.py:name`` or ``module:name``, ``rewards.user``: ``f(prompts, completions, *,
+completion_ids, step, **row_fields)``, each keyword optional, sync or async, None excludes a sample), weighted by
 ``--reward-weight`` in that order; all checked before anything loads.
 
-Every evaluation (before training, every ``--eval-every`` steps, after the last) greedy-decodes the held-out rows:
-accuracy (``--accuracy``: a reward >= ``--accuracy-threshold``, default the first reward = 1; or ``strict``), each
-reward's mean, strict correctness (exact match of the extracted final answer against ``--answer-field``), with SE
-and n; ``--eval-samples n`` adds pass@k and mean@n of n sampled completions. Its first completions go to
+Every evaluation (``rewards.evaluation.reward_eval``: before training, every ``--eval-every`` steps and after the
+last, whatever the interval) greedy-decodes the held-out rows: accuracy (``--accuracy``: a reward >=
+``--accuracy-threshold``, default the first reward = 1; or ``strict``), each reward's mean, the response length,
+strict correctness (exact match of the extracted final answer against ``--answer-field``), each with SE and n;
+``--eval-samples n`` adds pass@k (k = 1, 2, 4, ..., n; unbiased) and mean@n of n sampled completions. They are
+logged as ``eval/...`` in metrics.jsonl and drawn in ``eval.png``. Its first completions go to
 ``eval_samples.jsonl`` (and TensorBoard / W&B as a table); ``--sample-every N`` logs training completions to
 ``train_samples.jsonl`` likewise. ``--steps 0`` only evaluates (every row of ``--data``, or ``--eval-data``).
 Metrics are logged every step (a console line every ``--log-every``), checkpoints every ``--save-every``; no
@@ -35,7 +38,7 @@ task's text, SFTs a small Qwen3-architecture model on chat-formatted traces and 
 and ``heldout.jsonl``, whole problems held out (no held-out prompt is in the training rows or the start's SFT
 data). The run then continues exactly as with ``--model <run>/start --data
 <run>/data/train.jsonl``. The run directory ends with ``hf/`` (the trained policy, adapters merged),
-``grpo.png``, metrics and orbax checkpoints.
+``grpo.png``, ``eval.png``, metrics and orbax checkpoints.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.parallel.distributed import gathered, on_primary
 from jaxrl_reason.rewards import REWARDS, RewardSuite, load_reward_fn, make_reward
 from jaxrl_reason.rewards.answers import check_require
+from jaxrl_reason.rewards.evaluation import plot_eval, reward_eval
 from jaxrl_reason.rewards.user import required_fields
 from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo import recipes
@@ -64,7 +68,6 @@ from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks import RandomCalculation
-from jaxrl_reason.tasks.evaluation import reward_eval
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
 
@@ -95,7 +98,8 @@ class Config:
     chat_template_kwargs: tuple[str, ...] = ()  # NAME=VALUE variables of the chat template (JSON values)
     max_prompt_len: int | None = 48  # longer prompts are dropped (None: the longest prompt, capped by the window)
     steps: int = 100  # 0: evaluate only
-    eval_every: int = 50  # held-out evaluation interval in steps (0: only before and after training)
+    eval_every: int = 50  # held-out evaluation interval in steps (0: only before and after training; every run
+    # evaluates after its last step, and no interval has to divide --steps)
     save_every: int = 50  # checkpoint interval in steps (0: after the last step only)
     log_every: int = 10  # a console line of the mean metrics every N steps (0: none; metrics.jsonl has every step)
     sample_every: int = 0  # a table of training completions every N steps (0: none)
@@ -388,6 +392,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         if not any("eval/accuracy" in r for r in run_dir.read_metrics()):
             run_dir.log(0, evaluate(model, 0))
         eval_suite.close()
+        plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png", title=f"evaluation of {model_dir}")
         return _results(config, run_dir, model_dir, held_ds) | {"run_dir": str(run_dir.path)}
 
     lora = config.lora()
@@ -437,6 +442,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
                                      "strict (exact match)": s("eval/strict_accuracy")},
         "response length (tokens)": {"train samples": s("response_length")},
     }, title=f"GRPO: {model_dir}")
+    plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png", title=f"held-out evaluation: {eval_data}")
     seen = {str(r[config.prompt_field]) for r in rows}
     overlap = sum(str(r[config.prompt_field]) in seen for r in held_ds.rows) / len(held_ds)
     if overlap:

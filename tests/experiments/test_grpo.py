@@ -95,8 +95,12 @@ REWARDS_PY = '''
 def brevity(prompts, completions, **kwargs):
     return [-len(c) / 100 for c in completions]
 
-def no_kwargs(prompts, completions):
-    return [0.0] * len(completions)
+def one_list(texts):
+    return [0.0] * len(texts)
+
+async def picky(prompts, completions, *, answer, step):
+    # new-style: only the keywords it uses, async, None for rows it cannot grade (answers over 6)
+    return [None if int(a) > 6 else float(c.strip() == a) for c, a in zip(completions, answer)]
 
 class Scorer:
     def __call__(self, prompts, completions, **kwargs):
@@ -134,8 +138,8 @@ SMALL = ["--grpo.prompts-per-step", "2", "--grpo.group-size", "2", "--grpo.max-n
                                  r"\(your own: --reward-fn path/to/file.py:function\)$"),
     (["--reward-fn", "nofile.py:f"], r"reward function 'nofile.py:f': no file .*nofile.py$"),
     (["--reward-fn", "my_rewards.py:nope"],
-     r"my_rewards.py defines no 'nope' \(it defines: brevity, no_kwargs, Scorer, labelled\)"),
-    (["--reward-fn", "my_rewards.py:no_kwargs"], r"no_kwargs'\(prompts, completions\): must accept \*\*kwargs"),
+     r"my_rewards.py defines no 'nope' \(it defines: brevity, one_list, picky, Scorer, labelled\)"),
+    (["--reward-fn", "my_rewards.py:one_list"], r"one_list'\(texts\): must take \(prompts, completions\) first"),
     (["--reward-fn", "my_rewards.py:Scorer"], r"'my_rewards.py:Scorer' is a class: name an instance of it"),
     (["--reward-fn", "my_rewards.py"], r"write it as path/to/file.py:function or module:function"),
     (["--reward-fn", "no_such_module:f"], r"cannot import module 'no_such_module'"),
@@ -302,3 +306,41 @@ def test_evaluation_only_and_the_trl_knobs_from_the_command_line(workdir, tmp_pa
     with pytest.raises(SystemExit, match=r"--dtype bfloat16 computes in bfloat16, which XLA's CPU backend cannot"):
         run_experiment("grpo", ["--run-root", str(tmp_path / "bf16"), "--model", "ckpt", "--data", "train.jsonl",
                                 "--prompt-field", "question", "--dtype", "bfloat16", *SMALL])
+
+
+@pytest.mark.slow  # 2 GRPO steps on a tiny checkpoint with 3 evaluations of 8 rows (~20 s)
+def test_two_steps_with_the_default_interval_evaluate_at_the_end_on_the_eval_file(workdir, tmp_path, monkeypatch):
+    """What a new user types first: --steps 2 and no --eval-every (default 50) is accepted and evaluates before the
+    first step and after the last, on --eval-data: greedy accuracy, pass@k / mean@n, each reward (a new-style async
+    reward returning None for rows it cannot grade: excluded and counted), the response length, with SE and n, in
+    metrics.jsonl and eval.png."""
+    monkeypatch.chdir(workdir)
+    write_jsonl(load_rows(workdir / "train.jsonl")[::5], tmp_path / "eval.jsonl")  # 8 rows, answers 0..11
+    summary = run_experiment("grpo", ["--run-root", str(tmp_path), "--model", "ckpt", "--data", "train.jsonl",
+                                      "--eval-data", str(tmp_path / "eval.jsonl"), "--prompt-field", "question",
+                                      "--reward", "math_verify", "--reward-fn", "my_rewards.py:picky", "--steps", "2",
+                                      "--eval-samples", "4", "--save-every", "0", *SMALL])
+    run_path = pathlib.Path(summary["run_dir"])
+    assert json.loads((run_path / "config.json").read_text())["eval_every"] == 50
+    metrics = read_metrics(run_path / "metrics.jsonl")
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    assert [r["step"] for r in evals] == [0, 2] and summary["n_heldout"] == 8
+    ev = evals[-1]
+    assert ev["eval/n"] == 8 and ev["eval/se"] == pytest.approx(np.sqrt(ev["eval/accuracy"] * (1 - ev["eval/accuracy"])
+                                                                          / 8))
+    for key in ("pass@1", "pass@2", "pass@4", "mean@4", "reward/math_verify", "reward/picky", "response_length",
+                "strict_accuracy", "mean_reward"):
+        assert np.isfinite(ev[f"eval/{key}"]) and f"eval/{key}_se" in ev or key == "strict_accuracy", key
+    assert ev["eval/pass@1"] <= ev["eval/pass@2"] <= ev["eval/pass@4"] and ev["eval/pass@4_n"] == 8
+    held = load_rows(tmp_path / "eval.jsonl")
+    assert ev["eval/reward/math_verify_n"] == 8 and ev["eval/reward/picky_n"] == sum(int(r["answer"]) <= 6 for r in held)
+    train = [r for r in metrics if "reward" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    from jaxrl_reason.data import PromptDataset, PromptFormat
+
+    rows = PromptDataset(load_rows(workdir / "train.jsonl"), HFTokenizer.from_pretrained(workdir / "ckpt"), "question",
+                         64, PromptFormat("chat"), seed=0, fit=True)  # the trainer's draws (2 prompts x 2 samples)
+    drawn = [rows.sample(step, 2)[0] for step in (0, 1)]
+    assert [r["reward/picky/excluded"] for r in train] == [2 * sum(int(r["answer"]) > 6 for r in d) for d in drawn]
+    assert all(r["excluded"] == r["reward/picky/excluded"] for r in train)
+    assert (run_path / "eval.png").stat().st_size > 0 and (run_path / "grpo.png").is_file()

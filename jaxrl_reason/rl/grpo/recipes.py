@@ -164,8 +164,9 @@ def warm_start(model, ws: WarmStart, tasks: Sequence, seed: int, tokenizer: Toke
 
 def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_every: int,
           evaluate: Callable[[object], dict] | None = None, desc: str = "grpo"):
-    """GRPO for ``num_steps`` (a multiple of ``eval_every``; ``rl.base.run_steps``); after every ``eval_every`` steps
-    ``evaluate(model) -> {name: scalar}`` is logged (prefixed "eval/") at that step. Resumes exactly."""
+    """GRPO for ``num_steps`` (``rl.base.run_steps``: ``eval_every`` need not divide it); ``evaluate(model) -> {name:
+    scalar}`` is logged (prefixed "eval/") before the first step, after every ``eval_every``-th step (0: none in
+    between) and after the last, whatever the interval. Resumes exactly."""
     evals = None if evaluate is None else (
         lambda state: {f"eval/{k}": v for k, v in evaluate(trainer.model(state)).items()})
     state = run_steps(run_dir, trainer.step, state, num_steps, eval_every, evals, desc=desc)
