@@ -40,6 +40,7 @@ from jaxrl_reason.agents.spiral.tokenizer import UNKNOWN, byte_ids, byte_offset,
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import split_along
+from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, make_turn_rollout
 
 #: the games SPIRAL plays: every registered one (``envs.games.register_game``), in registration order
 GAMES = tuple(GAME_SPECS)
@@ -189,9 +190,59 @@ def canned_responder(params, prompts, key) -> SampleOutput:
     return SampleOutput(tokens=table[pick], logprobs=jnp.zeros(table[pick].shape, jnp.float32), lengths=lens[pick])
 
 
+class GameTextEnv(TextEnv):
+    """A SPIRAL game as a ``rl.lm.multiturn.TextEnv`` whose observation is the whole next prompt (the game rendered
+    for the player to move; ``make_turn_rollout``); its reward is the mover's (returns per seat: the state). State: (env state, timestep, returns [B, 2], forfeit [B, 2],
+    lm_seat [B]); ``info``: player, active (an LM turn of a live game), status (the parse). A turn's key is split
+    in three (sampler, opponent, env): SPIRAL's draws as before the protocol."""
+
+    def __init__(self, game: LMGame, num_episodes: int, opponent: Callable | None = None, mesh=None):
+        self.game, self.b, self.opponent, self.mesh = game, num_episodes, opponent, mesh
+        self.max_turns = game.max_turns
+        self.prompt_tokens = self.obs_tokens = game.prompt_len
+
+    def split_key(self, key):
+        k_lm, k_opp, k_env = jax.random.split(key, 3)
+        return k_lm, (k_opp, k_env)
+
+    def _observe(self, state, ts, reward):
+        prompts = _render(self.game, state, ts.current_player)
+        return TextStep(prompts, jnp.full((self.b,), self.game.prompt_len, jnp.int32), reward,
+                        ts.terminated | ts.truncated)
+
+    def reset(self, key, data=None):
+        state, ts = split_along(jax.vmap(self.game.env.reset)(jax.random.split(key, self.b)), self.mesh, 0)
+        lm_seat = _mask_lm_seat(self.b, self.opponent is not None)
+        carry = (state, ts, jnp.zeros((self.b, 2), jnp.float32), jnp.zeros((self.b, 2), bool), lm_seat)
+        return carry, self._observe(state, ts, jnp.zeros((self.b,), jnp.float32))
+
+    def step(self, key, carry, turn, turn_len):
+        state, ts, ret, forfeit, lm_seat = split_along(carry, self.mesh, 0)
+        k_opp, k_env = key
+        env, b = self.game.env, self.b
+        done = ts.terminated | ts.truncated
+        player = ts.current_player
+        _, legal = mover_view(ts)
+        action, status = _parse(self.game, turn, legal)
+        lm_turn = (lm_seat < 0) | (player == lm_seat)
+        if self.opponent is not None:
+            opp = jax.vmap(self.opponent)(jax.random.split(k_opp, b), state, ts)
+            action = jnp.where(lm_turn, action, opp)
+        active = ~done & lm_turn
+        new_state, new_ts = jax.vmap(env.step)(jax.random.split(k_env, b), state, action)
+        state, ts = where_done(done, (state, ts), (new_state, new_ts))  # ended games stay
+        reward = jnp.where(done[:, None], 0.0, new_ts.reward)
+        bad = active & (status != gtext.OK)
+        forfeit = forfeit | (bad[:, None] & (jnp.arange(2)[None] == player[:, None]))
+        st = self._observe(state, ts, jnp.take_along_axis(reward, player[:, None], axis=1)[:, 0])  # the mover's
+        return (state, ts, ret + reward, forfeit, lm_seat), st.replace(
+            info={"player": player, "active": active, "status": status})
+
+
 def make_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConfig,
                  opponent: Callable | None = None, responder: Callable | None = None, mesh=None) -> Callable:
-    """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step).
+    """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step): the game as a
+    ``GameTextEnv`` in the protocol's ``make_turn_rollout``.
 
     ``params``: the LM's full ``nnx.State``. ``opponent(key, state, ts) -> action`` acts on one
     unbatched game (one of the game's ``GameSpec.opponents``); None = self-play (the LM plays both seats).
@@ -201,40 +252,15 @@ def make_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConf
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
-    env, b = game.env, num_episodes
-    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler, tokenizer=game.tokenizer)
+    respond = responder or lm_responder(graphdef, num_episodes, game.prompt_len, sampler, tokenizer=game.tokenizer)
+    text_env = GameTextEnv(game, num_episodes, opponent, mesh)
+    roll = make_turn_rollout(text_env, lambda params, prompts, prompt_lens, key, live: respond(params, prompts, key))
 
     def rollout(params, key) -> Episodes:
-        k_reset, k_play = jax.random.split(key)
-        state, ts = split_along(jax.vmap(env.reset)(jax.random.split(k_reset, b)), mesh, 0)
-        lm_seat = _mask_lm_seat(b, opponent is not None)
-
-        def turn(carry, key):
-            state, ts, ret, forfeit = split_along(carry, mesh, 0)
-            k_lm, k_opp, k_env = jax.random.split(key, 3)
-            done = ts.terminated | ts.truncated
-            player = ts.current_player
-            _, legal = mover_view(ts)
-            prompts = _render(game, state, player)
-            out = respond(params, prompts, k_lm)
-            action, status = _parse(game, out.tokens, legal)
-            lm_turn = (lm_seat < 0) | (player == lm_seat)
-            if opponent is not None:
-                opp = jax.vmap(opponent)(jax.random.split(k_opp, b), state, ts)
-                action = jnp.where(lm_turn, action, opp)
-            active = ~done & lm_turn
-            new_state, new_ts = jax.vmap(env.step)(jax.random.split(k_env, b), state, action)
-            state, ts = where_done(done, (state, ts), (new_state, new_ts))  # ended games stay
-            ret = ret + jnp.where(done[:, None], 0.0, new_ts.reward)
-            bad = active & (status != gtext.OK)
-            forfeit = forfeit | (bad[:, None] & (jnp.arange(2)[None] == player[:, None]))
-            rec = Turns(prompts=prompts, tokens=out.tokens, logprobs=out.logprobs, lengths=out.lengths,
-                        player=player, active=active, status=status)
-            return (state, ts, ret, forfeit), rec
-
-        init = (state, ts, jnp.zeros((b, 2), jnp.float32), jnp.zeros((b, 2), bool))
-        (state, ts, ret, forfeit), turns = jax.lax.scan(turn, init, jax.random.split(k_play, game.max_turns))
-        return Episodes(turns=turns, returns=ret, forfeit=forfeit, lm_seat=lm_seat,
+        turns, (_, ts, ret, forfeit, lm_seat) = roll(params, key, None)
+        rec = Turns(prompts=turns.prompts, tokens=turns.tokens, logprobs=turns.logprobs, lengths=turns.lengths,
+                    player=turns.info["player"], active=turns.info["active"], status=turns.info["status"])
+        return Episodes(turns=rec, returns=ret, forfeit=forfeit, lm_seat=lm_seat,
                         finished=ts.terminated | ts.truncated)
 
     return rollout

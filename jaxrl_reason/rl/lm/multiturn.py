@@ -289,19 +289,19 @@ def make_turn_rollout(env: TextEnv, respond: Callable) -> Callable:
         state, first = env.reset(k_reset, data)
 
         def turn(carry, key):
-            state, last = carry
+            state, obs, obs_len, done = carry  # (the info's keys may differ between reset and step)
             k_sample, k_env = env.split_key(key)
-            live = ~last.done
-            out = respond(params, last.obs, last.obs_len, k_sample, live)
+            live = ~done
+            out = respond(params, obs, obs_len, k_sample, live)
             new_state, st = env.step(k_env, state, out.tokens, out.lengths)
-            state = where_done(last.done, state, new_state)
-            st = st.replace(done=last.done | st.done, reward=jnp.where(live, st.reward, 0.0))
-            rec = Turns(prompts=last.obs, prompt_lens=last.obs_len, tokens=out.tokens, logprobs=out.logprobs,
-                        lengths=out.lengths, live=live, reward=st.reward, done=st.done, info=st.info)
-            return (state, st), rec
+            state = where_done(done, state, new_state)
+            reward, ended = jnp.where(live, st.reward, 0.0), done | st.done
+            rec = Turns(prompts=obs, prompt_lens=obs_len, tokens=out.tokens, logprobs=out.logprobs,
+                        lengths=out.lengths, live=live, reward=reward, done=ended, info=st.info)
+            return (state, st.obs, st.obs_len, ended), rec
 
-        first = first.replace(done=jnp.asarray(first.done, bool))
-        (state, _), turns = jax.lax.scan(turn, (state, first), jax.random.split(k_play, env.max_turns))
+        init = (state, first.obs, first.obs_len, jnp.asarray(first.done, bool))
+        (state, *_), turns = jax.lax.scan(turn, init, jax.random.split(k_play, env.max_turns))
         return turns, state
 
     return rollout
