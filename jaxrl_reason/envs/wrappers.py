@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl_reason.envs.core import Environment, SplitEnvironment, TimeStep, custom_batched
+from jaxrl_reason.envs.core import Environment, SplitEnvironment, TimeStep, custom_batched, materialize
 
 
 def where_done(done: jax.Array, fresh, old):
@@ -131,25 +131,30 @@ class AutoReset(Wrapper):
 
     def step(self, key, state, action):
         # built per call (a few Python objects at trace time) so that the wrapper stays copyable and picklable
-        return custom_batched(self._step_one, self._vmap_step)(key, state, action)
+        one = lambda select: lambda key, state, action: self._step_one(key, state, action, select)
+        return custom_batched(one(False), self._vmap_step, one(True))(key, state, action)
 
-    def _step_one(self, key, state, action):
-        """One environment (what ``vmap(step)`` reproduces row for row)."""
+    def _step_one(self, key, state, action, select: bool):
+        """One environment (what ``vmap(step)`` reproduces row for row). The reset runs under ``lax.cond``;
+        ``select``: both computed and selected instead (``step``'s derivative rule: ``custom_batched``)."""
+        def if_done(done, fresh, kept):
+            if select:
+                return jax.tree.map(lambda f, k: jnp.where(done, f, k), fresh(), kept())
+            return jax.lax.cond(done, fresh, kept)
+
         if isinstance(self.env, SplitEnvironment):
             env: SplitEnvironment = self.env
             # a deterministic transition ignores its key: the whole key goes to reset_state, no split
             step_key, reset_key = (key, key) if env.deterministic_transition else jax.random.split(key)
             out = env.transition(step_key, state, action)
             done = jnp.logical_or(out.terminated, out.truncated)
-            new_state = jax.lax.cond(done, lambda: env.reset_state(reset_key), lambda: out.state)
+            new_state = if_done(done, lambda: env.reset_state(reset_key), lambda: out.state)
             ts = env.timestep(new_state, out.reward, out.terminated, out.truncated, out.info)
             final_obs = env.observe(out.state).obs if self.final_obs else None
             return new_state, self._with_final_obs(ts, final_obs)
         step_key, reset_key = jax.random.split(key)
         state, ts = self.env.step(step_key, state, action)
-        new_state, new_ts = jax.lax.cond(
-            ts.done, lambda: self.env.reset(reset_key), lambda: (state, ts)
-        )
+        new_state, new_ts = if_done(ts.done, lambda: self.env.reset(reset_key), lambda: (state, ts))
         return new_state, self._finish(new_ts, ts)
 
     def _finish(self, new_ts: TimeStep, ts: TimeStep) -> TimeStep:
@@ -178,6 +183,7 @@ class AutoReset(Wrapper):
         ``reset_done``. Returns ``(state, ts)``."""
         env = self.env
         key_axis = None if shared_key else 0
+        action = materialize(action)
         if isinstance(env, SplitEnvironment):
             out = jax.vmap(env.transition, (key_axis, 0, 0))(step_keys, state, action)
             done = jnp.logical_or(out.terminated, out.truncated)

@@ -11,8 +11,9 @@ the fresh episodes come from one ``reset_states`` draw). Same games: our TicTacT
 the first player, as pgx does. A row "no environment" times the loop's key splits (the
 per-environment ones included) and sampler alone on a legal mask: pgx over it bounds the ratio any
 environment could reach with that sampler. ``sampler="both"`` also times both with a cheaper
-sampler (one uniform per environment, the k-th legal action) so the environment cost is less
-hidden by RNG. Search: ``mctx.gumbel_muzero_policy``
+sampler, the same policy (uniform over the legal actions) from one uniform per environment (the k-th
+legal action, counted with elementwise adds over the 9 or 3 columns), so that the environment cost is
+less hidden by RNG; it is the one the TicTacToe target is measured with. Search: ``mctx.gumbel_muzero_policy``
 with a uniform prior and zero value, the model being the real simulator (ours:
 ``search/alphazero.py``; anchor: the pgx anchor script). Measurements are interleaved (``repeats``
 rounds, each timing every function once); ratios are from the median wall-clock (also reported:
@@ -22,6 +23,7 @@ from the best call, and from median process CPU time).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -67,11 +69,15 @@ def categorical(key, mask):
 
 
 def uniform_kth(key, mask):
-    """One uniform per row; the k-th legal action (same distribution as ``categorical``)."""
+    """``[..., A]`` legal mask -> ``[...]`` int32: the k-th legal action for one uniform per row, k =
+    ``floor(u * count)`` (same distribution as ``categorical``; 0 where nothing is legal). The running counts
+    are built column by column (``A`` is small and static): XLA on CPU runs elementwise adds far faster
+    than a cumsum or an argmax over the short minor axis."""
+    counts = list(itertools.accumulate(mask[..., i].astype(jnp.int32) for i in range(mask.shape[-1])))
     u = jax.random.uniform(key, mask.shape[:-1])
-    c = jnp.cumsum(mask, -1)
-    k = jnp.floor(u * c[..., -1]).astype(c.dtype)
-    return jnp.argmax(c > k[..., None], -1)
+    k = jnp.floor(u * counts[-1]).astype(jnp.int32)
+    kth = sum((c <= k).astype(jnp.int32) for c in counts[:-1])  # = argmax(counts > k): counts never decrease
+    return jnp.where(counts[-1] > 0, kth, 0)
 
 
 def _select(done, fresh, old):

@@ -190,3 +190,14 @@ def test_autoreset_gives_the_whole_key_to_reset_when_transition_is_deterministic
     new_state, ts = auto.step(key, state, 1)
     assert bool(ts.terminated)
     jax.tree.map(np.testing.assert_array_equal, new_state, env.reset_state(key))
+
+
+def test_materialize_is_the_identity_on_the_leading_axis():
+    from jaxrl_reason.envs.core import materialize
+
+    for x in (jnp.arange(7, dtype=jnp.int32) - 3, jnp.linspace(-1.0, 1.0, 24).reshape(4, 3, 2),
+              jnp.asarray([[True, False], [False, True]])):
+        got = jax.jit(materialize)(x)
+        assert got.shape == x.shape and got.dtype == x.dtype
+        np.testing.assert_array_equal(got, x)
+    np.testing.assert_array_equal(jax.vmap(materialize)(jnp.arange(12).reshape(3, 4)), jnp.arange(12).reshape(3, 4))

@@ -186,18 +186,30 @@ def test_vmap_step_batched_rule_handles_nested_vmap_and_unbatched_arguments():
     assert 0 < int(want[0][1].terminated.sum()) < 24  # some boards ended and were reset
 
 
-def test_autoreset_step_differentiates_through_the_per_environment_step():
+def test_autoreset_step_differentiates_forward_and_reverse_through_the_per_environment_step():
+    """jvp, jacfwd and grad of ``vmap(AutoReset.step)`` (its batching rule) equal those of the per-environment
+    step, in a batch where some episodes end (reset rows: zero derivative) and some go on."""
     env = envs.make("swarm", num_agents=2, num_targets=1, control="continuous", max_steps=3)
     auto = envs.AutoReset(env)
-    keys = jax.random.split(jax.random.key(0), 3)
-    state, _ = jax.vmap(auto.reset)(keys)
-    act = jnp.full((3, 2, 2), 0.3)
-    loss = lambda step: lambda a: step(keys, state, a)[0].pos.sum()
-    g_vmap, g_map = jax.jit(lambda a: (
-        jax.grad(loss(jax.vmap(auto.step)))(a),
-        jax.grad(loss(lambda k, s, a: jax.lax.map(lambda x: auto.step(*x), (k, s, a))))(a)))(act)
-    np.testing.assert_allclose(g_vmap, g_map, rtol=1e-6)
-    assert np.abs(np.asarray(g_vmap)).sum() > 0
+    keys = jax.random.split(jax.random.key(0), 4)
+    fresh, _ = jax.vmap(auto.reset)(keys)
+    act = jnp.full((4, 2, 2), 0.3)
+    two_in = jax.vmap(auto.step)(keys, jax.vmap(auto.step)(keys, fresh, act)[0], act)[0]
+    state = jax.tree.map(lambda a, b: jnp.where(jnp.arange(4).reshape((4,) + (1,) * (a.ndim - 1)) < 2, a, b),
+                         two_in, fresh)  # rows 0, 1 end on this step (max_steps), rows 2, 3 go on
+    loss = lambda step: lambda a: step(keys, state, a)[0].pos.sum(axis=(1, 2))
+    vmapped, one_by_one = loss(jax.vmap(auto.step)), loss(lambda k, s, a: jax.lax.map(lambda x: auto.step(*x),
+                                                                                       (k, s, a)))
+    tangent = jnp.ones_like(act)
+    got, want = jax.jit(lambda a: [(jax.jvp(f, (a,), (tangent,)), jax.jacfwd(f)(a),
+                                    jax.grad(lambda a: f(a).sum())(a)) for f in (vmapped, one_by_one)])(act)
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-6), got, want)
+    (_, dpos), _, grad = got
+    np.testing.assert_array_equal(dpos[:2], 0.0)  # reset rows: the fresh episode does not depend on the action
+    assert (np.abs(np.asarray(dpos[2:])) > 0).all() and np.abs(np.asarray(grad[2:])).sum() > 0
+    np.testing.assert_array_equal(grad[:2], 0.0)
+    ended = jax.vmap(auto.step)(keys, state, act)[1].done
+    np.testing.assert_array_equal(ended, [True, True, False, False])
 
 
 def test_autoreset_stays_copyable_and_picklable():

@@ -65,6 +65,17 @@ def test_ttt_illegal_move_forfeits_and_keeps_board():
     np.testing.assert_array_equal(s4.marks, s2.marks)
 
 
+def test_has_line_on_every_bitboard():
+    """``has_line`` on all 512 bitboards (and batched shapes) against the cells: a row, column or diagonal full."""
+    bits = jnp.arange(512, dtype=jnp.int32)
+    cells = np.asarray(ttt.bits_to_cells(bits)).reshape(512, 3, 3)
+    want = (cells.all(1).any(1) | cells.all(2).any(1) | cells[:, [0, 1, 2], [0, 1, 2]].all(1)
+            | cells[:, [0, 1, 2], [2, 1, 0]].all(1))
+    np.testing.assert_array_equal(jax.jit(ttt.has_line)(bits), want)
+    np.testing.assert_array_equal(ttt.has_line(bits.reshape(64, 8)), want.reshape(64, 8))
+    assert 0 < want.sum() < 512
+
+
 def test_ttt_bad_config():
     with pytest.raises(ValueError, match="first_player"):
         envs.make("tictactoe", first_player=2)
