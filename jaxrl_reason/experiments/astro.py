@@ -71,6 +71,9 @@ class Config:
     # on it), else --arch NAME (random weights of recipes.ARCHS[NAME], activations in arch_dtype: throughput),
     # else the tiny LM below (d_model, n_layers). --model wins over --arch.
     model: str | None = None
+    # a checkpoint whose tokenizer lacks the R1 tags: add the missing ones as new special tokens, with new rows of
+    # the (tied) embedding and head at the mean embedding (else the checkpoint is refused, make_tokenizer)
+    add_r1_tags: bool = False
     arch: str | None = None
     arch_dtype: str = "bfloat16"
     # RandomCalculation (one exact answer) or Countdown (reach a target; many valid answers, verified by task.check)
@@ -138,8 +141,35 @@ class Config:
                         n_kv_heads=4, d_ff=4 * self.d_model, max_seq_len=self.max_seq_len)
 
 
+#: issue 40: ASTRO from the real pretrained SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a packaged GGUF;
+#: its tokenizer gets the four R1 tags, add_r1_tags). The same pipeline and equal budgets as the cpu preset
+#: (base SFT on gold traces, search traces with backtracking -> procedure cloning -> SFT, then GRPO on every arm;
+#: ASTRO traces vs direct answers at the same SFT and RL steps), held-out greedy accuracy; learning rates for a
+#: pretrained model, batches and searches small enough for ~1 hour on a 2-core CPU
+SMOLLM2 = Config(
+    model="smollm2-135m-instruct", add_r1_tags=True,
+    base_sft=recipes.WarmStart(problems=1024, steps=60, batch_size=8, lr=5e-5, seq_len=64),
+    search=StepSearchConfig(num_simulations=8, branching=4, max_depth=4, step_tokens=10, rollout_tokens=32,
+                            temperature=1.0),
+    search_batch=16, search_problems=64, compare_problems=16, compare_searches=("mcts",), trace_sft_steps=40,
+    trace_sft_lr=5e-5,
+    grpo=dataclasses.replace(Config().grpo, prompts_per_step=4, group_size=4, lr=1e-6, max_new_tokens=48,
+                             remat="block"),
+    rl_steps=10, eval_every=5, heldout_problems=128,
+)
+
 PRESETS = {
     "cpu": Config(),
+    "smollm2": SMOLLM2,
+    # the same comparison sized for one H200: more search, traces, SFT, RL and held-out problems
+    "smollm2_gpu": dataclasses.replace(
+        SMOLLM2, base_sft=recipes.WarmStart(problems=8192, steps=400, batch_size=64, lr=2e-5, seq_len=64),
+        search=StepSearchConfig(num_simulations=32, branching=4, max_depth=6, step_tokens=12, rollout_tokens=48),
+        search_batch=128, search_problems=2048, compare_problems=256, compare_searches=SEARCHES,
+        trace_sft_steps=300, trace_sft_lr=2e-5,
+        grpo=dataclasses.replace(Config().grpo, prompts_per_step=64, group_size=16, lr=1e-6, max_new_tokens=72,
+                                 minibatches=4, remat="block"),
+        rl_steps=200, eval_every=20, heldout_problems=1024),
     "gpu": Config(
         # ASTRO starts from Llama-3.3-70B-Instruct; the Llama of recipes.ARCHS that fits one GPU is Llama 3.2 1B:
         # random weights of its configuration (throughput), or --model a checkpoint whose tokenizer has the four R1
@@ -234,18 +264,53 @@ def make_tokenizer(config: Config) -> Tokenizer:
     inner = load_tokenizer(config.model)
     name = f"the tokenizer of checkpoint {config.model}"
     missing = [t for t in R1_TAGS if inner.single_token_id(t) is None]
-    if missing:
+    if missing and config.add_r1_tags:
+        inner = with_tokens(inner, missing)
+    elif missing:
         raise HFImportError(
             f"astro --model: {name} does not have the R1 tags {missing} as single tokens. ASTRO's step search writes "
             "and parses <think> </think> <answer> </answer> as single tokens inside jit, and adding tokens would "
             "resize the model's embeddings. Use a checkpoint whose tokenizer has all four as added tokens (e.g. one "
             "made by jaxrl_reason.rl.grpo.start.make_start_checkpoint, or a model exported with "
-            "models.lm.hf_export.save_hf_model and such a tokenizer), or --arch NAME for random weights of a "
-            "recipes.ARCHS configuration with the character tokenizer")
+            "models.lm.hf_export.save_hf_model and such a tokenizer), --add-r1-tags to add them (new embedding rows), "
+            "or --arch NAME for random weights of a recipes.ARCHS configuration with the character tokenizer")
     try:
         return SpelledTokenizer(inner, name)  # "," (the step delimiter) included
     except ValueError as e:
         raise HFImportError(f"astro --model: {e}") from e
+
+
+def with_tokens(tokenizer, tokens) -> Tokenizer:
+    """A copy of ``tokenizer`` (an ``HFTokenizer``) with ``tokens`` appended as special tokens (the next ids)."""
+    from tokenizers import AddedToken
+    from tokenizers import Tokenizer as RawTokenizer
+
+    from jaxrl_reason.models.tokenizer import HFTokenizer
+
+    tk = RawTokenizer.from_str(tokenizer.tk.to_str())
+    tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in tokens])
+    return HFTokenizer(tk, pad=tokenizer.pad, bos=tokenizer.bos, eos=tokenizer.eos, config=tokenizer.config,
+                       chat_template=tokenizer.chat_template)
+
+
+def grow_vocab(model: Transformer, vocab_size: int) -> Transformer:
+    """``model`` with ``vocab_size`` rows of embedding (and of an untied head): the new rows at the mean of the
+    old ones (a new token starts as an average one)."""
+    n = model.cfg.vocab_size
+    if vocab_size <= n:
+        return model
+    cfg = dataclasses.replace(model.cfg, vocab_size=vocab_size)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    old = nnx.state(model)
+
+    def grow(new, have):  # the embedding [V, d] and the head's kernel [d, V] grow along their vocabulary axis
+        axis = [a for a, (x, y) in enumerate(zip(new.shape, have.shape)) if x != y]
+        if not axis:
+            return have
+        mean = jnp.mean(have, axis=axis[0], keepdims=True)
+        return jnp.concatenate([have, jnp.repeat(mean, vocab_size - n, axis=axis[0])], axis=axis[0])
+
+    return nnx.merge(graphdef, jax.tree.map(grow, state, old))
 
 
 def _until_pad(ids, pad_id: int) -> list[int]:
@@ -390,6 +455,8 @@ def policy_model(config: Config, tokenizer: Tokenizer):
     fp32), random weights of ``recipes.ARCHS[arch]`` (``--arch``, activations in ``arch_dtype``), or a fresh tiny LM."""
     source = recipes.PolicySource(config.model, config.arch, config.max_seq_len, config.arch_dtype)
     model = source.build(config.lm(tokenizer), config.seed)
+    if config.add_r1_tags:  # the tags make_tokenizer added
+        model = grow_vocab(model, tokenizer.vocab_size)
     tokenizer.check_model(model.cfg, config.max_seq_len, "astro")
     return model
 

@@ -28,6 +28,7 @@ a GPU (XLA's CPU backend cannot run the KV-cache sampler's bf16 dots).
     python experiments/joyagents.py --preset cpu
     python experiments/joyagents.py --preset cpu --seeds 8     # seeds seed .. seed+7, paired comparisons
     python experiments/joyagents.py --preset gpu --model /path/to/Qwen3-0.6B
+    jaxrl-reason run joyagents --preset smollm2    # heterogeneous SmolLM2-135M-Instruct agents (issue 40)
 Plots: accuracy_vs_updates.png (overall + per type), accuracy_vs_trajectories.png; results.md/.csv.
 With ``--seeds N > 1`` every seed is a sub-run (``seed<k>/``, its own plots and table) and the run
 directory gets ``paired.md/.csv``: for each comparison (memory vs none in each mode, node-wise vs
@@ -106,8 +107,28 @@ class Config:
         need(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
 
 
+#: issue 40: heterogeneous agents from the real pretrained SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a
+#: packaged GGUF): one copy of it per agent (``system.shared=False``: master and sub-agents trained separately),
+#: the protocol SFT on it, then node-wise MC + top-K vs plain joint GRPO (no memory: the claim is the credit
+#: assignment) from that same start, paired over seeds; held-out success per request type. CPU-sized (~1 hour
+#: on 2 cores): a short low-lr SFT, small groups
+SMOLLM2 = Config(
+    model="smollm2-135m-instruct", system=dataclasses.replace(Config().system, shared=False),
+    sft=SFTConfig(problems=2048, steps=100, batch_size=32, lr=5e-5),
+    rl=JoyConfig(group_size=4, top_k=2, lr=1e-5, temperature=1.0, memory=False),
+    arms=("joint", "nodewise"), seeds=2, requests_per_step=4, rl_steps=20, eval_every=10, heldout=128,
+)
+
 PRESETS = {
     "cpu": Config(),
+    "smollm2": SMOLLM2,
+    # the same claim sized for one H200: 4 seeds, larger groups and request batches, the equal-samples joint
+    # control (4G trajectories a request), learning rates for fine-tuning a pretrained model
+    "smollm2_gpu": dataclasses.replace(
+        SMOLLM2, sft=SFTConfig(problems=8192, steps=600, batch_size=128, lr=2e-5),
+        rl=JoyConfig(group_size=16, top_k=2, lr=1e-6, temperature=1.0, memory=False, minibatches=4),
+        arms=("joint", "nodewise", "joint_4g"), seeds=4, requests_per_step=32, rl_steps=100, eval_every=10,
+        heldout=512),
     "gpu": Config(
         # JoyAgents-R1's master and sub-agents are Qwen3 models; the Qwen3 in recipes.ARCHS (it fits one GPU,
         # four separate agents included) is Qwen3-0.6B: random weights of it here (throughput), --model a

@@ -24,6 +24,7 @@ grad-norm std, transfer accuracy on RandomCalculation and Countdown) for the war
     python experiments/spiral.py --preset cpu
     jaxrl-reason run spiral --preset gpu                         # Qwen3-0.6B-sized, random weights
     jaxrl-reason run spiral --preset gpu --model /path/to/Qwen3-0.6B-Base
+    jaxrl-reason run spiral --preset smollm2 --seed 0              # the real SmolLM2-135M-Instruct (issue 40)
 """
 
 from __future__ import annotations
@@ -105,6 +106,15 @@ class Config:
         return dataclasses.replace(self.spiral, advantage=adv, games=tuple(games.split("+")))
 
 
+SMOLLM2 = Config(
+    model="smollm2-135m-instruct", max_seq_len=384, dtype="float32",
+    warm=WarmStartConfig(games_per_game=256, steps=40, batch_size=8, lr=2e-5),
+    spiral=SpiralConfig(episodes_per_game=4, max_new_tokens=24, lr=1e-6, prompt_style="compact"),
+    variants=("rae:tictactoe+kuhn_poker", "none:tictactoe+kuhn_poker"),
+    steps=20, eval_every=10, eval_episodes=32, final_eval_episodes=64, infoset_samples=8, transfer_problems=32,
+    transfer_max_new_tokens=24,
+)
+
 PRESETS = {
     # compact prompts (a tiny LM from scratch gains nothing from the rules in prose, and pays for every
     # prompt token) and expert-labelled SFT on varied teacher positions; self-play then has to lift
@@ -130,6 +140,22 @@ PRESETS = {
         steps=200, eval_every=25, eval_episodes=128, final_eval_episodes=512, infoset_samples=32,
         transfer_problems=512, transfer_max_new_tokens=256,
     ),
+    # issue 40: the real pretrained SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a packaged GGUF) in
+    # self-play on two games, RAE vs no RAE (one seed a run: --seed 0, 1, 2 for several). A short low-lr warm
+    # start teaches the answer format (\boxed{move}) on compact prompts; response length, format errors
+    # (invalid moves / forfeits) and gradient norm every step, win rates vs random every eval_every steps,
+    # vs every fixed opponent (random, minimax / Nash: the games' expert bots) and Kuhn's exact evaluations
+    # at the start, after the warm start and after self-play. Sized for ~1 hour on a 2-core CPU.
+    "smollm2": SMOLLM2,
+    # the same claim sized for one H200: verbose prompts (the rules in prose), longer responses, more
+    # episodes and steps, a third game
+    "smollm2_gpu": dataclasses.replace(
+        SMOLLM2, max_seq_len=1024,
+        warm=WarmStartConfig(games_per_game=2048, steps=200, batch_size=64, lr=1e-5),
+        spiral=SpiralConfig(episodes_per_game=128, max_new_tokens=128, lr=1e-6, minibatches=8, prompt_style="verbose"),
+        variants=("rae:tictactoe+kuhn_poker+negotiation", "none:tictactoe+kuhn_poker+negotiation"),
+        steps=200, eval_every=25, eval_episodes=128, final_eval_episodes=512, infoset_samples=32,
+        transfer_problems=512, transfer_max_new_tokens=128),
 }
 
 _EVAL_GAMES = GAMES  # registration order (envs.games.register_game)
