@@ -121,7 +121,7 @@ def run_ours(args) -> dict:
     tok = load_tokenizer(args.model)
     model = load_model(args.model)
     ds = PromptDataset(_rows(args), tok, args.prompt_field, args.max_prompt_len, PromptFormat("chat", "{prompt}", None),
-                       args.seed, (args.answer_field,), args.data)
+                       args.seed, (args.answer_field,), args.data, fit=True)  # as TRL: no pad beyond the longest
     cfg = GRPOConfig(seed=args.seed, group_size=args.group, prompts_per_step=args.prompts, lr=args.lr,
                      max_grad_norm=1.0, adam_b2=0.999, temperature=args.temperature,
                      max_new_tokens=args.max_new_tokens, remat=args.remat,

@@ -51,7 +51,7 @@ def _steps(trainer, state, n):
 
 
 # ---------------------------------------------------------------------------------------- GRPO
-def grpo(case: str, remat: str = "none") -> dict:
+def grpo(case: str, remat: str = "none", share_prompts: bool = True) -> dict:
     from jaxrl_reason.models.lm import LMConfig, Transformer
     from jaxrl_reason.models.tokenizer import CharTokenizer
     from jaxrl_reason.rl.grpo.losses import LossConfig
@@ -65,8 +65,9 @@ def grpo(case: str, remat: str = "none") -> dict:
     base = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=12, lr=1e-3, reward=RewardConfig("random"))
     cfg = {
         # a KL term, dynamic sampling, a reference reset, 2 epochs x 2 minibatches
+        # (share_prompts off: the recording shuffled rows one by one; shared prompts shuffle whole groups)
         "kl_epochs": dataclasses.replace(base, dynamic_sampling=True, oversample=2, minibatches=2, epochs=2,
-                                         ref_reset_every=2, loss=LossConfig(kl_coef=0.05)),
+                                         ref_reset_every=2, loss=LossConfig(kl_coef=0.05), share_prompts=False),
         # no KL, one epoch, one minibatch: the fused path (old log-probs = the loss forward's own)
         "fused": base,
         "fused_seq_mean": dataclasses.replace(base, advantage="dr_grpo",
@@ -74,6 +75,8 @@ def grpo(case: str, remat: str = "none") -> dict:
     }[case]
     if remat != "none":  # (the field is newer than the recording: only set when asked)
         cfg = dataclasses.replace(cfg, remat=remat)
+    if not share_prompts:
+        cfg = dataclasses.replace(cfg, share_prompts=False)
     trainer = GRPOTrainer.for_tasks(cfg, model, tok, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=12)
     return _steps(trainer, trainer.init(jax.random.key(0)), 2)
 
@@ -196,6 +199,12 @@ def test_grpo_matches_the_code_before_the_learner_core(name, skip):
     got = RUNS[name]()
     assert not set(skip) & set(got["metrics"])  # no reference pass without a KL term
     compare(name, got, skip=skip)
+
+
+def test_shared_prompts_keep_the_update_within_float_tolerance():
+    """The recorded fused runs had no prompt sharing; the default shares (above); the same config without it."""
+    got = grpo("fused", share_prompts=False)
+    compare("grpo_fused", got, skip=KL)
 
 
 @pytest.mark.parametrize("remat", ["block", "dots"])

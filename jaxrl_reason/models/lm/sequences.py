@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrl_reason.models.lm.model import KVCache, init_cache
 from jaxrl_reason.models.lm.train import chunked_logprobs_entropy
 
 
@@ -61,17 +62,42 @@ def response_positions(prompt_lens: jax.Array, n: int) -> jax.Array:
     return prompt_lens[:, None] - 1 + jnp.arange(n)[None]
 
 
-def response_logprobs(model, tokens: jax.Array, prompt_lens: jax.Array, n: int, temperature: float, chunk: int = 64):
+def response_logprobs(model, tokens: jax.Array, prompt_lens: jax.Array, n: int, temperature: float, chunk: int = 64,
+                      group: int = 1):
     """log pi(response token) and entropy of pi at each response position, pi = softmax(logits / temperature).
 
     tokens [B, P+N] (``join``), prompt_lens [B] -> (logp [B, n], entropy [B, n]) float32. The head runs on
     ``chunk`` positions at a time under remat (``train.chunked_logprobs_entropy``), so [B, n, V] logits are
     never all held at once; only the response positions go through the head.
+
+    ``group`` > 1: the rows are B / group groups of ``group`` consecutive rows with the same prompt (GRPO's
+    samples of one prompt). The prompt then runs once per group into a KV cache that the group's responses
+    attend to (as the sampler does), so a forward/backward pass costs B/group x P + B x n token positions
+    instead of B x (P + n); the gradient through the shared cache sums over the group (exact, up to float
+    summation order).
     """
-    h, _, _ = model.hidden(tokens[:, :-1])
-    idx = response_positions(prompt_lens, n)
-    h = jnp.take_along_axis(h, idx[..., None], axis=1)  # [B, n, D]
-    targets = jnp.take_along_axis(tokens, idx + 1, axis=1)
+    if group <= 1:
+        h, _, _ = model.hidden(tokens[:, :-1])
+        idx = response_positions(prompt_lens, n)
+        h = jnp.take_along_axis(h, idx[..., None], axis=1)  # [B, n, D]
+        targets = jnp.take_along_axis(tokens, idx + 1, axis=1)
+        return chunked_logprobs_entropy(model, h, targets, chunk, temperature)
+    b, width = tokens.shape
+    if b % group:
+        raise ValueError(f"response_logprobs: {b} rows do not split into groups of {group}")
+    p = width - n
+    prompts, lens = tokens[::group, :p], prompt_lens[::group]  # [U, P], [U]
+    ar = jnp.arange(p, dtype=jnp.int32)[None]
+    cache = init_cache(model.cfg, b // group, width - 1)
+    h_prompt, cache, _ = model.hidden(prompts, jnp.where(ar < lens[:, None], ar, -1), cache)  # pads invisible
+    h_last = jnp.take_along_axis(h_prompt, (lens - 1)[:, None, None], axis=1)  # [U, 1, D]: predicts token 0
+    targets = jnp.take_along_axis(tokens, prompt_lens[:, None] + jnp.arange(n)[None], axis=1)  # [B, n]
+    h = jnp.repeat(h_last, group, axis=0)
+    if n > 1:  # the responses' own positions, each row attending to its group's prompt in the shared cache
+        rep = lambda x: jnp.repeat(x, group, axis=1)  # stacked buffers: [layers, B, ...]
+        cache = KVCache(jax.tree.map(rep, cache.buffers), jnp.repeat(cache.pos, group, axis=0), cache.end)
+        h_resp, _, _ = model.hidden(targets[:, :-1], prompt_lens[:, None] + jnp.arange(n - 1)[None], cache)
+        h = jnp.concatenate([h, h_resp], axis=1)  # [B, n, D]
     return chunked_logprobs_entropy(model, h, targets, chunk, temperature)
 
 

@@ -117,6 +117,9 @@ class GRPOConfig:
     min_p: float = 0.0
     mask_truncated: bool = False  # completions that hit max_new_tokens without a stop add no loss (their rewards
     # still count in the group's advantages)
+    share_prompts: bool = True  # the learner's forward passes run each prompt once per group into a KV cache the
+    # group's completions attend to (exact; fewer positions: Q*P + Q*G*N instead of Q*G*(P+N)); needs minibatches
+    # that divide prompts_per_step, else off
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -185,8 +188,13 @@ class GRPOConfig:
         return self.lora is not None and self.lora.dropout > 0
 
     @property
+    def prompt_group(self) -> int:
+        """Rows per shared prompt in the learner's forward passes (``share_prompts``), else 1."""
+        return self.group_size if self.share_prompts and self.prompts_per_step % self.minibatches == 0 else 1
+
+    @property
     def update_config(self) -> UpdateConfig:
-        return UpdateConfig(epochs=self.epochs, minibatches=self.minibatches)
+        return UpdateConfig(epochs=self.epochs, minibatches=self.minibatches, group=self.prompt_group)
 
     @property
     def needs_old_pass(self) -> bool:
@@ -412,7 +420,7 @@ def _ends_with_stop(row, length: int, stop_tokens, stop_sequences) -> bool:
 
 def _logp_fn(graphdef, cfg: GRPOConfig, remat: str = "none"):
     """(params, rest, rows: Rollout) -> (log pi(response) [B, N], entropy [B, N])."""
-    return lm_logp_fn(graphdef, cfg.max_new_tokens, cfg.temperature, cfg.logprob_chunk, remat)
+    return lm_logp_fn(graphdef, cfg.max_new_tokens, cfg.temperature, cfg.logprob_chunk, remat, cfg.prompt_group)
 
 
 @functools.lru_cache(maxsize=None)

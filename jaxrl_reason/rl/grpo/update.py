@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import optax
 
 
@@ -31,20 +32,30 @@ def gradient_step(loss_fn: Callable, optimizer: optax.GradientTransformation) ->
 
 
 def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation, params, opt_state, data, key,
-                     epochs: int, minibatches: int, *, wrap: bool = False):
+                     epochs: int, minibatches: int, *, wrap: bool = False, group: int = 1):
     """``epochs`` passes over ``data`` (pytree of [N, ...] rows), each a fresh shuffle split into
     ``minibatches`` gradient steps. -> ((params, opt_state), metrics [E, M]).
 
     N must divide into ``minibatches`` unless ``wrap``: then each shuffle draws ``ceil(N / M) * M``
-    positions modulo N, so the last few rows of an epoch are ones already seen (SPIRAL's turn counts)."""
+    positions modulo N, so the last few rows of an epoch are ones already seen (SPIRAL's turn counts).
+    ``group`` > 1: the rows are N / group groups of consecutive rows that stay together, in order: the shuffle
+    permutes groups and a minibatch holds whole groups (for a log-prob function that shares each group's
+    prompt, ``models.lm.sequences.response_logprobs``)."""
     n = jax.tree.leaves(data)[0].shape[0]
+    if group > 1 and (n % group or (n // group) % minibatches or wrap):
+        raise ValueError(f"minibatch_epochs: {n} rows in groups of {group} do not split into {minibatches} "
+                         f"minibatches of whole groups")
     if n % minibatches and not wrap:
         raise ValueError(f"minibatch_epochs: {n} rows do not split into {minibatches} minibatches")
     size = -(-n // minibatches)
     step = gradient_step(loss_fn, optimizer)
 
     def epoch(carry, k):
-        perm = (jax.random.permutation(k, size * minibatches) % n).reshape(minibatches, size)
+        if group > 1:
+            groups = jax.random.permutation(k, n // group)
+            perm = (groups[:, None] * group + jnp.arange(group)[None]).reshape(minibatches, size)
+        else:
+            perm = (jax.random.permutation(k, size * minibatches) % n).reshape(minibatches, size)
         return jax.lax.scan(step, carry, jax.tree.map(lambda x: x[perm], data))
 
     return jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, epochs))

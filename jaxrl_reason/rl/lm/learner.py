@@ -45,11 +45,15 @@ class UpdateConfig:
     minibatches: int = 1
     wrap: bool = False  # rows need not divide into minibatches (the last rows of an epoch repeat a few)
     old_logp: str = "auto"  # auto | recompute | sampler (module docstring)
+    group: int = 1  # rows come in groups of this many consecutive rows that minibatches keep whole (GRPO's
+    # samples of one prompt, for a logp_fn that runs each group's prompt once: ``lm_logp_fn(..., group=)``)
 
     def __post_init__(self):
         check_hyperparameters(self)
         if self.epochs < 1 or self.minibatches < 1:
             raise ValueError(f"UpdateConfig: epochs and minibatches must be >= 1, got {self.epochs}, {self.minibatches}")
+        if self.group < 1:
+            raise ValueError(f"UpdateConfig: group must be >= 1, got {self.group}")
         if self.old_logp not in OLD_LOGP:
             raise ValueError(f"UpdateConfig: old_logp must be one of {OLD_LOGP}, got {self.old_logp!r}")
 
@@ -104,7 +108,7 @@ def make_update(logp_fn: Callable, loss_fn: Callable, optimizer: optax.GradientT
 
         if batches is None:
             (params, opt_state), m = minibatch_epochs(loss, optimizer, params, opt_state, rollout, key, config.epochs,
-                                                      config.minibatches, wrap=config.wrap)
+                                                      config.minibatches, wrap=config.wrap, group=config.group)
         else:
             idx = batches(key, rollout)
             step = gradient_step(loss, optimizer)

@@ -42,16 +42,18 @@ def remat_graphdef(graphdef, *states, remat: str = "none"):
     return nnx.graphdef(model)
 
 
-def lm_logp_fn(graphdef, n: int, temperature: float, chunk: int = 64, remat: str = "none"):
+def lm_logp_fn(graphdef, n: int, temperature: float, chunk: int = 64, remat: str = "none", group: int = 1):
     """-> ``logp_fn(params, rest, rows) -> (logp [B, n], entropy [B, n])`` (see the module docstring);
-    ``graphdef``: from ``remat_graphdef`` for ``"block"``."""
+    ``graphdef``: from ``remat_graphdef`` for ``"block"``. ``group`` > 1: rows come in groups of ``group``
+    consecutive rows with one prompt, which runs once per group (``sequences.response_logprobs``; the update
+    must keep groups whole: ``UpdateConfig(group=...)``)."""
     check_remat(remat)
 
     def logp(params, rest, seqs, plens, seed):
         model = nnx.merge(graphdef, params, rest)
         if seed is not None:  # LoRA dropout, in the loss's forward passes only
             set_dropout(model, jax.random.key(seed))
-        return response_logprobs(model, seqs, plens, n, temperature, chunk)
+        return response_logprobs(model, seqs, plens, n, temperature, chunk, group)
 
     if remat == "dots":
         logp = jax.checkpoint(logp, policy=jax.checkpoint_policies.dots_saveable, static_argnums=())

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
@@ -48,3 +49,36 @@ def test_response_logprobs_match_full_sequence_logprobs():
     want = jnp.take_along_axis(full, response_positions(plens, 3), axis=1)
     np.testing.assert_allclose(logp, want, atol=1e-5)
     assert ent.shape == (2, 3) and bool((ent > 0).all())
+
+
+@pytest.mark.parametrize("kind", ["gqa", "mla_moe", "window_remat"])
+def test_grouped_response_logprobs_equal_the_full_pass(kind):
+    """group=G (each prompt once, into a shared KV cache) gives the log-probs, entropies and gradients of the
+    plain pass over every row's whole sequence; prompts of different lengths in one batch."""
+    cfgs = {"gqa": LMConfig(vocab_size=32, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=32,
+                            qkv_bias=True, qk_norm=True),
+            "mla_moe": LMConfig(vocab_size=32, d_model=48, n_layers=2, n_heads=4, attention="mla", kv_lora_rank=24,
+                                q_lora_rank=16, qk_rope_dim=8, qk_nope_dim=8, v_head_dim=8, n_routed_experts=4,
+                                moe_top_k=2, moe_d_ff=16, moe_first_dense=1, d_ff=48, max_seq_len=32),
+            "window_remat": LMConfig(vocab_size=32, d_model=32, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=48,
+                                     max_seq_len=32, sliding_window=4, remat=True)}
+    model = Transformer(cfgs[kind], rngs=nnx.Rngs(1))
+    g, n = 3, 5
+    rng = np.random.default_rng(0)
+    prompts = np.repeat(rng.integers(1, 32, (2, 6)), g, axis=0)
+    plens = np.repeat(np.array([6, 3]), g)
+    seqs = join(jnp.asarray(prompts), jnp.asarray(plens), jnp.asarray(rng.integers(1, 32, (2 * g, n))))
+    graphdef, params = nnx.split(model)
+
+    def run(p, group):
+        logp, ent = response_logprobs(nnx.merge(graphdef, p), seqs, jnp.asarray(plens), n, 0.8, 2, group)
+        return jnp.sum(logp * jnp.linspace(0.5, 1.5, n)) + jnp.sum(ent), (logp, ent)
+
+    (v1, (lp1, e1)), g1 = jax.value_and_grad(run, has_aux=True)(params, 1)
+    (vg, (lpg, eg)), gg = jax.value_and_grad(run, has_aux=True)(params, g)
+    np.testing.assert_allclose(lpg, lp1, atol=2e-5)
+    np.testing.assert_allclose(eg, e1, atol=2e-5)
+    for a, b in zip(jax.tree.leaves(gg), jax.tree.leaves(g1)):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="groups of 4"):
+        response_logprobs(model, seqs, jnp.asarray(plens), n, 1.0, 2, 4)

@@ -9,12 +9,12 @@ import pytest
 from jaxrl_reason.rl.grpo.update import gradient_step, minibatch_epochs
 
 
-def _seen_rows(n, minibatches, epochs, wrap):
+def _seen_rows(n, minibatches, epochs, wrap, group=1):
     """Run minibatch_epochs with a loss that records the rows of each minibatch (lr 0: params unchanged)."""
     data = {"row": jnp.arange(n)}
     loss_fn = lambda params, b: (jnp.sum(params * 0.0), {"rows": b["row"]})
     (params, _), m = minibatch_epochs(loss_fn, optax.sgd(0.0), jnp.zeros(()), optax.sgd(0.0).init(jnp.zeros(())),
-                                      data, jax.random.key(0), epochs, minibatches, wrap=wrap)
+                                      data, jax.random.key(0), epochs, minibatches, wrap=wrap, group=group)
     return np.asarray(m["rows"])  # [epochs, minibatches, size]
 
 
@@ -31,6 +31,19 @@ def test_wrap_visits_every_row_and_repeats_only_the_remainder():
     assert rows.shape == (4, 3)
     counts = np.bincount(rows.ravel(), minlength=10)
     assert counts.min() == 1 and counts.sum() == 12 and (counts == 2).sum() == 2
+
+
+def test_groups_stay_whole_and_in_order():
+    rows = _seen_rows(24, 2, epochs=2, wrap=False, group=4)  # 6 groups of 4 rows, 3 groups per minibatch
+    assert rows.shape == (2, 2, 12)
+    for e in range(2):
+        np.testing.assert_array_equal(np.sort(rows[e].ravel()), np.arange(24))
+        groups = rows[e].reshape(-1, 4)
+        np.testing.assert_array_equal(groups - groups[:, :1], np.tile(np.arange(4), (6, 1)))  # consecutive rows
+        assert (groups[:, 0] % 4 == 0).all()
+    assert not np.array_equal(rows[0], rows[1])
+    with pytest.raises(ValueError, match="groups of 4 do not split into 4 minibatches"):
+        _seen_rows(24, 4, epochs=1, wrap=False, group=4)
 
 
 def test_rows_that_do_not_divide_are_an_error_without_wrap():
