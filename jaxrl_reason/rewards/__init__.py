@@ -54,5 +54,6 @@ __all__ = [
     "MAX_ANSWER_CHARS", "REQUIRE", "answers_match", "final_answer", "normalize_answer",
     "REWARDS", "ExactMatch", "Inverted", "MathVerify", "Overlong", "R1Format", "RandomReward", "TaskCorrect",
     "WithMalformedPenalty", "WrongLabel", "extract_answer", "extract_boxed", "make_reward", "r1_formatted",
-    "RewardCall", "RewardError", "RewardFn", "RewardScores", "RewardSuite", "check_rewards", "reward_call", "reward_name", "check_reward_signature", "load_reward_fn",
+    "RewardCall", "RewardError", "RewardFn", "RewardScores", "RewardSuite", "check_rewards", "reward_call",
+    "reward_name", "check_reward_signature", "load_reward_fn",
 ]

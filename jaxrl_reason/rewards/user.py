@@ -6,7 +6,8 @@
 The object named must follow the reward protocol (``rewards`` package docstring): a function or callable
 instance ``fn(prompts, completions, *, completion_ids, step, **row_fields) -> B rewards``, sync or ``async``,
 declaring only the keywords it uses (``**kwargs`` takes them all). Keyword parameters without a default that are
-not ``step`` / ``completion_ids`` name row fields (``required_fields``: an experiment checks its data has them). Anything else is a ``RewardError`` naming the reference and what is wrong; the file's
+not ``step`` / ``completion_ids`` name row fields (``required_fields``: an experiment checks its data has them).
+Anything else is a ``RewardError`` naming the reference and what is wrong; the file's
 folder is put on ``sys.path`` so it can import its neighbours.
 """
 

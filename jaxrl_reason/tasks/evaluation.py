@@ -51,8 +51,8 @@ def _breakdown(values: np.ndarray, labels: np.ndarray) -> dict:
 
 
 def greedy_eval(model, tasks: Sequence, batch: ProblemBatch, max_new_tokens: int, tokenizer: Tokenizer) -> dict:
-    _, lengths, completions = generate_completions(model, batch.prompts, batch.prompt_lens, tokenizer, jax.random.key(0), 0.0,
-                                        max_new_tokens)
+    _, lengths, completions = generate_completions(model, batch.prompts, batch.prompt_lens, tokenizer,
+                                                   jax.random.key(0), 0.0, max_new_tokens)
     s = task_scores(tasks, batch, completions, tokenizer)
     c = s["correct"].astype(np.float64)
     return {
@@ -77,8 +77,8 @@ def pass_at_k_eval(model, tasks: Sequence, batch: ProblemBatch, tokenizer: Token
     done = 0
     while done < n:
         key, sub = jax.random.split(key)
-        *_, completions = generate_completions(model, rep_batch.prompts, rep_batch.prompt_lens, tokenizer, sub, temperature,
-                                    max_new_tokens)
+        *_, completions = generate_completions(model, rep_batch.prompts, rep_batch.prompt_lens, tokenizer, sub,
+                                               temperature, max_new_tokens)
         ok = task_scores(tasks, rep_batch, completions, tokenizer)["correct"].reshape(len(batch), reps)
         take = min(reps, n - done)
         counts += ok[:, :take].sum(1)
@@ -107,7 +107,8 @@ def contamination_probe(model, problems: Sequence[Problem], tokenizer: Tokenizer
     plen = prompt_len or max(map(len, heads))
     rlen = max(map(len, rests))
     prompts, plens = tokenizer.pad_batch(heads, plen)
-    toks, _, completions = generate_completions(model, prompts, plens, tokenizer, jax.random.key(0), 0.0, rlen + answer_budget)
+    toks, _, completions = generate_completions(model, prompts, plens, tokenizer, jax.random.key(0), 0.0,
+                                                rlen + answer_budget)
     completed = np.array([toks[i, : len(r)].tolist() == r for i, r in enumerate(rests)])
     correct = np.array([extract_answer(c) == p.answer for c, p in zip(completions, problems)])
     return {"completion_exact": float(completed.mean()), "answer_accuracy": float(correct.mean()), "fraction": fraction}

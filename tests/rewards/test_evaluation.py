@@ -169,4 +169,5 @@ def test_mean_se_and_the_plot(tmp_path):
             {"step": 1, "reward": 0.3},
             {"step": 5, "eval/accuracy": 0.4, "eval/se": 0.06, "eval/n": 64, "eval/response_length": 6.0}]
     assert plot_eval(rows, tmp_path / "eval.png") == tmp_path / "eval.png" and (tmp_path / "eval.png").stat().st_size
-    assert plot_eval([{"step": 1, "reward": 0.3}], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+    assert plot_eval([{"step": 1, "reward": 0.3}], tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
