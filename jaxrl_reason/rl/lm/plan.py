@@ -189,6 +189,21 @@ def forward_flops(model_cfg, matmul_params: int, rows: int, tokens: int, context
     return float(rows * tokens * (2 * matmul_params + 4 * model_cfg.n_layers * context * heads))
 
 
+def logp_flops(model_cfg, matmul_params: int, rows: int, prompt: int, new: int, group: int = 1) -> float:
+    """One learner forward pass (``rl.lm.logp``) over ``rows`` sequences of ``prompt`` + ``new`` tokens: the blocks
+    on every position but the last (``group`` > 1: each group's prompt once, then the rows' responses), the LM head
+    on the ``new`` response positions only."""
+    head = model_cfg.vocab_size * model_cfg.d_model
+    body = forward_flops(model_cfg, matmul_params - head, 1, 1, 0)  # per token, without attention
+    attn = lambda r, t, ctx: forward_flops(model_cfg, 0, r, t, ctx)
+    if group > 1:
+        blocks = (rows // group) * prompt * body + attn(rows // group, prompt, prompt)
+        blocks += rows * (new - 1) * body + attn(rows, new - 1, prompt + new)
+    else:
+        blocks = rows * (prompt + new - 1) * body + attn(rows, prompt + new - 1, prompt + new)
+    return float(blocks + rows * new * 2 * head)
+
+
 def plan_grpo(trainer, *, device_memory_bytes: int | None = None, flops_per_s: float | None = None) -> Plan:
     """Compile ``trainer``'s (a ``GRPOTrainer``) sampling, log-prob and update programs for its shapes, without
     running them, and return their ``Plan`` (single process; per device with a mesh)."""
@@ -224,12 +239,13 @@ def plan_grpo(trainer, *, device_memory_bytes: int | None = None, flops_per_s: f
     embed = model_cfg.vocab_size * model_cfg.d_model  # a lookup, not a matmul (unless it is the tied head)
     matmul = _count(tr._init_params) + _count(tr._rest) - (0 if model_cfg.tie_embeddings else embed)
     rows = cfg.prompts_per_step * cfg.group_size
-    fwd = forward_flops(model_cfg, matmul, rows, p + n, p + n)
+    fwd = logp_flops(model_cfg, matmul, rows, p, n, cfg.prompt_group)
     passes = 3 + (cfg.remat == "block")  # forward + backward (2 x), + the blocks' recomputation
     flops = {"sample": forward_flops(model_cfg, matmul, b, p + n, p + n),
              "update": passes * fwd * cfg.epochs}
     if tr._logprobs is not None:
-        flops["logprobs"] = forward_flops(model_cfg, matmul, b, p + n, p + n) * (cfg.needs_old_pass + cfg.needs_ref)
+        flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * (cfg.needs_old_pass
+                                                                                        + cfg.needs_ref)
     dev = jax.devices()[0]
     return Plan(device=f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
                 device_memory=device_memory(dev) if device_memory_bytes is None else device_memory_bytes,

@@ -53,6 +53,28 @@ def test_plan_terms_and_the_check():
     assert q.reference == 0 and set(q.programs) == {"sample", "update"} and q.step_flops < p.step_flops
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_update_flops_follow_the_compiled_program(share):
+    """The analytic update FLOPs (forward + backward = 3 forward passes) within 35% of XLA's count of the compiled
+    update; shared prompts (a 40-token prompt, 4 new tokens) cut both by the same factor."""
+    cfg = dataclasses.replace(CFG, max_new_tokens=4, share_prompts=share)
+    model = Transformer(LMConfig(vocab_size=TOK.vocab_size, d_model=64, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=128,
+                                 max_seq_len=64, scan_layers=False), rngs=nnx.Rngs(0))  # XLA counts a loop once
+    tr = GRPOTrainer.for_tasks(cfg, model, TOK, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=40)
+    p = plan_grpo(tr, device_memory_bytes=1 << 40, flops_per_s=1e9)
+    assert p.programs["update"].flops_xla == pytest.approx(p.flops["update"], rel=0.35)
+    if share:
+        plain = plan_grpo(_trainer_like(tr, cfg), device_memory_bytes=1 << 40, flops_per_s=1e9)
+        assert p.flops["update"] < 0.5 * plain.flops["update"]
+        assert p.programs["update"].flops_xla < 0.5 * plain.programs["update"].flops_xla
+
+
+def _trainer_like(tr, cfg):
+    model = nnx.merge(tr.graphdef, tr._init_params, tr._rest)
+    return GRPOTrainer.for_tasks(dataclasses.replace(cfg, share_prompts=False), model, TOK,
+                                 [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=40)
+
+
 @pytest.mark.parametrize("remat", ["none", "block"])
 def test_plan_matches_the_measured_peak_of_the_compiled_update(remat):
     env = {**os.environ, "XLA_FLAGS": testutil.subprocess_xla_flags(1), "JAX_PLATFORMS": "cpu"}
