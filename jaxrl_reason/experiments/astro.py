@@ -34,16 +34,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tyro
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer, load_tokenizer
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
 from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, Tokenizer
-from jaxrl_reason.rl.base import check_schedule
+from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
@@ -110,14 +112,17 @@ class Config:
     )
     compare_only: bool = False  # stop after the MCTS vs best-of-N comparison (stage 2)
     rl_steps: int = 60
-    eval_every: int = 20
+    eval_every: int = 20  # held-out evaluation interval (0: only before and after; the last step is always evaluated)
     heldout_problems: int = 192
+    # --eval-data FILE (+ --eval-samples, --eval-reward, --eval-reward-fn, --eval-prompt-field, --eval-answer-field):
+    # each arm's GRPO also evaluated on a prompt/answer file (raw <bos> + prompt, as the task prompts)
+    eval_file: Annotated[recipes.EvalFile, tyro.conf.OmitArgPrefixes] = recipes.EvalFile()
     prompt_len: int = 24
     answer_len: int = 12
 
     def __post_init__(self):
         check_hyperparameters(self)
-        check_schedule(self.rl_steps, self.eval_every)
+        check_intervals(self.rl_steps, eval_every=self.eval_every)
         for f in ("search_batch", "search_problems", "compare_problems", "trace_sft_steps", "heldout_problems"):
             if getattr(self, f) < 1:
                 raise ValueError(f"Config.{f} must be >= 1, got {getattr(self, f)}")
@@ -477,6 +482,8 @@ def base_policy(config: Config, tokenizer: Tokenizer) -> Transformer:
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
     tokenizer = make_tokenizer(config)
+    heldout_file = recipes.heldout_file(config.eval_file, tokenizer, None,
+                                        config.max_seq_len - config.grpo.max_new_tokens, config.grpo)
     base = base_policy(config, tokenizer)
     graphdef, params = nnx.split(base)
     verify = answer_verifier(config.task, tokenizer)
@@ -528,7 +535,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         arm_dir = run_dir.child(name)
         trainer = GRPOTrainer.for_tasks(config.grpo, model, tokenizer, tasks, config.prompt_len)
         state = recipes.train(arm_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
-                              config.eval_every, evaluate, desc=f"astro/{name}")
+                              config.eval_every, evaluate, desc=f"astro/{name}", heldout_file=heldout_file)
         after = evaluate(trainer.model(state))
         rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items() if k in ("accuracy", "backtracks_per_response")},
                      **{f"rl_{k}": v for k, v in after.items()}})

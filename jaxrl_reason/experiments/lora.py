@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
+import tyro
 from flax import nnx
 
 from jaxrl_reason.models.lm.lora import (
@@ -28,7 +30,7 @@ from jaxrl_reason.models.lm.lora import (
     state_bytes,
 )
 from jaxrl_reason.models.lm.train import make_optimizer
-from jaxrl_reason.rl.base import check_schedule
+from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.models.lm.sft import fit
@@ -68,14 +70,17 @@ class Config:
     sft_lr: float = 2e-3  # the full arm's SFT step size (the warm start's)
     lora_sft_lr: float = 1e-2
     rl_steps: int = 100
-    eval_every: int = 50
+    eval_every: int = 50  # held-out evaluation interval (0: only before and after; the last step is always evaluated)
     heldout_problems: int = 512
-    prompt_len: int = 24
+    # --eval-data FILE (+ --eval-samples, --eval-reward, --eval-reward-fn, --eval-prompt-field, --eval-answer-field):
+    # each GRPO arm also evaluated on a prompt/answer file
+    eval_file: Annotated[recipes.EvalFile, tyro.conf.OmitArgPrefixes] = recipes.EvalFile()
+    prompt_len: int | None = None  # None: 24 (raw prompts), or with --model the longest through its chat template
     answer_len: int = 12
 
     def __post_init__(self):
         check_hyperparameters(self)
-        check_schedule(self.rl_steps, self.eval_every)
+        check_intervals(self.rl_steps, eval_every=self.eval_every)
         if self.heldout_problems < 1:
             raise ValueError("heldout_problems must be >= 1")
         if not self.arms or len(set(self.arms)) != len(self.arms) or not set(self.arms) <= {"full", "lora"}:
@@ -84,6 +89,9 @@ class Config:
             raise ValueError(f"objective must be grpo or sft, got {self.objective!r}")
         if self.sft_steps < 1 or self.sft_problems < 1:
             raise ValueError("sft_steps and sft_problems must be >= 1")
+
+
+RAW_PROMPT_LEN = 24  # <bos> + the cpu preset's problem text (character tokens), with room
 
 
 PRESETS = {
@@ -125,20 +133,22 @@ def _sft_arm(config: Config, name: str, model, tok, tasks):
     return m, params, state_bytes(make_optimizer(lr, config.sft_steps).init(params))
 
 
-def _grpo_arm(config: Config, name: str, cfg: GRPOConfig, model, tok, tasks, fmt, evaluate, run_dir: RunDir):
-    """GRPO from ``model`` (never mutated) -> (trained model, trained params, optimiser-state bytes)."""
-    trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, config.prompt_len, fmt=fmt)
+def _grpo_arm(config: Config, name: str, cfg: GRPOConfig, policy: recipes.Policy, tasks, evaluate, run_dir: RunDir):
+    """GRPO from ``policy.model`` (never mutated) -> (trained model, trained params, optimiser-state bytes)."""
+    trainer = GRPOTrainer.for_tasks(cfg, policy.model, policy.tokenizer, tasks, policy.prompt_len, fmt=policy.fmt)
     state = recipes.train(run_dir.child(name), trainer, trainer.init(jax.random.key(config.seed)),
-                          config.rl_steps, config.eval_every, evaluate, desc=f"lora: {name}")
+                          config.rl_steps, config.eval_every, evaluate, desc=f"lora: {name}",
+                          heldout_file=policy.heldout_file)
     return trainer.model(state), state.params, state_bytes(state.opt_state)
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
-                                          config.warm_start, tasks, config.seed)
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len, tok,
-                           fmt=fmt)
+    policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
+                                  config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
+                                  grpo=config.grpo, eval_file=config.eval_file)
+    model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)
     n, n_held = config.grpo.max_new_tokens, len(held)
     evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n, tok)["accuracy"]}
     start = evaluate(model)["accuracy"]
@@ -147,7 +157,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     for name in config.arms:
         t0 = time.perf_counter()
         trained, params, opt_bytes = (_sft_arm(config, name, model, tok, tasks) if config.objective == "sft" else
-                                      _grpo_arm(config, name, all_arms[name], model, tok, tasks, fmt, evaluate, run_dir))
+                                      _grpo_arm(config, name, all_arms[name], policy, tasks, evaluate, run_dir))
         end = evaluate(trained)["accuracy"]
         row = {"arm": name, "n_heldout": n_held, "acc_before": start, "se_before": _se(start, n_held),
                "acc_after": end, "se_after": _se(end, n_held), "gain_points": 100 * (end - start),
@@ -164,7 +174,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     elif config.objective == "sft":  # not trained here: the size of the full arm's optimiser state
         full_bytes = state_bytes(make_optimizer(config.sft_lr, config.sft_steps).init(nnx.state(model, nnx.Param)))
     else:
-        full = GRPOTrainer.for_tasks(all_arms["full"], model, tok, tasks, config.prompt_len, fmt=fmt)
+        full = GRPOTrainer.for_tasks(all_arms["full"], model, tok, tasks, prompt_len, fmt=fmt)
         full_bytes = state_bytes(full.init(jax.random.key(config.seed)).opt_state)
     print(run_dir.write_table("results", rows))
     summary = {"start_accuracy": start, "n_heldout": n_held, "run_dir": str(run_dir.path)}

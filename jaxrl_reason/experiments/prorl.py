@@ -8,11 +8,13 @@ Held-out sampled pass@1 over steps (reset steps marked); pass@1 / pass@k per tas
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import jax
+import tyro
 from flax import nnx
 
-from jaxrl_reason.rl.base import check_schedule
+from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
@@ -40,18 +42,25 @@ class Config:
     # from step 50) while resets keep improving (0.39 at 400); with 0.1 both arms kept improving
     reset_every: int = 25
     rl_steps: int = 400
-    eval_every: int = 25
+    eval_every: int = 25  # held-out evaluation interval (0: only before and after; the last step is always evaluated)
     eval_problems: int = 100
-    eval_samples: int = 8
     final_samples: int = 32
-    prompt_len: int = 28
+    # --eval-samples: samples per held-out problem for pass@1 (and per --eval-data row for pass@k / mean@n);
+    # --eval-data FILE (+ --eval-reward, --eval-reward-fn, --eval-prompt-field, --eval-answer-field): each arm also
+    # evaluated on a prompt/answer file
+    eval_file: Annotated[recipes.EvalFile, tyro.conf.OmitArgPrefixes] = recipes.EvalFile(eval_samples=8)
+    prompt_len: int | None = None  # None: 28 (raw prompts), or with --model the longest through its chat template
     answer_len: int = 12
 
     def __post_init__(self):
         check_hyperparameters(self)
-        if self.reset_every < 1:
-            raise ValueError(f"reset_every must be >= 1, got {self.reset_every}")
-        check_schedule(self.rl_steps, self.eval_every)
+        if self.reset_every < 1 or self.eval_file.eval_samples < 1:
+            raise ValueError(f"reset_every and eval_samples must be >= 1, got {self.reset_every} and "
+                             f"{self.eval_file.eval_samples}")
+        check_intervals(self.rl_steps, eval_every=self.eval_every)
+
+
+RAW_PROMPT_LEN = 28  # <bos> + the longest problem text of MIX (character tokens), with room
 
 
 PRESETS = {
@@ -77,13 +86,15 @@ def late_gain(curve: tuple) -> float:
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = list(MIX)
-    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
-                                          config.warm_start, tasks, config.seed)
+    policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
+                                  config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
+                                  grpo=config.grpo, eval_file=config.eval_file)
+    model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
     start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
-    held = recipes.heldout(tasks, config.eval_problems, config.seed, config.prompt_len, config.answer_len, tok,
-                           fmt=fmt)
+    held = recipes.heldout(tasks, config.eval_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)
     n = config.grpo.max_new_tokens
-    evaluate = lambda m: {"pass@1": pass_at_k_eval(m, tasks, held, tok, config.eval_samples, (1,), max_new_tokens=n)["pass@1"]}
+    samples = config.eval_file.eval_samples
+    evaluate = lambda m: {"pass@1": pass_at_k_eval(m, tasks, held, tok, samples, (1,), max_new_tokens=n)["pass@1"]}
     ks = tuple(k for k in (1, 4, 16, 32, 64) if k <= config.final_samples)
     final = {"start": pass_at_k_eval(model, tasks, held, tok, config.final_samples, ks, max_new_tokens=n)}
     curves, kl, ent = {}, {}, {}
@@ -91,9 +102,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
         sub = run_dir.child("reset" if every else "no_reset")
         nnx.update(model, start_state)
         trainer = GRPOTrainer.for_tasks(dataclasses.replace(config.grpo, ref_reset_every=every), model, tok, tasks,
-                                        config.prompt_len, fmt=fmt)
+                                        prompt_len, fmt=fmt)
         state = recipes.train(sub, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
-                              config.eval_every, evaluate, desc=f"prorl {arm}")
+                              config.eval_every, evaluate, desc=f"prorl {arm}", heldout_file=policy.heldout_file)
         final[arm] = pass_at_k_eval(trainer.model(state), tasks, held, tok, config.final_samples, ks, max_new_tokens=n)
         curves[arm], kl[arm], ent[arm] = (recipes.series(sub, k) for k in ("eval/pass@1", "kl_ref", "sample_entropy"))
     resets = list(range(config.reset_every, config.rl_steps + 1, config.reset_every))

@@ -7,10 +7,12 @@ over RL steps; final greedy accuracy by difficulty and pass@k, before vs after.
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import jax
+import tyro
 
-from jaxrl_reason.rl.base import check_schedule
+from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
@@ -40,18 +42,23 @@ class Config:
         reward=RewardConfig("correct", format_weight=0.0),
     )
     rl_steps: int = 400  # measured: +19.6 points at 240 steps, +25.4 at 400 (120 gave +7.8)
-    eval_every: int = 40
+    eval_every: int = 40  # held-out evaluation interval (0: only before and after; the last step is always evaluated)
     heldout_problems: int = 256
     passk_problems: int = 64
     passk_samples: int = 32
-    prompt_len: int = 24
+    # --eval-data FILE (+ --eval-samples, --eval-reward, --eval-reward-fn, --eval-prompt-field, --eval-answer-field)
+    eval_file: Annotated[recipes.EvalFile, tyro.conf.OmitArgPrefixes] = recipes.EvalFile()
+    prompt_len: int | None = None  # None: 24 (raw prompts), or with --model the longest through its chat template
     answer_len: int = 12
 
     def __post_init__(self):
         check_hyperparameters(self)
-        check_schedule(self.rl_steps, self.eval_every)
+        check_intervals(self.rl_steps, eval_every=self.eval_every)
         if self.heldout_problems < 1 or self.passk_problems < 1 or self.passk_samples < 1:
             raise ValueError("heldout_problems, passk_problems and passk_samples must be >= 1")
+
+
+RAW_PROMPT_LEN = 24  # <bos> + the cpu preset's problem text (character tokens), with room
 
 
 PRESETS = {
@@ -72,10 +79,11 @@ PRESETS = {
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
-                                          config.warm_start, tasks, config.seed)
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len, tok,
-                           fmt=fmt)
+    policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
+                                  config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
+                                  grpo=config.grpo, eval_file=config.eval_file)
+    model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)
     pk = held.take(range(min(config.passk_problems, len(held))))
     n = config.grpo.max_new_tokens
 
@@ -86,9 +94,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
     start = greedy_eval(model, tasks, held, n, tok)
     ks = tuple(k for k in (1, 8, 32, 64) if k <= config.passk_samples)
     start_pk = pass_at_k_eval(model, tasks, pk, tok, config.passk_samples, ks, max_new_tokens=n)
-    trainer = GRPOTrainer.for_tasks(config.grpo, model, tok, tasks, config.prompt_len, fmt=fmt)
+    trainer = GRPOTrainer.for_tasks(config.grpo, model, tok, tasks, prompt_len, fmt=fmt)
     state = recipes.train(run_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
-                          config.eval_every, evaluate, desc="r1_zero")
+                          config.eval_every, evaluate, desc="r1_zero", heldout_file=policy.heldout_file)
     final_model = trainer.model(state)
     end = greedy_eval(final_model, tasks, held, n, tok)
     end_pk = pass_at_k_eval(final_model, tasks, pk, tok, config.passk_samples, ks, max_new_tokens=n)

@@ -9,11 +9,13 @@ as long on a disjoint split.
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import jax
+import tyro
 from flax import nnx
 
-from jaxrl_reason.rl.base import check_schedule
+from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
@@ -40,19 +42,25 @@ class Config:
                                   loss=LossConfig(eps_low=0.2, eps_high=0.28))
     random_p: float = 0.5
     rl_steps: int = 320  # measured: correct rewards +25.0 points at 320 steps (+7.8 at 120)
-    eval_every: int = 40
+    eval_every: int = 40  # held-out evaluation interval (0: only before and after; the last step is always evaluated)
     heldout_problems: int = 256
+    # --eval-data FILE (+ --eval-samples, --eval-reward, --eval-reward-fn, --eval-prompt-field, --eval-answer-field):
+    # each variant also evaluated on a prompt/answer file (by the correct answer, whatever the training reward)
+    eval_file: Annotated[recipes.EvalFile, tyro.conf.OmitArgPrefixes] = recipes.EvalFile()
     contamination_demo: bool = True
     probe_problems: int = 32
     probe_sft_steps: int = 150
-    prompt_len: int = 24
+    prompt_len: int | None = None  # None: 24 (raw prompts), or with --model the longest through its chat template
     answer_len: int = 12
 
     def __post_init__(self):
         check_hyperparameters(self)
         if not self.variants or set(self.variants) - set(VARIANTS):
             raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
-        check_schedule(self.rl_steps, self.eval_every)
+        check_intervals(self.rl_steps, eval_every=self.eval_every)
+
+
+RAW_PROMPT_LEN = 24  # <bos> + the cpu preset's problem text (character tokens), with room
 
 
 PRESETS = {
@@ -68,9 +76,9 @@ PRESETS = {
 }
 
 
-def _probe_demo(config: Config, graphdef, start_state, tok) -> list[dict]:
+def _probe_demo(config: Config, graphdef, start_state, tok, prompt_len: int) -> list[dict]:
     tasks = [config.task]
-    test = recipes.heldout(tasks, config.probe_problems, config.seed, config.prompt_len, config.answer_len, tok).problems
+    test = recipes.heldout(tasks, config.probe_problems, config.seed, prompt_len, config.answer_len, tok).problems
     other = recipes.sft_problems(tasks, config.probe_problems, config.seed + 1)
     rows = []
     for name, data in (("fine-tuned on a disjoint split (clean)", other), ("fine-tuned on the test split", test)):
@@ -83,11 +91,12 @@ def _probe_demo(config: Config, graphdef, start_state, tok) -> list[dict]:
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    model, tok, fmt = recipes.load_policy(recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + config.grpo.max_new_tokens), config.lm,
-                                          config.warm_start, tasks, config.seed)
+    policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
+                                  config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
+                                  grpo=config.grpo, eval_file=config.eval_file)
+    model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
     start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len, tok,
-                           fmt=fmt)
+    held = recipes.heldout(tasks, config.heldout_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)
     n = config.grpo.max_new_tokens
     evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n, tok)["accuracy"]}
     start = evaluate(model)["accuracy"]
@@ -96,9 +105,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
         sub = run_dir.child(variant)
         cfg = dataclasses.replace(config.grpo, reward=RewardConfig(variant, random_p=config.random_p))
         nnx.update(model, start_state)
-        trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, config.prompt_len, fmt=fmt)
+        trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, prompt_len, fmt=fmt)
         state = recipes.train(sub, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
-                              config.eval_every, evaluate, desc=f"spurious {variant}")
+                              config.eval_every, evaluate, desc=f"spurious {variant}", heldout_file=policy.heldout_file)
         final[variant] = evaluate(trainer.model(state))["accuracy"]
         curves[variant] = recipes.series(sub, "eval/accuracy")
     recipes.plot_curves(run_dir.path / "spurious_rewards.png", {"held-out greedy accuracy": curves},
@@ -108,7 +117,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     print(run_dir.write_table("results", rows))
     summary = {"start_accuracy": start, **{f"final_{v}": a for v, a in final.items()}, "run_dir": str(run_dir.path)}
     if config.contamination_demo:
-        probe = _probe_demo(config, nnx.graphdef(model), start_state, tok)
+        probe = _probe_demo(config, nnx.graphdef(model), start_state, tok, prompt_len)
         print(run_dir.write_table("contamination_probe", probe))
         summary["probe_clean_completion"] = probe[0]["completion_exact"]
         summary["probe_contaminated_completion"] = probe[1]["completion_exact"]

@@ -5,6 +5,7 @@ mean@n of sampled completions, each reward's mean, response length, all with SE 
         -> {"accuracy", "se", "n", "excluded", "reward/<name>" (+ "_se", "_n"), "response_length" (+ "_se"),
             "strict_accuracy", "strict_se", "pass@k" (+ "_se", "_n"), "mean@8" (+ "_se"), ...}
     res = reward_eval_file(model, tok, "heldout.jsonl", [fn, (fn2, 0.1)], prompt_field="question")  # one call
+    ev = FileEval(tok, "heldout.jsonl", [fn], max_new_tokens); ev(model)   # the file prepared once, then each eval
     plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png")   # the "eval/" metrics over the run's steps
     pass_at_k(n, c, k)   # the unbiased estimator (the synthetic tasks' ``tasks.evaluation`` uses it too)
 
@@ -229,14 +230,37 @@ def reward_eval_file(model, tokenizer: Tokenizer, path, reward_fns: Sequence, ma
     directory) with reward functions ``[fn | (fn, weight)]``: the prompts rendered with ``fmt``
     (``data.PromptFormat``; over-long ones dropped and counted as "dropped"), the fields the functions name checked
     first (a ``DataError`` naming the row). ``kw``: ``reward_eval``'s options. The one call for any experiment's
-    ``--eval-data``."""
-    from jaxrl_reason.data import PromptDataset, load_rows
+    ``--eval-data`` (``FileEval``: the same prepared once, for evaluations at intervals)."""
+    return FileEval(tokenizer, path, reward_fns, max_new_tokens, prompt_field=prompt_field, fmt=fmt,
+                    max_prompt_len=max_prompt_len, **kw)(model)
 
-    with RewardSuite(reward_fns) as suite:
-        named = {f for call in suite.calls for f in call.required} - {"step", "completion_ids"}
-        ds = PromptDataset(load_rows(path), tokenizer, prompt_field, max_prompt_len, fmt, required_fields=sorted(named),
-                           source=str(path), fit=True)
-        return reward_eval(model, tokenizer, ds, suite, max_new_tokens, **kw) | {"dropped": ds.dropped}
+
+class FileEval:
+    """``reward_eval_file`` with the file read, checked and rendered once (at construction), for a run that
+    evaluates at intervals:
+
+        ev = FileEval(tok, "heldout.jsonl", [fn, (fn2, 0.1)], 32, fmt=fmt, max_prompt_len=200, n_samples=8)
+        ev(model) -> reward_eval's dict + "dropped"; ev(model, on_samples=log) overrides ``kw`` for one call
+
+    ``dataset``: the kept rows (``data.PromptDataset``; ``prompt_len`` the longest kept prompt, at most
+    ``max_prompt_len``); ``required_fields``: row fields to check besides those the functions name (e.g. the
+    answer field of ``exact_match``). Each call scores with its own ``RewardSuite`` (nothing to close)."""
+
+    def __init__(self, tokenizer: Tokenizer, path, reward_fns: Sequence, max_new_tokens: int, *,
+                 prompt_field: str = "prompt", fmt=None, max_prompt_len: int = 256,
+                 required_fields: Sequence[str] = (), **kw):
+        from jaxrl_reason.data import PromptDataset, load_rows
+
+        with RewardSuite(reward_fns) as suite:  # the functions' signatures checked here, once
+            named = {f for call in suite.calls for f in call.required} - {"step", "completion_ids"}
+        self.tokenizer, self.reward_fns, self.max_new_tokens, self.kw = tokenizer, list(reward_fns), max_new_tokens, kw
+        self.dataset = PromptDataset(load_rows(path), tokenizer, prompt_field, max_prompt_len, fmt,
+                                     required_fields=sorted(named | set(required_fields)), source=str(path), fit=True)
+
+    def __call__(self, model, **kw) -> dict:
+        with RewardSuite(self.reward_fns) as suite:
+            return reward_eval(model, self.tokenizer, self.dataset, suite, self.max_new_tokens,
+                               **{**self.kw, **kw}) | {"dropped": self.dataset.dropped}
 
 
 def plot_eval(rows: Sequence[Mapping], path, prefix: str = "eval/", title: str = ""):

@@ -2,6 +2,7 @@
 without the R1 tags refused, a run from a checkpoint, the gpu preset built abstractly."""
 
 import dataclasses
+import pathlib
 import types
 
 import jax
@@ -88,22 +89,26 @@ def _checkpoint(bpe, path):
 
 
 def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
-    """--model: base SFT, search comparison, search traces, trace SFT and one GRPO step per arm run on a tiny HF
-    checkpoint with its BPE tokenizer spelled one token per character; --model wins over --arch."""
+    """--model: base SFT, search comparison, search traces, trace SFT and three GRPO steps per arm run on a tiny HF
+    checkpoint with its BPE tokenizer spelled one token per character; --model wins over --arch. Every arm's GRPO
+    evaluates --eval-data (raw <bos> + prompt) before the first step, every 2 steps and after the last (0, 2, 3)."""
     import math
 
+    from jaxrl_reason.data import write_jsonl
     from jaxrl_reason.rl.grpo import recipes
-    from jaxrl_reason.utils.experiment import RunDir
+    from jaxrl_reason.utils.experiment import RunDir, read_metrics
 
     ckpt = _checkpoint(bpe, tmp_path / "ckpt")
+    held = write_jsonl([{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(3) for b in range(2)],
+                       tmp_path / "eval.jsonl")
     cfg = astro.Config(
         model=str(ckpt), arch="llama-3.2-1b", task=RandomCalculation(max_difficulty=2, max_operand=9, ops="+-*"),
         base_sft=recipes.WarmStart(problems=16, steps=2, batch_size=4, lr=1e-3, seq_len=48),
         search=StepSearchConfig(num_simulations=2, branching=2, max_depth=2, step_tokens=6, rollout_tokens=12),
         search_batch=2, search_problems=2, compare_problems=2, compare_searches=("mcts",), trace_sft_steps=1,
         trace_seq_len=48,
-        grpo=astro.GRPOConfig(group_size=2, prompts_per_step=2, max_new_tokens=12), rl_steps=1, eval_every=1,
-        heldout_problems=4, prompt_len=16, answer_len=8)
+        grpo=astro.GRPOConfig(group_size=2, prompts_per_step=2, max_new_tokens=12), rl_steps=3, eval_every=2,
+        heldout_problems=4, prompt_len=16, answer_len=8, eval_file=recipes.EvalFile(str(held), eval_samples=2))
     tok = astro.make_tokenizer(cfg)
     assert isinstance(tok, astro.SpelledTokenizer) and tok.vocab_size == bpe.vocab_size
     model = astro.policy_model(cfg, tok)
@@ -122,6 +127,12 @@ def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
     assert {"mcts_solved", "best_of_n_tokens", "base_rl_accuracy", "astro_sft_rl_accuracy"} <= set(nums)
     assert "mcts_step_checked_solved" not in nums  # only the searches asked for are compared
     assert all(math.isfinite(v) for v in nums.values()), summary
+    for arm in ("base", "astro_sft", "direct_sft"):
+        arm_dir = pathlib.Path(summary["run_dir"]) / arm
+        evals = [r for r in read_metrics(arm_dir / "metrics.jsonl") if "eval_data/accuracy" in r]
+        assert [r["step"] for r in evals] == [0, 2, 3] and all(r["eval_data/n"] == 6 for r in evals)
+        assert all(r["eval_data/pass@2_n"] == 6 and "eval_data/reward/exact_match_se" in r for r in evals)
+        assert (arm_dir / "eval.png").stat().st_size > 0
 
 
 def test_gpu_preset_builds_llama_3_2_1b_abstractly(astro):

@@ -1,7 +1,14 @@
-"""Shared pieces of the small-scale GRPO studies (r1_zero, prorl, spurious_rewards, the notebook):
+"""Shared pieces of the small-scale GRPO studies (r1_zero, prorl, spurious_rewards, lora, astro, the notebook):
 a tiny LM sized for a tokenizer (the presets use ``CharTokenizer``), seeded data splits, the partial
 SFT warm start and a GRPO run with periodic held-out evaluation (``rl.base.run_steps``: checkpoints + exact
-resume).
+resume), on the experiment's own held-out problems and, with ``--eval-data FILE`` (``EvalFile``), on the rows of
+a prompt/answer file scored by reward functions (``rewards.evaluation``: greedy accuracy, pass@k, mean@n, each
+reward, response length, with SE and n; ``eval_data/...`` metrics and ``eval.png``).
+
+    policy = setup_policy(PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks, seed,
+                          prompt_len=config.prompt_len, raw_prompt_len=24, grpo=config.grpo,
+                          eval_file=config.eval_file)   # .model .tokenizer .fmt .prompt_len .heldout_file
+    state = train(run_dir, trainer, state, steps, eval_every, evaluate, heldout_file=policy.heldout_file)
 """
 
 from __future__ import annotations
@@ -15,15 +22,17 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel import distributed
+from jaxrl_reason.rewards.evaluation import FileEval, plot_eval
 from jaxrl_reason.rl.base import run_steps
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
-from jaxrl_reason.tasks.base import make_batch, sample_problems
+from jaxrl_reason.tasks.base import make_batch, prompt_ids, sample_problems
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 # seed streams: the trainer draws step s from default_rng([seed, s]); these 3-element seeds never collide
-SFT_STREAM, HELDOUT_STREAM = (2**31 - 1, 11), (2**31 - 1, 13)
+# (data.TASK_ROWS_STREAM is (2**31 - 1, 17))
+SFT_STREAM, HELDOUT_STREAM, PROBE_STREAM = (2**31 - 1, 11), (2**31 - 1, 13), (2**31 - 1, 19)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,20 +131,160 @@ class PolicySource:
         return Transformer(tiny if self.arch is None else self.arch_config(**overrides), rngs=nnx.Rngs(seed))
 
 
-def load_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, weights=None):
-    """-> (model, tokenizer, prompt format): a checkpoint as is with a chat-template prompt (R1 system
-    message), or an ``arch`` / tiny model warm-started on ``tasks`` with ``CharTokenizer`` and raw prompts."""
+def checkpoint_format(tokenizer: Tokenizer):
+    """A checkpoint's prompt format: its chat template with the R1 system message, else the R1 plain-text prompt."""
     from jaxrl_reason.data import PromptFormat
+    from jaxrl_reason.models.tokenizer import R1_SYSTEM
+
+    return PromptFormat("chat", system=R1_SYSTEM) if tokenizer.chat_template else PromptFormat(
+        "plain", template=R1_SYSTEM + " User: {prompt} Assistant: <think>")
+
+
+def policy_tokenizer(source: PolicySource) -> tuple[Tokenizer, object]:
+    """(tokenizer, prompt format): a checkpoint's own with ``checkpoint_format``, else ``CharTokenizer`` and None
+    (raw ``<bos>`` + problem prompts)."""
     from jaxrl_reason.models.lm.pretrained import load_tokenizer
-    from jaxrl_reason.models.tokenizer import R1_SYSTEM, CharTokenizer
+    from jaxrl_reason.models.tokenizer import CharTokenizer
 
     if source.model is not None:
         tok = load_tokenizer(source.model)
-        fmt = PromptFormat("chat", system=R1_SYSTEM) if tok.chat_template else PromptFormat(
-            "plain", template=R1_SYSTEM + " User: {prompt} Assistant: <think>")
-        return source.build(None, seed), tok, fmt
-    tok = CharTokenizer()
-    return warm_start(source.build(lm.config(tok.vocab_size), seed), ws, tasks, seed, tok, weights), tok, None
+        return tok, checkpoint_format(tok)
+    return CharTokenizer(), None
+
+
+def load_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, weights=None):
+    """-> (model, tokenizer, prompt format): a checkpoint as is with a chat-template prompt (R1 system
+    message), or an ``arch`` / tiny model warm-started on ``tasks`` with ``CharTokenizer`` and raw prompts."""
+    tok, fmt = policy_tokenizer(source)
+    return _build_policy(source, lm, ws, tasks, seed, tok, weights), tok, fmt
+
+
+def _build_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, tok, weights=None):
+    if source.model is not None:
+        return source.build(None, seed)
+    return warm_start(source.build(lm.config(tok.vocab_size), seed), ws, tasks, seed, tok, weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalFile:
+    """``--eval-data FILE``: also evaluate on the rows of a prompt/answer file (JSONL / JSON / Parquet / a
+    ``datasets`` directory), before training, every ``--eval-every`` steps and after the last, scored by reward
+    functions (``rewards.evaluation.reward_eval``): greedy accuracy (the first reward >= 1), strict accuracy, pass@k
+    and mean@n of ``eval_samples`` sampled completions, each reward's mean, response length, all with SE and n,
+    logged as ``eval_data/...`` and drawn in ``eval.png``. The prompts are rendered as the experiment's (a
+    checkpoint's chat template with the R1 system message, else ``<bos>`` + the prompt)."""
+
+    eval_data: str | None = None  # the eval file (None: only the experiment's own held-out evaluation)
+    eval_samples: int = 0  # n sampled completions per row for pass@k and mean@n (0: greedy only)
+    # built-in rewards by name (rewards.REWARDS); default exact_match of the <answer> span against
+    # --eval-answer-field: the experiments' own answer reward (TaskCorrect) for a file's rows
+    eval_reward: tuple[str, ...] = ("exact_match",)
+    eval_reward_fn: tuple[str, ...] = ()  # your reward functions: path/to/file.py:name or module:name
+    eval_prompt_field: str = "prompt"
+    eval_answer_field: str = "answer"
+
+    def __post_init__(self):
+        if self.eval_samples < 0:
+            raise ValueError(f"eval_samples must be >= 0 (0: greedy only), got {self.eval_samples}")
+        if self.eval_data is not None:
+            self.reward_fns()  # every reward loaded and checked before anything else
+
+    def reward_fns(self) -> list:
+        """The built-in rewards (the answer rewards read ``eval_answer_field`` in the ``<answer>`` span), then
+        ``eval_reward_fn``'s functions (imported, signature-checked)."""
+        from jaxrl_reason.rewards import REWARDS, load_reward_fn, make_reward
+
+        unknown = [n for n in self.eval_reward if n not in REWARDS or n == "overlong"]
+        if unknown:
+            raise ValueError(f"unknown --eval-reward {unknown[0]!r}; built-in: "
+                             f"{', '.join(sorted(set(REWARDS) - {'overlong'}))}")
+        answer = {"answer_field": self.eval_answer_field}
+        kwargs = {"exact_match": {**answer, "require": "tag"}, "math_verify": {**answer, "require": "tag"},
+                  "wrong_label": {}}
+        fns = [make_reward(n, **kwargs.get(n, {})) for n in self.eval_reward]
+        fns += [load_reward_fn(ref) for ref in self.eval_reward_fn]
+        if not fns:
+            raise ValueError("--eval-data needs at least one --eval-reward or --eval-reward-fn")
+        return fns
+
+
+def heldout_file(spec: EvalFile, tokenizer: Tokenizer, fmt, max_prompt_len: int, grpo) -> FileEval | None:
+    """``spec``'s eval file prepared for ``train`` (None without ``--eval-data``): rows rendered with ``fmt`` (None:
+    ``<bos>`` + the prompt, as the tasks' raw prompts), those over ``max_prompt_len`` tokens dropped and counted;
+    ``grpo`` (``GRPOConfig``): new tokens, the pass@k samples' temperature and filters, the seed."""
+    if spec.eval_data is None:
+        return None
+    from jaxrl_reason.data import PromptFormat
+    from jaxrl_reason.models.lm.sampler import SamplerConfig
+
+    fns = spec.reward_fns()
+    answers = any(getattr(fn, "answer_field", None) == spec.eval_answer_field for fn in fns)
+    sampler = SamplerConfig(grpo.max_new_tokens, temperature=grpo.temperature, top_k=grpo.top_k, top_p=grpo.top_p,
+                            min_p=grpo.min_p)
+    return FileEval(tokenizer, spec.eval_data, fns, grpo.max_new_tokens, prompt_field=spec.eval_prompt_field,
+                    fmt=fmt or PromptFormat("plain", template=tokenizer.bos + "{prompt}"),
+                    max_prompt_len=max_prompt_len, required_fields=(spec.eval_answer_field,) * answers,
+                    answer_field=spec.eval_answer_field, n_samples=spec.eval_samples, sampler=sampler, seed=grpo.seed)
+
+
+PROMPT_MARGIN = 8  # tokens of room a sized prompt length keeps over the longest probed prompt
+PROBE_PROBLEMS = 2048  # problems drawn to size the prompt length
+
+
+def longest_prompt(tasks: Sequence, tokenizer: Tokenizer, fmt, seed: int, weights=None,
+                   n: int = PROBE_PROBLEMS) -> int:
+    """Tokens of the longest of ``n`` problems' prompts (their own seed stream) as the trainer encodes them
+    (``tasks.base.prompt_ids``: ``<bos>`` + text, or rendered with ``fmt``)."""
+    rng = np.random.default_rng([seed, *PROBE_STREAM])
+    problems = sample_problems(list(tasks), np.ones(len(tasks)) if weights is None else weights, rng, n)[0]
+    distinct = {p.prompt: p for p in problems}.values()
+    return max(len(prompt_ids(tokenizer, p, fmt)) for p in distinct)
+
+
+@dataclasses.dataclass
+class Policy:
+    """What ``setup_policy`` returns: the policy LM, its tokenizer and prompt format (None: raw prompts), the
+    prompt length of the task prompts and the ``--eval-data`` file prepared (None without one)."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    fmt: object
+    prompt_len: int
+    heldout_file: FileEval | None = None
+
+
+def setup_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequence, seed: int, *,
+                 prompt_len: int | None, raw_prompt_len: int, grpo, eval_file: EvalFile | None = None,
+                 weights=None) -> Policy:
+    """``load_policy`` with the prompt length and the eval file settled first. ``prompt_len`` None: for a
+    checkpoint the longest probed prompt through its template (``longest_prompt``) + ``PROMPT_MARGIN``, capped by
+    the window ``source.max_seq_len`` minus ``grpo.max_new_tokens``; else ``raw_prompt_len`` (the presets' raw
+    ``<bos>`` + problem length). A given ``prompt_len`` shorter than the longest probed prompt is one ValueError
+    naming ``--prompt-len`` and the length needed. A checkpoint's / arch's window is then the longest prompt (the
+    tasks' or the eval file's) + ``grpo.max_new_tokens``; the tiny LM's stays ``lm.max_seq_len``."""
+    tok, fmt = policy_tokenizer(source)
+    new = grpo.max_new_tokens
+    cap = (lm.max_seq_len if source.model is None and source.arch is None else source.max_seq_len) - new
+    where = "through the checkpoint's chat template" if fmt is not None else "(<bos> + the problem text)"
+    if prompt_len is None and fmt is None:
+        prompt_len = raw_prompt_len
+    need = longest_prompt(tasks, tok, fmt, seed, weights)
+    if prompt_len is None:
+        if need > cap:
+            raise ValueError(f"the task prompts {where} need {need} tokens, but the window ({cap + new}) leaves "
+                             f"{cap} besides --grpo.max-new-tokens {new}")
+        prompt_len = min(need + PROMPT_MARGIN, cap)
+    elif prompt_len < need:
+        raise ValueError(f"--prompt-len {prompt_len} is too short: the task prompts {where} need {need} tokens "
+                         f"(give --prompt-len {need + PROMPT_MARGIN}, or leave it unset with --model to size it)")
+    elif prompt_len > cap:
+        raise ValueError(f"--prompt-len {prompt_len} + --grpo.max-new-tokens {new} exceed the model's window "
+                         f"({cap + new} tokens)")
+    held = heldout_file(eval_file or EvalFile(), tok, fmt, cap, grpo)
+    if source.model is not None or source.arch is not None:
+        window = max(prompt_len, held.dataset.prompt_len if held is not None else 0) + new
+        source = dataclasses.replace(source, max_seq_len=window)
+    return Policy(_build_policy(source, lm, ws, tasks, seed, tok, weights), tok, fmt, prompt_len, held)
 
 
 def sft_problems(tasks: Sequence, n: int, seed: int, weights=None):
@@ -163,13 +312,28 @@ def warm_start(model, ws: WarmStart, tasks: Sequence, seed: int, tokenizer: Toke
 
 
 def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_every: int,
-          evaluate: Callable[[object], dict] | None = None, desc: str = "grpo"):
+          evaluate: Callable[[object], dict] | None = None, desc: str = "grpo", *,
+          heldout_file: FileEval | None = None):
     """GRPO for ``num_steps`` (``rl.base.run_steps``: ``eval_every`` need not divide it); ``evaluate(model) -> {name:
     scalar}`` is logged (prefixed "eval/") before the first step, after every ``eval_every``-th step (0: none in
-    between) and after the last, whatever the interval. Resumes exactly."""
-    evals = None if evaluate is None else (
-        lambda state: {f"eval/{k}": v for k, v in evaluate(trainer.model(state)).items()})
-    state = run_steps(run_dir, trainer.step, state, num_steps, eval_every, evals, desc=desc)
+    between) and after the last, whatever the interval; so is ``heldout_file``'s evaluation (``setup_policy`` /
+    ``heldout_file``: prefixed "eval_data/", its first completions in ``eval_samples.jsonl``, drawn in
+    ``eval.png``). Resumes exactly."""
+    def evals(state) -> dict:
+        model, out = trainer.model(state), {}
+        if evaluate is not None:
+            out |= {f"eval/{k}": v for k, v in evaluate(model).items()}
+        if heldout_file is not None:
+            step = int(state.step)
+            res = heldout_file(model, on_samples=lambda rows: run_dir.log_table("eval_samples", step, rows))
+            out |= {f"eval_data/{k}": v for k, v in res.items()}
+        return out
+
+    state = run_steps(run_dir, trainer.step, state, num_steps, eval_every,
+                      evals if evaluate is not None or heldout_file is not None else None, desc=desc)
+    if heldout_file is not None:
+        plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png", prefix="eval_data/",
+                  title=f"{desc}: {heldout_file.dataset.source}")
     run_dir.close()
     return state
 

@@ -45,3 +45,65 @@ def test_policy_source_builds_the_checkpoint_or_a_fresh_tiny_model(tok, tmp_path
     model = PolicySource(model=str(ckpt), max_seq_len=64).build(tiny, 0)
     assert model.cfg.max_seq_len == 64 and model.cfg.d_model == 32
     assert states_equal(model, load_hf_model(ckpt, max_seq_len=64))
+
+
+def test_setup_policy_sizes_a_checkpoints_prompts_and_its_window_for_the_eval_file(tok, tmp_path):
+    """``setup_policy`` with a checkpoint and no prompt length: the longest probed task prompt through its template
+    (here the plain R1 prompt: no chat template) + ``PROMPT_MARGIN``; the window fits that or the eval file's longest
+    kept prompt (rows over the window minus the new tokens dropped and counted) + the new tokens; a given length
+    too short is one error naming --prompt-len and the length needed."""
+    from testutil import tiny_hf_checkpoint
+
+    from jaxrl_reason.data import write_jsonl
+    from jaxrl_reason.rl.grpo import recipes
+    from jaxrl_reason.rl.grpo.trainer import GRPOConfig
+    from jaxrl_reason.tasks.random_calculation import RandomCalculation
+
+    ckpt = str(tiny_hf_checkpoint(tmp_path / "ckpt", tok))
+    tasks, grpo = [RandomCalculation(1, 1, 9, "+-*")], GRPOConfig(max_new_tokens=8)
+    fmt = recipes.checkpoint_format(tok)
+    need = recipes.longest_prompt(tasks, tok, fmt, 0)
+    assert need == max(len(recipes.prompt_ids(tok, p, fmt)) for p in recipes.sft_problems(tasks, 64, 5))
+    setup = lambda **kw: recipes.setup_policy(recipes.PolicySource(ckpt, max_seq_len=need + 60), recipes.TinyLM(),
+                                              recipes.WarmStart(), tasks, 0, raw_prompt_len=24, grpo=grpo, **kw)
+    policy = setup(prompt_len=None)
+    assert policy.prompt_len == need + recipes.PROMPT_MARGIN and policy.model.cfg.max_seq_len == need + 16
+    assert policy.heldout_file is None
+    long = "what is " + "1+" * 10 + "1?"
+    write_jsonl([{"prompt": "what is 1+2?", "answer": "3"}, {"prompt": long, "answer": "31"},
+                 {"prompt": long * 3, "answer": "0"}], tmp_path / "eval.jsonl")
+    policy = setup(prompt_len=need, eval_file=recipes.EvalFile(str(tmp_path / "eval.jsonl")))
+    held = policy.heldout_file.dataset
+    assert (len(held), held.dropped) == (2, 1) and held.prompt_len > need  # the third is over the window
+    assert policy.prompt_len == need and policy.model.cfg.max_seq_len == held.prompt_len + 8
+    with pytest.raises(ValueError, match=rf"--prompt-len {need - 1} is too short: the task prompts through the "
+                                         rf"checkpoint's chat template need {need} tokens"):
+        setup(prompt_len=need - 1)
+
+
+def test_eval_files_render_as_the_task_prompts_and_bad_rewards_fail_first(tmp_path):
+    """Without a chat template an eval file's prompts are ``<bos>`` + the text, as the tasks' raw prompts
+    (``prompt_ids``), and the default reward is the experiments' own: exact match of the ``<answer>`` span; unknown
+    rewards are refused when the config is made; the tiny LM's prompts keep the raw length, checked."""
+    from jaxrl_reason.data import write_jsonl
+    from jaxrl_reason.models.tokenizer import CharTokenizer
+    from jaxrl_reason.rl.grpo import recipes
+    from jaxrl_reason.rl.grpo.trainer import GRPOConfig
+    from jaxrl_reason.tasks.base import Problem
+    from jaxrl_reason.tasks.random_calculation import RandomCalculation
+
+    char = CharTokenizer()
+    path = write_jsonl([{"prompt": "calc 3+4", "answer": "7"}], tmp_path / "eval.jsonl")
+    ev = recipes.heldout_file(recipes.EvalFile(str(path)), char, None, 40, GRPOConfig(max_new_tokens=8))
+    ids, lens = ev.dataset.ids([0])
+    problem = Problem(prompt="calc 3+4", answer="7", wrong="6", trace="", difficulty=1, task="calc")
+    assert ids[0, : lens[0]].tolist() == recipes.prompt_ids(char, problem)
+    (fn,) = recipes.EvalFile(str(path)).reward_fns()
+    assert fn.name == "exact_match" and fn(["p", "p"], ["<answer>7</answer>", "7"], answer=["7", "7"]).tolist() == [1, 0]
+    with pytest.raises(ValueError, match="unknown --eval-reward 'exact'"):
+        recipes.EvalFile(str(path), eval_reward=("exact",))
+    with pytest.raises(ValueError, match=r"--prompt-len 5 is too short: the task prompts \(<bos> \+ the problem text\) "
+                                         r"need 9 tokens"):
+        recipes.setup_policy(recipes.PolicySource(), recipes.TinyLM(), recipes.WarmStart(),
+                             [RandomCalculation(1, 1, 9, "+-*")], 0, prompt_len=5, raw_prompt_len=24,
+                             grpo=GRPOConfig(max_new_tokens=8))
