@@ -49,15 +49,17 @@ class Config:
     turn_tokens: int = 16  # new tokens per turn
     result_chars: int = 10  # a longer result is "too long" (oversized)
     sft_problems: int = 4096
-    sft_steps: int = 300  # short on purpose: the format is learnt, the copying only partly (RL's headroom)
+    sft_steps: int = 800  # the format and (mostly) the copying are learnt; when to call is not (RL's headroom)
     sft_batch: int = 32
     sft_lr: float = 3e-3
-    sft_tool_fraction: float = 0.75  # SFT episodes with the tool (the rest answer without it)
-    steps: int = 100  # GRPO steps
+    sft_tool_fraction: float = 0.9  # SFT episodes with the tool (the rest answer without it)
+    sft_call_fraction: float = 0.3  # of those, the ones that call it (the rest answer at once: the start does not
+    # know that the tool pays; GRPO has to find it out)
+    steps: int = 150  # GRPO steps
     prompts_per_step: int = 8
     group_size: int = 8
-    lr: float = 1e-3
-    temperature: float = 1.0
+    lr: float = 3e-4  # (1e-3: the calls turn malformed)
+    temperature: float = 0.7  # (1.0: a start that copies imperfectly is rarely right)
     advantage: str = "grpo"
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
     chunks: int = 2  # HostRollout: chunks of episodes whose tool calls overlap the other chunk's sampling
@@ -75,13 +77,13 @@ class Config:
             raise ValueError("tool_use: steps, eval_every and log_every must be >= 0")
         if self.group_size < 2 or self.temperature <= 0 or self.lr <= 0:
             raise ValueError("tool_use: need group_size >= 2 (group advantages), temperature > 0 and lr > 0")
-        if not 0 <= self.sft_tool_fraction <= 1 or self.advantage not in METHODS:
-            raise ValueError(f"tool_use: sft_tool_fraction in [0, 1] and advantage in {METHODS}")
+        if not (0 <= self.sft_tool_fraction <= 1 and 0 <= self.sft_call_fraction <= 1) or self.advantage not in METHODS:
+            raise ValueError(f"tool_use: sft_tool_fraction and sft_call_fraction in [0, 1], advantage in {METHODS}")
 
 
 PRESETS = {
     "cpu": Config(),
-    "gpu": Config(steps=400, prompts_per_step=32, group_size=16, lr=5e-4, eval_problems=2048, eval_batch=1024,
+    "gpu": Config(steps=400, prompts_per_step=32, group_size=16, lr=3e-4, eval_problems=2048, eval_batch=1024,
                   eval_every=100, chunks=4, log_every=25),
 }
 
@@ -125,7 +127,9 @@ class ToolUse:
         rng = np.random.default_rng([c.seed, SFT_STREAM])
         problems = c.task.problems(rng, c.sft_problems, self._exclude)
         tools = rng.random(len(problems)) < c.sft_tool_fraction
-        data = segment_rows([self.envs[bool(t)].oracle(p) for p, t in zip(problems, tools)], 64, self.tok.pad_id)
+        calls = tools & (rng.random(len(problems)) < c.sft_call_fraction)
+        data = segment_rows([self.envs[bool(t)].oracle(p, bool(k)) for p, t, k in zip(problems, tools, calls)], 64,
+                            self.tok.pad_id)
         _, losses = fit(self.model, data, c.sft_steps, c.sft_batch, c.sft_lr, [c.seed, SFT_STREAM], name="tool SFT")
         return float(losses[-1])
 

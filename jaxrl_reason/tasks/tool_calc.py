@@ -221,11 +221,12 @@ class CalcEnv(HostTextEnv):
         return ep, [], float(ep.correct), True
 
     # SFT traces: what a model that uses the tool well writes
-    def oracle(self, p: CalcProblem) -> list[tuple[list[int], bool]]:
-        """The episode's segments (ids, written by the model?): prompt, [call, result,] answer + eos."""
+    def oracle(self, p: CalcProblem, call: bool | None = None) -> list[tuple[list[int], bool]]:
+        """The episode's segments (ids, written by the model?): prompt, [call, result,] answer + eos. ``call``
+        (default: whether the tool is on): the trace calls the tool; without, it answers at once."""
         enc = lambda s: self.tok.encode(s, allow_special=True)
         answer = (enc(f"<answer>{p.answer}</answer>") + [self.tok.eos_id], True)
-        if not self.tool:
+        if not (self.tool if call is None else call):
             return [(self.prompt(p), False), answer]
         return [(self.prompt(p), False), (enc(f"<calc>{p.expr}</calc>"), True), (self.result(p.answer), False),
                 answer]
