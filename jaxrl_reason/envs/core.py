@@ -232,6 +232,10 @@ class SplitEnvironment(Environment):
     #: True when ``transition`` ignores its key (all chance happens in ``reset_state``): ``AutoReset``
     #: then hands its whole key to ``reset_state`` instead of splitting it every step.
     deterministic_transition: ClassVar[bool] = False
+    #: True when ``reset_state`` is a few elementwise ops (no threefry hash, no gather): ``vmap(AutoReset.step)``
+    #: then computes it for every row and selects it where an episode ended (``reset_done`` without
+    #: capacities) instead of compacting the ended rows first, which costs more than such a reset.
+    cheap_reset: ClassVar[bool] = False
 
     @abc.abstractmethod
     def reset_state(self, key: PRNGKey) -> State:
@@ -279,6 +283,21 @@ class SplitEnvironment(Environment):
     def step(self, key: PRNGKey, state: State, action: jax.Array) -> tuple[State, TimeStep]:
         out = self.transition(key, state, action)
         return out.state, self.timestep(out.state, out.reward, out.terminated, out.truncated, out.info)
+
+
+def key_hash(key: PRNGKey) -> jax.Array:
+    """uint32 hash of one key's data (any shape of key array: one hash per key) in a dozen integer ops instead
+    of a threefry hash: the words folded together (``h * 0x9E3779B1 ^ word``), then MurmurHash3's 32-bit
+    finaliser. For environments that need a few random bits at reset (TicTacToe's first player): the keys
+    an environment receives are outputs of ``split`` / ``fold_in`` (threefry already mixed them), so their
+    bits are uniform and independent row to row; the finaliser also spreads raw ``key(seed)`` keys (fair,
+    neighbouring seeds uncorrelated). The draws made from the key by ``jax.random`` (threefry of the key with
+    a counter) are unrelated to them."""
+    words = jax.random.key_data(key).astype(jnp.uint32)
+    h = functools.reduce(lambda h, w: h * jnp.uint32(0x9E3779B1) ^ w, [words[..., i] for i in range(words.shape[-1])])
+    for shift, mult in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        h = (h ^ (h >> shift)) * jnp.uint32(mult)
+    return h ^ (h >> 16)
 
 
 def materialize(x: jax.Array) -> jax.Array:

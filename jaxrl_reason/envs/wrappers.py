@@ -109,7 +109,8 @@ class AutoReset(Wrapper):
 
     ``jax.vmap(step)`` runs the batched program (``_step_batch``, by a batching rule: ``core.custom_batched``)
     with, row for row, the results of the per-environment ``step``: the transition of the whole batch,
-    fresh episodes only for the rows that ended (``reset_done``), the observation encoded once.
+    fresh episodes only for the rows that ended (``reset_done``; an environment whose ``cheap_reset`` is set
+    gets its reset computed for every row and selected, no compaction), the observation encoded once.
 
     ``batch_reset`` / ``batch_step`` run a whole batch (leading axis) from ONE key per call,
     instead of ``vmap`` over ``split(key, B)`` keys: the fresh episodes come from one
@@ -172,7 +173,9 @@ class AutoReset(Wrapper):
         reset_one = env.reset_state if isinstance(env, SplitEnvironment) else env.reset
         fresh = lambda rows: jax.vmap(reset_one)(reset_keys if rows is None else reset_keys[rows])
         num = action.shape[0]
-        return self._step_batch(step_keys, fresh, state, action, capacities=(num // 8, num // 4, num // 2))
+        cheap = isinstance(env, SplitEnvironment) and env.cheap_reset
+        capacities = () if cheap else (num // 8, num // 4, num // 2)
+        return self._step_batch(step_keys, fresh, state, action, capacities=capacities)
 
     def _step_batch(self, step_keys, fresh, state, action, *, shared_key: bool = False,
                     capacities: tuple[int, ...] = ()):

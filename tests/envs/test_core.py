@@ -201,3 +201,21 @@ def test_materialize_is_the_identity_on_the_leading_axis():
         assert got.shape == x.shape and got.dtype == x.dtype
         np.testing.assert_array_equal(got, x)
     np.testing.assert_array_equal(jax.vmap(materialize)(jnp.arange(12).reshape(3, 4)), jnp.arange(12).reshape(3, 4))
+
+
+def test_key_hash_bits_are_fair_over_split_keys_and_raw_seeds():
+    from jaxrl_reason.envs.core import key_hash
+
+    n = 4096
+    tol = lambda m: 5 * 0.5 / np.sqrt(m)
+    split = np.asarray(jax.jit(key_hash)(jax.random.split(jax.random.key(0), n)))
+    seeds = np.asarray(jax.vmap(lambda s: key_hash(jax.random.key(s)))(jnp.arange(n)))
+    legacy = np.asarray(key_hash(jax.random.split(jax.random.PRNGKey(0), n)))  # raw uint32 keys work too
+    for h in (split, seeds, legacy):
+        assert h.shape == (n,) and h.dtype == np.uint32
+        for bit in (31, 30, 16):
+            c = (h >> bit) & 1
+            assert abs(c.mean() - 0.5) < tol(n)
+            assert abs(np.mean(c[1:] == c[:-1]) - 0.5) < tol(n - 1)  # neighbours independent
+    assert len(np.unique(split)) > n - 8  # a 32-bit hash: no collapse
+    np.testing.assert_array_equal(split, np.asarray(key_hash(jax.random.split(jax.random.key(0), n))))

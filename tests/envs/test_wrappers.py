@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxrl_reason import envs
+from jaxrl_reason.envs.core import key_hash
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.games.kuhn_poker import DEALS
 from jaxrl_reason.envs.games.tictactoe import coin_flips
@@ -76,6 +77,18 @@ def test_tictactoe_random_reset_states():
     np.testing.assert_array_equal(np.asarray(s.first_player), coins)
     assert (np.asarray(s.marks) == 0).all() and not np.asarray(s.terminated).any()
     assert 0 < coins.sum() < 64
+
+
+def test_tictactoe_random_reset_state_is_the_key_hash_top_bit():
+    """One board's first player is the top bit of ``core.key_hash(key)`` (no threefry; ``cheap_reset``)."""
+    env = envs.make("tictactoe", first_player="random")
+    assert env.cheap_reset
+    keys = jax.random.split(jax.random.key(9), 256)
+    s = jax.vmap(env.reset_state)(keys)
+    coins = np.asarray(key_hash(keys) >> 31).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(s.first_player), coins)
+    np.testing.assert_array_equal(np.asarray(s.current_player), coins)
+    assert 0.3 < coins.mean() < 0.7
 
 
 def test_random_first_player_batch_rollout_follows_the_rules():

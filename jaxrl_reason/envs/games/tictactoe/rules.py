@@ -5,7 +5,9 @@ precomputed line masks, so a step is a handful of integer ops (no gathers, no so
 
 - Actions ``0..8`` mark cells in row-major order (``0 1 2 / 3 4 5 / 6 7 8``).
 - ``first_player``: ``0`` (default, as OpenSpiel), ``1`` or ``"random"`` (as pgx: a coin flip at
-  reset). The first mover plays ``X``.
+  reset, the top bit of ``core.key_hash(key)``: a few integer ops instead of a threefry hash, so
+  ``vmap(AutoReset.step)`` computes the reset for every row and selects it, ``cheap_reset``). The first
+  mover plays ``X``.
 - Observation of agent ``i``: ``[9]`` float32 board from its own view: +1 own mark, -1 the
   opponent's, 0 empty (compact on purpose: consumers pay per observation element).
 - ``legal_action_mask[i]`` is the empty cells for the player to move and all False otherwise
@@ -28,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_reason.envs.core import Observation, SplitEnvironment, Transition
+from jaxrl_reason.envs.core import Observation, SplitEnvironment, Transition, key_hash
 
 #: Bit masks of the 8 winning lines (rows, columns, diagonals).
 LINES = tuple(
@@ -68,6 +70,7 @@ def coin_flips(key, num: int) -> jax.Array:
 
 class TicTacToe(SplitEnvironment):
     deterministic_transition = True  # all chance is in reset_state
+    cheap_reset = True  # the first player is a bit of the key's hash (core.key_hash), no threefry
     conformance_variants = ({}, {"first_player": "random"})
 
     def __init__(self, first_player: int | str = 0, illegal_action_penalty: float = 1.0):
@@ -89,7 +92,7 @@ class TicTacToe(SplitEnvironment):
 
     def reset_state(self, key) -> TicTacToeState:
         if self.first_player == "random":
-            return self.init_state(jax.random.bernoulli(key).astype(jnp.int32))
+            return self.init_state((key_hash(key) >> 31).astype(jnp.int32))
         return self.init_state(self.first_player)
 
     def reset_states(self, key, num: int) -> TicTacToeState:
