@@ -77,7 +77,7 @@ def run_family(name: str, workdir, tmp_path, *extra: str) -> dict:
                                  f"{workdir / 'my_rewards.py'}:longer", *OWN[name], *SMALL, *extra])
 
 
-@pytest.mark.slow  # 3 GRPO steps on a tiny checkpoint, 3 evaluations of 6 rows (~25 s)
+@pytest.mark.slow  # a refused run, then 3 GRPO steps on a tiny checkpoint and 3 evaluations of 6 rows (~12 s)
 def test_r1_zero_sizes_its_prompts_from_the_chat_template_and_evaluates_the_eval_file(workdir, tmp_path):
     from jaxrl_reason.models.lm import load_tokenizer
     from jaxrl_reason.rl.grpo import recipes
@@ -97,7 +97,7 @@ def test_r1_zero_sizes_its_prompts_from_the_chat_template_and_evaluates_the_eval
     assert own == [0, 2, 3]  # the experiment's own held-out evaluation: the same steps
 
 
-@pytest.mark.slow  # per arm: 3 GRPO steps on a tiny checkpoint, 3 evaluations of 6 rows (~25-45 s)
+@pytest.mark.slow  # per arm: 3 GRPO steps on a tiny checkpoint, 3 evaluations of 6 rows (~2-10 s a test)
 @pytest.mark.parametrize("name", ["prorl", "spurious_rewards", "lora"])
 def test_every_arm_evaluates_the_eval_file_at_the_interval_and_at_the_end(workdir, tmp_path, name):
     summary = run_family(name, workdir, tmp_path)
