@@ -156,18 +156,39 @@ def _parse(game: LMGame, tokens, legal):
 
 def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerConfig, *,
                  tokenizer: Tokenizer) -> Callable:
-    """The LM as a responder: ``respond(params, prompts [B, P], key) -> SampleOutput`` (jitted sampler,
-    stops at the tokenizer's eos, pads with its pad)."""
+    """The LM as a responder: ``respond(params, prompts [B, P], key, live=None) -> SampleOutput`` (jitted sampler,
+    stops at the tokenizer's eos, pads with its pad). ``live`` [B]: rows whose game still runs; the others sample
+    nothing (length 0, all pad), so they never keep the decode loop going (the live rows' draws are unchanged)."""
     b = num_episodes
     sampler = dataclasses.replace(sampler, pad_id=tokenizer.pad_id)
     stops = jnp.full((b, 1), tokenizer.eos_id, jnp.int32)
     max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
     plens = jnp.full((b,), prompt_len, jnp.int32)
 
-    def respond(params, prompts, key):
-        return generate(graphdef, params, prompts, plens, key, stops, max_new, config=sampler)
+    def respond(params, prompts, key, live=None):
+        limit = max_new if live is None else jnp.where(live, max_new, 0)
+        return generate(graphdef, params, prompts, plens, key, stops, limit, config=sampler)
 
     return respond
+
+
+def turn_responder(respond: Callable, pad_id: int, takes_live: bool = False) -> Callable:
+    """``respond(params, prompts, key[, live])`` as the protocol's turn responder
+    ``(params, prompts, prompt_lens, key, live) -> SampleOutput``: only rows that are live with a prompt
+    (``prompt_lens`` > 0: ``GameTextEnv`` gives a fixed opponent's turn none) are the LM's to answer; a turn
+    where none is runs nothing (``lax.cond``: every game ended, e.g. all forfeited on their first move) and answers
+    pad, length 0."""
+
+    def turn(params, prompts, prompt_lens, key, live):
+        live = live & (prompt_lens > 0)
+        run = (lambda: respond(params, prompts, key, live)) if takes_live else (lambda: respond(params, prompts, key))
+        shapes = jax.eval_shape(run)
+        nothing = lambda: SampleOutput(tokens=jnp.full(shapes.tokens.shape, pad_id, shapes.tokens.dtype),
+                                       logprobs=jnp.zeros(shapes.logprobs.shape, shapes.logprobs.dtype),
+                                       lengths=jnp.zeros(shapes.lengths.shape, shapes.lengths.dtype))
+        return jax.lax.cond(jnp.any(live), run, nothing)
+
+    return turn
 
 
 def canned_answers(answers: tuple[str, ...], num_new: int, slots: int | None = None, *, tokenizer: Tokenizer):
@@ -205,16 +226,19 @@ class GameTextEnv(TextEnv):
         k_lm, k_opp, k_env = jax.random.split(key, 3)
         return k_lm, (k_opp, k_env)
 
-    def _observe(self, state, ts, reward):
+    def _observe(self, state, ts, reward, lm_seat):
+        """The prompt for the player to move; its length 0 where a fixed opponent moves (the LM reads nothing:
+        ``turn_responder`` samples only rows with a prompt)."""
         prompts = _render(self.game, state, ts.current_player)
-        return TextStep(prompts, jnp.full((self.b,), self.game.prompt_len, jnp.int32), reward,
+        lm_turn = (lm_seat < 0) | (ts.current_player == lm_seat)
+        return TextStep(prompts, jnp.where(lm_turn, self.game.prompt_len, 0).astype(jnp.int32), reward,
                         ts.terminated | ts.truncated)
 
     def reset(self, key, data=None):
         state, ts = split_along(jax.vmap(self.game.env.reset)(jax.random.split(key, self.b)), self.mesh, 0)
         lm_seat = _mask_lm_seat(self.b, self.opponent is not None)
         carry = (state, ts, jnp.zeros((self.b, 2), jnp.float32), jnp.zeros((self.b, 2), bool), lm_seat)
-        return carry, self._observe(state, ts, jnp.zeros((self.b,), jnp.float32))
+        return carry, self._observe(state, ts, jnp.zeros((self.b,), jnp.float32), lm_seat)
 
     def step(self, key, carry, turn, turn_len):
         state, ts, ret, forfeit, lm_seat = split_along(carry, self.mesh, 0)
@@ -234,7 +258,7 @@ class GameTextEnv(TextEnv):
         reward = jnp.where(done[:, None], 0.0, new_ts.reward)
         bad = active & (status != gtext.OK)
         forfeit = forfeit | (bad[:, None] & (jnp.arange(2)[None] == player[:, None]))
-        st = self._observe(state, ts, jnp.take_along_axis(reward, player[:, None], axis=1)[:, 0])  # the mover's
+        st = self._observe(state, ts, jnp.take_along_axis(reward, player[:, None], axis=1)[:, 0], lm_seat)  # mover's
         return (state, ts, ret + reward, forfeit, lm_seat), st.replace(
             info={"player": player, "active": active, "status": status})
 
@@ -254,7 +278,7 @@ def make_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConf
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     respond = responder or lm_responder(graphdef, num_episodes, game.prompt_len, sampler, tokenizer=game.tokenizer)
     text_env = GameTextEnv(game, num_episodes, opponent, mesh)
-    roll = make_turn_rollout(text_env, lambda params, prompts, prompt_lens, key, live: respond(params, prompts, key))
+    roll = make_turn_rollout(text_env, turn_responder(respond, game.tokenizer.pad_id, takes_live=responder is None))
 
     def rollout(params, key) -> Episodes:
         turns, (_, ts, ret, forfeit, lm_seat) = roll(params, key, None)

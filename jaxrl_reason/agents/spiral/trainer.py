@@ -67,6 +67,10 @@ class SpiralConfig:
     minibatches: int = 1
     loss: LossConfig = LossConfig(aggregation="token_mean")
     logprob_chunk: int = 64
+    # rows (turns) per forward pass of the update; 0: every turn slot in one pass. With a value, the trainable
+    # turns (live LM turns) are gathered first and a pass holding none is skipped: the update of a large model
+    # costs its trainable turns, not all T x B turn slots of the games (most are padding after a game ended)
+    update_rows: int = 0
     mesh: str | None = None  # e.g. "data=8": the games split over the data axis (multi-process: data over all)
 
     def __post_init__(self):
@@ -88,6 +92,7 @@ class SpiralConfig:
         need(self.temperature > 0, f"temperature must be > 0 (sampling log-probs are trained on), got {self.temperature}")
         need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
         need(self.minibatches >= 1, "minibatches must be >= 1")
+        need(self.update_rows >= 0, f"update_rows must be >= 0 (0: all rows in one pass), got {self.update_rows}")
         need(self.prompt_style in gtext.STYLES, f"prompt_style must be one of {gtext.STYLES}, got {self.prompt_style!r}")
         SamplerConfig(max_new_tokens=self.max_new_tokens)
 
@@ -124,9 +129,12 @@ class SpiralTrainer:
 
     def init(self, key: jax.Array, params: nnx.State | None = None) -> SpiralState:
         params = jax.tree.map(jnp.array, self._params if params is None else params)
-        return replicate(SpiralState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
-                                     baseline=init_baseline(len(self.games), 2), step=jnp.int32(0), key=key),
-                         self.mesh)
+        state = SpiralState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
+                            baseline=init_baseline(len(self.games), 2), step=jnp.int32(0), key=key)
+        if self.mesh is None:  # every leaf committed to the params' device, as the step's outputs are: else a
+            # checkpoint's (committed) params beside uncommitted counters compile the step a second time
+            return jax.device_put(state, jax.tree.leaves(params)[0].sharding)
+        return replicate(state, self.mesh)
 
     def model(self, state: SpiralState):
         return nnx.merge(self.graphdef, state.params, state.rest)
@@ -144,6 +152,8 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
     p_max, n = trainer.prompt_len, cfg.max_new_tokens
     optimizer, pad_id = trainer.optimizer, trainer.tokenizer.pad_id
     logp_fn = lm_logp_fn(graphdef, n, cfg.temperature, cfg.logprob_chunk)
+    if cfg.update_rows:
+        logp_fn = trainable_rows_only(logp_fn, cfg.update_rows)
     # one pass of shuffled minibatches over the turns (their count need not divide), old = the sampler's log-probs
     learn = lambda logp: make_update(logp, make_loss(cfg.loss), optimizer,
                                      UpdateConfig(minibatches=cfg.minibatches, wrap=True, old_logp="sampler"))
@@ -185,6 +195,33 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
     return jax.jit(step, donate_argnums=0)
 
 
+def trainable_rows_only(logp_fn, rows_per_pass: int):
+    """``logp_fn(params, rest, rows) -> (logp, entropy)`` run over chunks of ``rows_per_pass`` rows, the rows with
+    a trained token first (a stable sort); a chunk without one is not run (``lax.cond``, in the backward pass too)
+    and gives log-probs and entropies 0, which the loss masks out. Same values as ``logp_fn`` on the trained rows;
+    the cost is that of the trained rows rounded up to a chunk (plus one forward pass of them in the backward)."""
+
+    def fn(params, rest, rows):
+        r = len(rows)
+        c = -(-r // rows_per_pass)
+        live = rows.token_mask.sum(-1) > 0
+        order = jnp.argsort(~live, stable=True)
+        pad = c * rows_per_pass - r  # the last chunk's missing rows: row order[0] again, never marked live
+        idx = jnp.concatenate([order, jnp.full((pad,), order[0])]).reshape(c, rows_per_pass)
+        on = jnp.concatenate([live[order], jnp.zeros((pad,), bool)]).reshape(c, rows_per_pass).any(1)
+        chunks = rows.take(idx)
+        shapes = jax.eval_shape(lambda x: logp_fn(params, rest, x), jax.tree.map(lambda x: x[0], chunks))
+        zeros = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        # each chunk under jax.checkpoint: its forward runs again in the backward pass, but the scan then keeps
+        # only the chunk's rows per iteration, not the cond's residuals (a copy of the weights per chunk)
+        body = jax.checkpoint(lambda p, a: jax.lax.cond(a[1], lambda: logp_fn(p, rest, a[0]), zeros))
+        out = jax.lax.map(lambda a: body(params, a), (chunks, on))
+        back = jnp.argsort(order)  # row i sits at sorted position back[i]
+        return jax.tree.map(lambda x: x.reshape((c * rows_per_pass,) + x.shape[2:])[back], out)
+
+    return fn
+
+
 def _game_metrics(name: str, e, baseline) -> dict:
     """Per-game metrics of one batch of episodes."""
     t = e.turns
@@ -207,4 +244,4 @@ def _game_metrics(name: str, e, baseline) -> dict:
     return {f"{name}/{k}": v for k, v in m.items()}
 
 
-__all__ = ["SpiralConfig", "SpiralState", "SpiralTrainer", "fixed_opponent"]
+__all__ = ["SpiralConfig", "SpiralState", "SpiralTrainer", "fixed_opponent", "trainable_rows_only"]

@@ -25,6 +25,7 @@ from jaxrl_reason.agents.spiral.rollout import (
     host_text,
     make_rollout,
     parse_text,
+    turn_responder,
     python_rollout,
     response_bytes,
 )
@@ -35,14 +36,14 @@ from jaxrl_reason.agents.spiral.tokenizer import (
     spiral_tokenizer,
     token_bytes,
 )
-from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer, fixed_opponent
+from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer, fixed_opponent, trainable_rows_only
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
-from jaxrl_reason.models.lm.sampler import SamplerConfig
+from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig
 from jaxrl_reason.models.tokenizer import (
     CHARS,
     ByteTokenizer,
@@ -362,6 +363,77 @@ def test_lm_train_step_updates_params_and_rae_baseline():
     # baseline for role 0 moves from 0 by alpha towards -1 once per episode
     assert m["kuhn_poker/forfeit"] == 1.0 and m["kuhn_poker/format_error"] == 1.0
     np.testing.assert_allclose(state.baseline[0, 0], -(1 - 0.95**4), atol=1e-5)
+
+
+def test_trainable_rows_only_skips_chunks_without_a_trained_row():
+    """Chunks of rows, the trained ones first: the same log-probs and gradient on trained rows, zeros elsewhere,
+    and a chunk with no trained row never runs (forward or backward)."""
+    from jaxrl_reason.rl.lm import Rollout
+
+    runs = []
+    count = lambda n: runs.append(int(n))
+
+    def logp_fn(w, rest, rows):  # a toy "model": per-token log-prob w * token id
+        jax.debug.callback(count, rows.seqs.shape[0])
+        return w * rows.seqs[:, -3:].astype(jnp.float32), None
+
+    rng = np.random.default_rng(0)
+    seqs = jnp.asarray(rng.integers(1, 9, (7, 5)), jnp.int32)
+    mask = jnp.asarray([[1, 1, 0], [0, 0, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]], jnp.float32)
+    rows = Rollout(seqs, jnp.full((7,), 2, jnp.int32), mask, jnp.zeros((7,)))
+    loss = lambda f: (lambda w: jnp.sum(f(w, None, rows)[0] * mask))
+    chunked = trainable_rows_only(logp_fn, 2)
+    got, want = jax.jit(lambda w: chunked(w, None, rows)[0])(1.5), 1.5 * seqs[:, -3:]
+    trained = np.asarray(mask.sum(1) > 0)
+    np.testing.assert_allclose(np.asarray(got)[trained], np.asarray(want)[trained])
+    # sorted rows 0 3 | 6 1 | 2 4 | 5 -: the last two chunks hold no trained row and are not run
+    assert (np.asarray(got)[[2, 4, 5]] == 0).all() and (np.asarray(got)[1] != 0).all()
+    ref = jax.grad(loss(logp_fn))(1.5)
+    runs.clear()
+    np.testing.assert_allclose(jax.jit(jax.grad(loss(chunked)))(1.5), ref, rtol=1e-6)
+    assert runs and set(runs) == {2} and len(runs) == 2 * 2  # rows 0, 3, 6 -> 2 chunks of 2, forward + backward
+
+
+@pytest.mark.slow
+def test_update_rows_gives_the_same_update():
+    """SpiralConfig.update_rows (trained turns only, in chunks) = the one pass over every turn slot."""
+    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
+    out = []
+    for rows in (0, 3):
+        model = Transformer(cfg, rngs=nnx.Rngs(0))
+        trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker", "tictactoe"), episodes_per_game=4, max_new_tokens=8,
+                                             update_rows=rows), model, tokenizer=TOK)
+        state, m = trainer.step(trainer.init(jax.random.key(0)))
+        out.append((jax.tree.map(np.asarray, state.params), jax.device_get(m)))
+    (p0, m0), (p1, m1) = out
+    assert 0 < m0["active_turns"] < 4 * (3 + 9) and m0["grad_norm"] > 0  # some turn slots are padding
+    for k in ("loss", "grad_norm", "entropy", "active_turns"):
+        np.testing.assert_allclose(m1[k], m0[k], rtol=1e-5, err_msg=k)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), p1, p0)
+
+
+def test_lm_answers_only_live_turns_of_its_own(kuhn):
+    """The LM samples nothing for an ended game or a fixed opponent's move (length 0), and a turn with no game to
+    answer does not run the responder at all."""
+    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=512)
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    for opponent in (None, O.random_action):
+        ep = jax.jit(make_rollout(graphdef, kuhn, 4, SAMPLER, opponent=opponent))(params, jax.random.key(0))
+        act, lens = np.asarray(ep.turns.active), np.asarray(ep.turns.lengths)
+        assert act.any() and (~act).any() and (lens[act] > 0).all() and (lens[~act] == 0).all()
+    runs = []
+
+    def respond(params, prompts, key):
+        jax.debug.callback(lambda: runs.append(1))
+        return SampleOutput(jnp.ones((2, 3), jnp.int32), jnp.zeros((2, 3)), jnp.full((2,), 3, jnp.int32))
+
+    turn = jax.jit(turn_responder(respond, pad_id=0))
+    out = turn(None, jnp.zeros((2, 4), jnp.int32), jnp.full((2,), 4), jax.random.key(0), jnp.asarray([False, False]))
+    assert not runs and (np.asarray(out.tokens) == 0).all() and (np.asarray(out.lengths) == 0).all()
+    turn(None, jnp.zeros((2, 4), jnp.int32), jnp.asarray([4, 0]), jax.random.key(0), jnp.asarray([True, False]))
+    assert runs == [1]
+    turn(None, jnp.zeros((2, 4), jnp.int32), jnp.asarray([0, 0]), jax.random.key(0), jnp.asarray([True, True]))
+    assert runs == [1]  # live, but a fixed opponent's move in every row
 
 
 def test_transfer_eval_through_the_task_vocabulary_view():
