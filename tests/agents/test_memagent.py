@@ -20,6 +20,9 @@ from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, fits, read
 from jaxrl_reason.agents.memagent.trainer import (
     MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, conversations, evaluate_agent, sft_warm_start)
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
+from jaxrl_reason.agents.memagent import agent as agent_module
+from jaxrl_reason.agents.memagent.agent import MemoryEnv
+from jaxrl_reason.rl.lm.multiturn import TextEnv, Turns
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer, HFTokenizer
 from jaxrl_reason.tasks.longcontext import LongContextTask, byte_table, encode_plain, exact_match, exact_match_text
@@ -187,6 +190,40 @@ def test_agent_bad_input_empty_short_and_overflow(models):
         run_agent(gd, st, full.replace(question=jnp.zeros((3, 9), jnp.int32)), key, agent=AGENT)
 
 
+def test_chunk_turns_run_on_the_multiturn_protocol_with_the_loss_on_the_model_tokens(models, monkeypatch):
+    """run_agent is MemoryEnv in rl.lm.multiturn.make_turn_rollout: one turn per chunk + the final answer, each
+    prompt the env's observation (question, chunk, the memory the model last wrote), each turn within its own token
+    limit (M + 1 = 7 for updates, A + 1 = 5 for the answer: TextStep.max_new), and the Rollout's loss on the tokens the
+    model wrote only (none of a chunk past the document's end)."""
+    agent = MemAgent(MemAgentConfig(chunk_tokens=TASK.chunk_chars, memory_tokens=6, question_tokens=6, answer_tokens=4),
+                     TOK)
+    calls = []
+    real = agent_module.make_turn_rollout
+    monkeypatch.setattr(agent_module, "make_turn_rollout", lambda env, *a, **k: calls.append(env) or real(env, *a, **k))
+    batch = doc_batch(TASK.generate_batch(np.random.default_rng(0), 3), agent)
+    batch = batch.replace(doc_lens=jnp.asarray([0, 3, TASK.doc_chars], jnp.int32))  # empty, < one chunk, full
+    gd, st = models["x"]  # always '7', never <eos>: every turn runs to its limit
+    out = run_agent(gd, st, batch, jax.random.key(0), agent=agent, temperature=1.0, record=True)
+    assert len(calls) == 1 and isinstance(calls[0], MemoryEnv) and isinstance(calls[0], TextEnv)
+    n = TASK.num_chunks
+    turns = out.turns
+    assert isinstance(turns, Turns) and turns.tokens.shape == (n + 1, 3, 7)  # N = max(M, A) + 1
+    assert turns.lengths[:n].tolist() == [[7] * 3] * n and turns.lengths[n].tolist() == [5] * 3  # per-turn limits
+    prompts = [[TOK.decode(p[:k].tolist()) for p, k in zip(turns.prompts[t], turns.prompt_lens[t])] for t in range(n + 1)]
+    assert all(p.endswith(":none>") for p in prompts[0])  # the initial memory
+    assert [p.endswith(":777777>") for p in prompts[1]] == [False, True, True]  # what the model wrote (row 0: no chunk)
+    q = TOK.decode(batch.question[2, : int(batch.question_lens[2])].tolist())
+    assert prompts[n][2] == "<bos>" + q + ":777777>"  # the final turn: question and memory alone
+    assert turns.info["active"].tolist() == [[False, True, True]] + [[False, False, True]] * (n - 1) + [[True] * 3]
+    rollout = conversations(out, jnp.asarray([1.0, -1.0, 0.5]), pad_id=TOK.pad_id)
+    want = (jnp.arange(7)[None, None] < turns.lengths[..., None]) & turns.info["active"][..., None]
+    np.testing.assert_array_equal(np.asarray(rollout.token_mask), np.asarray(want.reshape(-1, 7), np.float32))
+    resp = np.asarray(rollout.seqs)[np.arange(rollout.seqs.shape[0])[:, None],
+                                    np.asarray(rollout.prompt_lens)[:, None] + np.arange(7)]
+    np.testing.assert_array_equal(np.where(np.asarray(rollout.token_mask) > 0, resp, -1),
+                                  np.where(np.asarray(want.reshape(-1, 7)), TOK.encode("7")[0], -1))
+
+
 def test_oracle_sft_data_matches_agent_prompts():
     probs = TASK.generate_batch(np.random.default_rng(3), 2)
     convs = oracle_conversations(TASK, probs, AGENT)
@@ -215,18 +252,19 @@ def test_multiconv_advantage_broadcast_and_step():
     model = Transformer(LM, rngs=nnx.Rngs(1))
     probs = TASK.generate_batch(np.random.default_rng(0), 2)
     batch = doc_batch(probs, AGENT)
-    n, r = TASK.num_chunks, 4  # a recorded rollout's layout: n chunks x r rollouts, then r final answers
+    n, r = TASK.num_chunks, 4  # a recorded rollout's layout (Turns): n chunk turns, then the final answer, x r rollouts
     z = lambda *shape: jnp.zeros(shape, jnp.int32)
-    lens = jnp.arange(n * r).reshape(n, r) % 6
+    lens = jnp.concatenate([jnp.arange(n * r).reshape(n, r) % 6, jnp.full((1, r), 2)])
+    active = jnp.concatenate([jnp.broadcast_to((jnp.arange(n) < n - 1)[:, None], (n, r)), jnp.ones((1, r), bool)])
+    turns = Turns(prompts=z(n + 1, r, 20), prompt_lens=z(n + 1, r) + 9, tokens=z(n + 1, r, 5),
+                  logprobs=jnp.zeros((n + 1, r, 5)), lengths=lens, live=active | True, reward=jnp.zeros((n + 1, r)),
+                  done=jnp.zeros((n + 1, r), bool), info={"active": active})
     out = AgentOutput(answer=z(r, 4), answer_lens=z(r), answer_overflow=z(r) > 0, memory=z(r, 4), memory_lens=z(r),
-                      overflow=z(r), final=dict(prompts=z(r, 12), prompt_lens=z(r) + 3, tokens=z(r, 5), lengths=z(r) + 2),
-                      updates=dict(prompts=z(n, r, 20), prompt_lens=z(n, r) + 9, tokens=z(n, r, 5), lengths=lens,
-                                   active=(jnp.arange(n) < n - 1)[:, None] | (lens < 0)))
+                      overflow=z(r), turns=turns)
     conv = conversations(out, jnp.asarray([1.0, -1.0, 0.5, -0.5]), pad_id=TOK.pad_id)
-    assert conv["prompts"].shape == ((n + 1) * r, 20) and conv["tokens"].shape == ((n + 1) * r, 5)
-    assert conv["adv"].tolist() == [1.0, -1.0, 0.5, -0.5] * (n + 1)  # every conversation of rollout r: adv[r]
-    assert conv["index"].tolist() == list(range(r)) * (n + 1)
-    mask = np.asarray(conv["mask"])
+    assert conv.seqs.shape == ((n + 1) * r, 25) and conv.mask.shape == ((n + 1) * r, 5)
+    assert conv.advantages.tolist() == [1.0, -1.0, 0.5, -0.5] * (n + 1)  # every conversation of rollout r: adv[r]
+    mask = np.asarray(conv.mask)
     assert mask[: (n - 1) * r].sum(1).tolist() == np.minimum(np.asarray(lens[: n - 1]).reshape(-1), 5).tolist()
     assert mask[(n - 1) * r: n * r].sum() == 0 and mask[n * r:].sum(1).tolist() == [2] * r  # inactive chunks masked
     trainer = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2), AGENT, model, lambda s: batch)

@@ -4,7 +4,7 @@
     agent = MemAgent(MemAgentConfig(chunk_tokens=28, memory_tokens=8, question_tokens=8, answer_tokens=6), tok)
     out = run_agent(graphdef, state, batch, key, agent=agent)                  # greedy
     out.answer [B, A], out.answer_lens [B], out.memory [B, M], out.overflow [B] (truncated updates)
-    out = run_agent(..., temperature=1.0, record=True)   # + every conversation, for Multi-Conv RL
+    out = run_agent(..., temperature=1.0, record=True)   # + out.turns: every conversation, for Multi-Conv RL
 
 ``MemAgentConfig`` holds the hyperparameters (shapes, template strings: a preset field); ``MemAgent``
 binds it to a tokenizer and holds, as static Python ints and tuples, every id the jitted agent uses
@@ -12,15 +12,18 @@ binds it to a tokenizer and holds, as static Python ints and tuples, every id th
 agents with equal ids share compiled programs whichever tokenizer object built them.
 
 The document [B, L] is cut into n = ceil(L / C) chunks of C tokens (at least one; an empty or short
-document gives one partial chunk). A ``lax.scan`` over chunks runs one *memory-update conversation*
-per chunk with the LM sampler: prompt = ``update_template`` filled with (question, chunk, previous
+document gives one partial chunk). The reading is a text environment of the multi-turn protocol
+(``MemoryEnv``, a ``rl.lm.multiturn.TextEnv``) driven by ``make_turn_rollout``: its ``lax.scan`` over the
+n + 1 turns runs one *memory-update conversation* per chunk with the LM sampler: prompt = ``update_template`` filled with (question, chunk, previous
 memory), response = new memory + <eos>. The new memory (at most M tokens) overwrites the old one;
 a response that reaches M tokens without <eos> is truncated to M and counted in ``overflow``.
 Chunks past a document's end (batches of ragged documents) leave the memory unchanged. The memory
 starts as the fixed ``initial_memory`` text. A last *final-answer conversation* answers from
 ``final_template`` (question, memory) alone. Every conversation starts at position 0 and has a
-static shape, so memory and compute per chunk are constant: the working set does not grow with the
-document and time is linear in its length.
+static shape (prompts padded to the wider template, P = max of the two; the update turns sample at
+most M + 1 tokens, the final one A + 1: ``TextStep.max_new``), turn keys are chained (``chain_keys``)
+and nothing is recorded per turn unless ``record``, so memory and compute per chunk are constant: the
+working set does not grow with the document and time is linear in its length.
 
 Templates are strings with ``{question}``, ``{chunk}``, ``{memory}`` fields; their literal text is our
 own, encoded with control tokens allowed (``<think>`` is one token), and must not contain text the
@@ -51,7 +54,8 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.lm.sequences import RowBatch, cut_at_eos
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import split_along
-from jaxrl_reason.tasks.longcontext import encode_plain
+from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, Turns, lm_responder, make_turn_rollout
+from jaxrl_reason.tasks.longcontext import encode_plain, exact_match
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 UPDATE_FIELDS = ("question", "chunk", "memory")
@@ -154,13 +158,13 @@ class AgentOutput:
     memory: jax.Array  # [B, M] final memory
     memory_lens: jax.Array  # [B]
     overflow: jax.Array  # [B] int32: memory updates truncated to M tokens
-    updates: dict | None = None  # record=True: {"prompts" [n,B,P], "prompt_lens", "tokens" [n,B,M+1], "lengths", "active"}
-    final: dict | None = None  # record=True: {"prompts" [B,Pf], "prompt_lens", "tokens" [B,A+1], "lengths"}
+    turns: Turns | None = None  # record=True: every conversation, [n + 1, B, ...] (n updates, then the final answer;
+    #   prompts [.., P], tokens [.., N] with N = max(M, A) + 1; reward: exact match at the last; info["active"])
 
 
 def _respond(graphdef, state, prompts, prompt_lens, key, limit: int, temperature: float, *, pad_id: int,
              eos_id: int):
-    """One conversation turn for every row: sample up to ``limit`` content tokens + <eos>.
+    """One conversation turn for every row (the reader's single turn): sample up to ``limit`` content tokens + <eos>.
 
     -> (content [B, limit], content_lens [B], overflow [B] bool, raw tokens [B, limit+1], raw lengths [B]).
     """
@@ -184,50 +188,98 @@ def num_chunks(doc_width: int, agent: MemAgent) -> int:
     return max(1, -(-doc_width // agent.config.chunk_tokens))
 
 
+class MemoryEnv(TextEnv):
+    """MemAgent's reading as a ``rl.lm.multiturn.TextEnv`` (for ``make_turn_rollout``), bound to one ``DocBatch``.
+
+    Turn t < n: the memory-update conversation of chunk t (observation: ``update_template`` of question, chunk,
+    memory; limit M + 1 tokens); turn n: the final answer (``final_template`` of question, memory; limit A + 1;
+    reward: exact match of the answer's ids with ``batch.answer``; done). Observations are right-padded to
+    P = max(update, final prompt length). The document is read in place from the batch held here (each turn gathers
+    its chunk; nothing of the document is carried or copied per chunk). State: {"i" [B] (turns taken), "memory"
+    [B, M], "memory_lens", "overflow" [B] int32, "answer" [B, A], "answer_lens", "answer_overflow" [B] bool};
+    ``info["active"]`` [B]: the turn is trained (an update of a chunk past the document's end is not)."""
+
+    chain_keys = True  # a document of thousands of chunks: no [T] key array
+
+    def __init__(self, agent: MemAgent, batch: DocBatch, mesh=None):
+        b, width = batch.doc.shape
+        self.agent, self.batch, self.mesh = agent, batch, mesh
+        self.doc = batch.doc if width else jnp.full((b, 1), agent.pad_id, jnp.int32)  # empty: one empty chunk
+        self.n = num_chunks(width, agent)
+        self.max_turns = self.n + 1
+        self.prompt_tokens = self.obs_tokens = max(agent.update_prompt_len, agent.final_prompt_len)
+
+    def _chunk_lens(self, i):
+        c = self.agent.config.chunk_tokens
+        return jnp.clip(self.batch.doc_lens - i * c, 0, c).astype(jnp.int32)  # i [B]
+
+    def _observe(self, i, state, reward, done, info) -> TextStep:
+        """Turn i's prompt: chunk i's update conversation (i < n), else the final one."""
+        agent, c, p = self.agent, self.agent.config.chunk_tokens, self.prompt_tokens
+        ids = dict(bos_id=agent.bos_id, pad_id=agent.pad_id)
+        question, memory = (self.batch.question, self.batch.question_lens), (state["memory"], state["memory_lens"])
+        # gather the chunk in place (no [n, B, C] copy of the document: the working set stays flat)
+        chunk = jnp.take_along_axis(self.doc, i[:, None] * c + jnp.arange(c), axis=1, mode="fill",
+                                    fill_value=agent.pad_id)
+        up = prompt_from_parts(agent.update_parts, {"question": question, "chunk": (chunk, self._chunk_lens(i)),
+                                                    "memory": memory}, agent.update_prompt_len, **ids)
+        fin = prompt_from_parts(agent.final_parts, {"question": question, "memory": memory}, agent.final_prompt_len,
+                                **ids)
+        widen = lambda x: jnp.pad(x, ((0, 0), (0, p - x.shape[1])), constant_values=agent.pad_id)
+        update = i < self.n
+        obs, obs_len = jnp.where(update[:, None], widen(up[0]), widen(fin[0])), jnp.where(update, up[1], fin[1])
+        cfg = self.agent.config
+        limit = jnp.where(update, cfg.memory_tokens, cfg.answer_tokens).astype(jnp.int32) + 1
+        return TextStep(obs, obs_len, reward, done, info, max_new=limit)
+
+    def reset(self, key, data=None):
+        agent, cfg, b = self.agent, self.agent.config, self.doc.shape[0]
+        mem, mem_lens = initial_memory(agent, b)
+        state = {"i": jnp.zeros((b,), jnp.int32), "memory": mem, "memory_lens": mem_lens, "overflow": jnp.zeros((b,), jnp.int32),
+                 "answer": jnp.full((b, cfg.answer_tokens), agent.pad_id, jnp.int32),
+                 "answer_lens": jnp.zeros((b,), jnp.int32), "answer_overflow": jnp.zeros((b,), bool)}
+        state = split_along(state, self.mesh, 0)
+        return state, self._observe(state["i"], state, jnp.zeros((b,), jnp.float32), jnp.zeros((b,), bool),
+                                    {"active": jnp.zeros((b,), bool)})
+
+    def step(self, key, state, turn, turn_len):
+        """turn [B, N] (the memory or the answer, <eos> included), turn_len [B] -> (state, the next TextStep)."""
+        state = split_along(state, self.mesh, 0)
+        cfg, i = self.agent.config, state["i"]
+        m, a = cfg.memory_tokens, cfg.answer_tokens
+        update, final = i < self.n, i >= self.n
+        # a response that reaches its limit without <eos> is truncated to it: overflow
+        content, lens, ended = cut_at_eos(turn, turn_len, jnp.where(update, m, a), self.agent.eos_id,
+                                          self.agent.pad_id)
+        active = update & (self._chunk_lens(i) > 0)
+        answer = jnp.where(final[:, None], content[:, :a], state["answer"])
+        state = {"i": i + 1,
+                 "memory": jnp.where(active[:, None], content[:, :m], state["memory"]),
+                 "memory_lens": jnp.where(active, lens, state["memory_lens"]),
+                 "overflow": state["overflow"] + (active & ~ended).astype(jnp.int32),
+                 "answer": answer, "answer_lens": jnp.where(final, lens, state["answer_lens"]),
+                 "answer_overflow": jnp.where(final, ~ended, state["answer_overflow"])}
+        reward = jnp.where(final, exact_match(content[:, :a], lens, self.batch.answer, self.batch.answer_lens), 0.0)
+        return state, self._observe(i + 1, state, reward, final, {"active": active | final})
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "agent", "temperature", "record", "mesh"))
 def run_agent(graphdef, state, batch: DocBatch, key, *, agent: MemAgent, temperature: float = 0.0,
               record: bool = False, mesh=None) -> AgentOutput:
-    """The whole agent (all chunks + final answer) for a batch of documents; see the module docstring.
-    ``mesh``: the documents are split over its ``data`` axis (each device reads its slice)."""
+    """The whole agent (all chunks + final answer) for a batch of documents: ``MemoryEnv`` in
+    ``rl.lm.multiturn.make_turn_rollout``; see the module docstring. ``record``: ``out.turns``, every
+    conversation. ``mesh``: the documents are split over its ``data`` axis (each device reads its slice)."""
     batch = split_along(batch, mesh, 0)
     config = agent.config
-    b, width = batch.doc.shape
-    c, m = config.chunk_tokens, config.memory_tokens
     if batch.question.shape[1] > config.question_tokens:
         raise ValueError(f"questions are {batch.question.shape[1]} tokens wide > question_tokens {config.question_tokens}")
-    n = num_chunks(width, agent)
-    doc = batch.doc if width else jnp.full((b, 1), agent.pad_id, jnp.int32)  # the empty document: one empty chunk
-    question = (batch.question, batch.question_lens)
-    ids = dict(bos_id=agent.bos_id, pad_id=agent.pad_id)
-    respond = functools.partial(_respond, temperature=temperature, pad_id=agent.pad_id, eos_id=agent.eos_id)
-
-    def update(carry, _):
-        i, key, mem, mem_lens, overflow = split_along(carry, mesh, 0)  # (i and key: scalars, replicated)
-        key, sub = jax.random.split(key)
-        # gather the chunk in place (no [n, B, C] copy of the document: the working set stays flat)
-        chunk = jnp.take(doc, i * c + jnp.arange(c), axis=1, mode="fill", fill_value=agent.pad_id)
-        chunk_lens = jnp.clip(batch.doc_lens - i * c, 0, c).astype(jnp.int32)
-        prompts, plens = prompt_from_parts(agent.update_parts, {
-            "question": question, "chunk": (chunk, chunk_lens), "memory": (mem, mem_lens)},
-            agent.update_prompt_len, **ids)
-        new, new_lens, over, toks, lens = respond(graphdef, state, prompts, plens, sub, m)
-        active = chunk_lens > 0
-        mem = jnp.where(active[:, None], new, mem)
-        mem_lens = jnp.where(active, new_lens, mem_lens)
-        overflow = overflow + (active & over).astype(jnp.int32)
-        rec = dict(prompts=prompts, prompt_lens=plens, tokens=toks, lengths=lens, active=active) if record else None
-        return (i + 1, key, mem, mem_lens, overflow), rec
-
-    key, k_final = jax.random.split(key)
-    mem, mem_lens = initial_memory(agent, b)
-    (_, _, mem, mem_lens, overflow), updates = jax.lax.scan(  # counter in the carry: no [n] inputs
-        update, (jnp.int32(0), key, mem, mem_lens, jnp.zeros((b,), jnp.int32)), None, length=n)
-    fprompts, fplens = prompt_from_parts(agent.final_parts, {"question": question, "memory": (mem, mem_lens)},
-                                         agent.final_prompt_len, **ids)
-    ans, ans_lens, ans_over, ftoks, flens = respond(graphdef, state, fprompts, fplens, k_final, config.answer_tokens)
-    final = dict(prompts=fprompts, prompt_lens=fplens, tokens=ftoks, lengths=flens) if record else None
-    return AgentOutput(answer=ans, answer_lens=ans_lens, answer_overflow=ans_over, memory=mem, memory_lens=mem_lens,
-                       overflow=overflow, updates=updates, final=final)
+    env = MemoryEnv(agent, batch, mesh)
+    n_new = max(config.memory_tokens, config.answer_tokens) + 1  # each turn's own limit: TextStep.max_new
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=n_new, temperature=temperature, pad_id=agent.pad_id),
+                           stop_tokens=[agent.eos_id])
+    turns, st = make_turn_rollout(env, respond, record=record)(state, key, None)
+    return AgentOutput(answer=st["answer"], answer_lens=st["answer_lens"], answer_overflow=st["answer_overflow"],
+                       memory=st["memory"], memory_lens=st["memory_lens"], overflow=st["overflow"], turns=turns)
 
 
 def model_state(model) -> tuple:
@@ -241,6 +293,6 @@ def decode_rows(tokens, lens, tokenizer: Tokenizer) -> list[str]:
     return [tokenizer.decode(t[: int(n)].tolist()) for t, n in zip(tokens, lens)]
 
 
-__all__ = ["AgentOutput", "DocBatch", "FINAL_FIELDS", "MemAgent", "MemAgentConfig", "UPDATE_FIELDS", "build_prompt",
+__all__ = ["AgentOutput", "DocBatch", "FINAL_FIELDS", "MemAgent", "MemAgentConfig", "MemoryEnv", "UPDATE_FIELDS", "build_prompt",
            "decode_rows", "initial_memory", "model_state", "num_chunks", "pack", "parse_template", "prompt_from_parts",
            "render", "render_parts", "run_agent", "template_parts"]

@@ -12,10 +12,12 @@ Multi-Conv RL (MemAgent, arXiv 2507.02259): each of the Q questions is rolled ou
 sampling; a rollout is n memory-update conversations plus one final-answer conversation. The
 final answer's exact-match reward gives one group advantage per rollout (``group_advantages``:
 mean-centred, std-normalised for "grpo", not for "dr_grpo"), broadcast to *every* conversation of
-that rollout (``broadcast_advantages``); all conversations then enter one clipped policy loss
+that rollout; all conversations then enter one clipped policy loss
 (``grpo_loss`` with ``LossConfig``: DAPO clip-higher ``eps_high`` and token-mean aggregation).
 Rollout, reward, advantages and ``epochs`` x ``minibatches`` optimiser steps are one jitted program; the
-update is the learner core's (``rl.lm.make_update``): the conversations are one ``Rollout``. Old log-probs
+update is the learner core's (``rl.lm.make_update``): the rollout is the multi-turn protocol's
+(``rl.lm.multiturn.make_turn_rollout`` over ``agent.MemoryEnv``), its ``Turns`` one ``Rollout`` row per
+conversation with the loss on the memory / answer tokens the model wrote (``conversations``). Old log-probs
 are those of the sampling temperature: with one epoch of one minibatch the loss forward's own (under
 ``stop_gradient``), otherwise a forward pass ahead of the steps.
 
@@ -42,13 +44,12 @@ from flax import nnx
 
 from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, num_chunks, run_agent
 from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
-from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.lm.sft import SFTConfig, fit
 from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
-from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
+from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
-from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match, exact_match_text
+from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -114,29 +115,16 @@ def _optimizer(cfg: MultiConvConfig):
     return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
 
 
-def conversations(out, rewards_adv: jax.Array, *, pad_id: int):
-    """Flatten a recorded rollout into one batch of conversations with their broadcast advantages.
+def conversations(out, advantages: jax.Array, *, pad_id: int) -> Rollout:
+    """A recorded rollout -> the learner's ``Rollout``, one row per conversation.
 
-    out: AgentOutput(record=True) for R rollouts with n chunks; rewards_adv [R] (one per rollout);
-    rows are right-padded with ``pad_id``.
-    -> dict(prompts [C, P], prompt_lens [C], tokens [C, N], mask [C, N], adv [C], index [C]) with
-    C = n*R + R rows (all memory updates, then the final answers), P / N the larger prompt / response.
-    """
-    up, fin = out.updates, out.final
-    n, r = up["prompts"].shape[:2]
-    p = max(up["prompts"].shape[-1], fin["prompts"].shape[-1])
-    t = max(up["tokens"].shape[-1], fin["tokens"].shape[-1])
-    padw = lambda x, w: jnp.pad(x, ((0, 0), (0, w - x.shape[1])), constant_values=pad_id)
-    flat = lambda x: x.reshape((n * r,) + x.shape[2:])
-    prompts = jnp.concatenate([padw(flat(up["prompts"]), p), padw(fin["prompts"], p)])
-    tokens = jnp.concatenate([padw(flat(up["tokens"]), t), padw(fin["tokens"], t)])
-    plens = jnp.concatenate([flat(up["prompt_lens"]), fin["prompt_lens"]])
-    lens = jnp.concatenate([flat(up["lengths"]), fin["lengths"]])
-    active = jnp.concatenate([flat(up["active"]), jnp.ones((r,), bool)])
-    index = jnp.concatenate([jnp.tile(jnp.arange(r), n), jnp.arange(r)])
-    mask = response_mask(lens, t, active)
-    return dict(prompts=prompts, prompt_lens=plens, tokens=tokens, mask=mask,
-                adv=broadcast_advantages(rewards_adv, index), index=index)
+    out: AgentOutput(record=True) of R rollouts with n chunks (``out.turns`` [n + 1, R, ...]); advantages [R], one
+    per rollout, broadcast to each of its conversations. Rows turn-major (``Turns.to_rollout``): C = n*R + R (the
+    memory updates, then the final answers), [C, P + N] with P / N the wider prompt / response; ``mask`` on the
+    tokens the model wrote (its memory or answer, <eos> included), 0 on updates past a document's end
+    (``info["active"]``); ``sample_logp`` the sampler's log-probs."""
+    turns = out.turns
+    return turns.to_rollout(jnp.broadcast_to(advantages, turns.live.shape), active=turns.info["active"], pad_id=pad_id)
 
 
 class MultiConvTrainer:
@@ -182,12 +170,10 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent, mesh):
         rb = batch.repeat(g)
         out = run_agent(graphdef, nnx.merge_state(state.params, state.rest), rb, k_roll, agent=agent,
                         temperature=cfg.temperature, record=True, mesh=mesh)
-        reward = exact_match(out.answer, out.answer_lens, rb.answer, rb.answer_lens)  # [Q*G]
+        reward = out.turns.reward.sum(0)  # [Q*G]: the final answer's exact match (MemoryEnv)
         adv = group_advantages(reward.reshape(-1, g), cfg.advantage).reshape(-1)
-        conv = conversations(out, adv, pad_id=agent.pad_id)
-        seqs = join(conv["prompts"], conv["prompt_lens"], conv["tokens"], agent.pad_id)
-        rollout = Rollout(seqs, conv["prompt_lens"], conv["mask"], conv["adv"])
-        logp_fn = lm_logp_fn(graphdef, conv["tokens"].shape[1], cfg.temperature, cfg.logprob_chunk)
+        rollout = conversations(out, adv, pad_id=agent.pad_id)
+        logp_fn = lm_logp_fn(graphdef, rollout.mask.shape[1], cfg.temperature, cfg.logprob_chunk)
         learn = make_update(lambda p, rows: logp_fn(p, state.rest, rows), make_loss(cfg.loss), optimizer,
                             UpdateConfig(epochs=cfg.epochs, minibatches=cfg.minibatches))
         (params, opt_state), m = learn(state.params, state.opt_state, rollout, k_perm)
@@ -196,7 +182,7 @@ def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent, mesh):
         metrics.update(
             reward=reward.mean(), overflow_rate=(out.overflow > 0).mean(),
             zero_variance_groups=(grouped.std(axis=1) == 0).mean(),
-            memory_len=out.memory_lens.mean(), conversations=jnp.float32(seqs.shape[0]),
+            memory_len=out.memory_lens.mean(), conversations=jnp.float32(rollout.seqs.shape[0]),
         )
         return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 

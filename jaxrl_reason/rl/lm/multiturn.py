@@ -10,7 +10,15 @@ The protocol (the ``envs.core`` conventions, in text: key first, a pure ``step``
         def reset(self, row) -> (episode, prompt_ids)
         def step(self, episode, turn_ids) -> (episode, obs_ids, reward, done)
 
-``TextStep``: obs [B, O] int32 right-padded with obs_len [B], reward [B] float32, done [B] bool, info {name: [B, ...]}.
+``TextStep``: obs [B, O] int32 right-padded with obs_len [B], reward [B] float32, done [B] bool, info {name: [B, ...]},
+max_new [B] int32 or None: the token limit of the model's next turn (stop token included; None: the responder's N).
+An env that sets ``max_new`` sets it at reset and at every step; the rollouts hand it to the responder
+(``respond(..., live, max_new=...)``), which samples at most min(max_new, N) tokens for the row: turns of one
+episode may have different budgets (MemAgent's memory updates M + 1, its final answer A + 1) in one compiled scan.
+
+Turn keys: ``k_reset, k_play = split(key)``; turn t gets ``split(k_play, T)[t]``, or with ``env.chain_keys`` the
+keys are chained through the turns (``k_play, k_t = split(k_play)``: no [T] array of keys, so a rollout of
+thousands of turns holds nothing that grows with T); ``env.split_key`` divides a turn's key (sampler, env).
 
 Two ways a turn's context is built:
 
@@ -23,13 +31,15 @@ with ``chunks`` > 1 the batch is cut into chunks so one chunk's env steps overla
 ``Episodes.to_rollout(advantages)`` is the learner's ``Rollout``: response = everything after the prompt, ``mask``
 its length, ``loss_mask`` 1 only on the tokens the model wrote (observations are context, never trained on).
 
-``make_turn_rollout(env, respond)``: each turn's prompt is the env's observation alone (a game rendered for the
-player to move, a memory-update prompt): ``Turns`` [T, B, ...], one trainable row per (turn, episode).
+``make_turn_rollout(env, respond, record=True)``: each turn's prompt is the env's observation alone (a game rendered
+for the player to move, a memory-update prompt): ``Turns`` [T, B, ...], one trainable row per (turn, episode);
+``record=False`` keeps only the final state (evaluation of long episodes in memory constant in T).
 
 Shapes: P = ``env.prompt_tokens``, N = ``turn_tokens`` (the responder's max_new_tokens), O = ``env.obs_tokens``,
 T = ``env.max_turns``; the response holds L = T * N + (T - 1) * O tokens (``response_width``), so it never
 overflows. ``respond(params, prompts [B, W], prompt_lens [B], key, live [B]) -> SampleOutput`` (``lm_responder``:
-the jitted sampler; a row with ``live`` False samples nothing).
+the jitted sampler; a row with ``live`` False samples nothing), called with ``max_new=`` [B] too when the env sets
+``TextStep.max_new``.
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ class TextStep:
     reward: jax.Array  # [B] float32 (of the turn just taken; 0 at reset)
     done: jax.Array  # [B] bool: the episode ended
     info: dict = flax.struct.field(default_factory=dict)  # {name: [B, ...]} the env's own per-turn records
+    max_new: jax.Array | None = None  # [B] int32: the next turn's token limit (stop included); None: the responder's N
 
 
 class TextEnv(abc.ABC):
@@ -69,6 +80,7 @@ class TextEnv(abc.ABC):
     max_turns: int
     prompt_tokens: int
     obs_tokens: int
+    chain_keys: bool = False  # True: turn keys chained through the turns (no [T] key array; module docstring)
 
     def split_key(self, key: jax.Array) -> tuple[jax.Array, Any]:
         """A turn's key -> (the sampler's key, the key ``step`` gets). Default: ``jax.random.split(key)``."""
@@ -188,27 +200,56 @@ def _episodes(ctx: Context, rewards, turns, done, pad_id: int, info=None) -> Epi
                     info=info or {})
 
 
-def _sample_turn(respond, params, ctx: Context, key, live, pad_id: int):
+def _call(respond, params, prompts, prompt_lens, key, live, max_new):
+    """The responder, given the env's per-turn token limit ``max_new`` [B] when it sets one (``TextStep.max_new``)."""
+    if max_new is None:
+        return respond(params, prompts, prompt_lens, key, live)
+    return respond(params, prompts, prompt_lens, key, live, max_new=max_new)
+
+
+def _limit(first: TextStep, st: TextStep):
+    """The next turn's token limit from a step (checked: set at every step iff set at reset)."""
+    if (first.max_new is None) != (st.max_new is None):
+        raise ValueError("TextStep.max_new must be set at reset and at every step, or never")
+    return None if st.max_new is None else jnp.asarray(st.max_new, jnp.int32)
+
+
+def _turn_keys(env, k_play):
+    """-> (carried key, the scan's xs of keys): ``split(k_play, T)`` as xs, or (``env.chain_keys``) k_play carried."""
+    return (k_play, None) if env.chain_keys else (None, jax.random.split(k_play, env.max_turns))
+
+
+def _turn_key(carried, key):
+    """-> (carried key, this turn's key): the next of a chain when ``carried`` is a key, else ``key`` (from xs)."""
+    if carried is None:
+        return None, key
+    carried, key = jax.random.split(carried)
+    return carried, key
+
+
+def _sample_turn(respond, params, ctx: Context, key, live, pad_id: int, max_new=None):
     """Sample one turn on the whole context; append it (n = 0 for rows not live) -> (ctx, out, n)."""
-    out = respond(params, ctx.sequences(pad_id), ctx.prompt_len + ctx.length, key, live)
+    out = _call(respond, params, ctx.sequences(pad_id), ctx.prompt_len + ctx.length, key, live, max_new)
     n = jnp.where(live, out.lengths, 0)
     return ctx.append(out.tokens, n, out.logprobs), out, n
 
 
 # ---------------------------------------------------------------------------------------- responders
 def lm_responder(graphdef, config: SamplerConfig, stop_tokens: Sequence[int], stop_sequences=None) -> Callable:
-    """The LM as a responder: ``respond(params, prompts [B, W], prompt_lens [B], key, live [B]) -> SampleOutput``,
-    the jitted sampler (``params``: the model's full ``nnx.State``) with a cache of W + max_new_tokens, stopping at
-    any of ``stop_tokens`` (ids) or ``stop_sequences`` ([Q, L], ``sampler.stop_sequence_array``)."""
+    """The LM as a responder: ``respond(params, prompts [B, W], prompt_lens [B], key, live [B], max_new=None) ->
+    SampleOutput``, the jitted sampler (``params``: the model's full ``nnx.State``) with a cache of W +
+    max_new_tokens, stopping at any of ``stop_tokens`` (ids) or ``stop_sequences`` ([Q, L],
+    ``sampler.stop_sequence_array``) or after min(max_new [B], max_new_tokens) tokens (the env's per-turn limit)."""
     stops = jnp.asarray(list(stop_tokens) or [-1], jnp.int32)
     n = config.max_new_tokens
 
-    def respond(params, prompts, prompt_lens, key, live):
+    def respond(params, prompts, prompt_lens, key, live, max_new=None):
         b, w = prompts.shape
         cfg = dataclasses.replace(config, cache_len=w + n)
         seqs = None if stop_sequences is None else jnp.broadcast_to(stop_sequences, (b,) + stop_sequences.shape)
+        limit = n if max_new is None else jnp.clip(max_new, 0, n)
         return generate(graphdef, params, prompts, prompt_lens, key, jnp.broadcast_to(stops, (b, stops.shape[0])),
-                        jnp.where(live, n, 0).astype(jnp.int32), seqs, config=cfg)
+                        jnp.where(live, limit, 0).astype(jnp.int32), seqs, config=cfg)
 
     return respond
 
@@ -216,8 +257,8 @@ def lm_responder(graphdef, config: SamplerConfig, stop_tokens: Sequence[int], st
 # ---------------------------------------------------------------------------------------- pure-JAX envs
 def make_rollout(env: TextEnv, respond: Callable, turn_tokens: int, pad_id: int = 0) -> Callable:
     """-> pure ``rollout(params, key, data) -> Episodes`` (module docstring): ``lax.scan`` over the env's turns,
-    each sampling on the whole episode so far. Keys: ``k_reset, k_play = split(key)``; turn t gets
-    ``split(k_play, T)[t]``, divided by ``env.split_key``. ``info``: the env's per-turn info, [T, B, ...] (after an
+    each sampling on the whole episode so far. Keys and per-turn token limits (``TextStep.max_new``): the module
+    docstring. ``info``: the env's per-turn info, [T, B, ...] (after an
 episode ended: what a step of its kept state gave; read it where the turn was live)."""
     _check_env(env, turn_tokens)
     t_max, o = env.max_turns, env.obs_tokens
@@ -230,22 +271,24 @@ episode ended: what a step of its kept state gave; read it where the turn was li
         ctx = Context.start(first.obs, first.obs_len, width, pad_id)
 
         def turn(carry, xs):
-            state, ctx, done, turns = carry
+            state, ctx, done, turns, limit, carried = carry
             t, key = xs
+            carried, key = _turn_key(carried, key)
             k_sample, k_env = env.split_key(key)
             live = ~done
-            ctx, out, n = _sample_turn(respond, params, ctx, k_sample, live, pad_id)
+            ctx, out, n = _sample_turn(respond, params, ctx, k_sample, live, pad_id, limit)
             new_state, st = env.step(k_env, state, out.tokens, n)
             state = where_done(done, state, new_state)  # an ended episode keeps its state
             ended = live & st.done
             keep = live & ~st.done & (t < t_max - 1)  # the last turn's observation is never read
             ctx = ctx.append(st.obs[:, :o], jnp.where(keep, jnp.minimum(st.obs_len, o), 0))
             reward = jnp.where(live, st.reward, 0.0).astype(jnp.float32)
-            return (state, ctx, done | ended, turns + live.astype(jnp.int32)), (reward, st.info)
+            carry = (state, ctx, done | ended, turns + live.astype(jnp.int32), _limit(first, st), carried)
+            return carry, (reward, st.info)
 
-        init = (state, ctx, jnp.asarray(first.done, bool), jnp.zeros((b,), jnp.int32))
-        xs = (jnp.arange(t_max), jax.random.split(k_play, t_max))
-        (_, ctx, done, turns), (rewards, info) = jax.lax.scan(turn, init, xs)
+        carried, keys = _turn_keys(env, k_play)
+        init = (state, ctx, jnp.asarray(first.done, bool), jnp.zeros((b,), jnp.int32), _limit(first, first), carried)
+        (_, ctx, done, turns, *_), (rewards, info) = jax.lax.scan(turn, init, (jnp.arange(t_max), keys))
         return _episodes(ctx, rewards.T, turns, done, pad_id, info)
 
     return rollout
@@ -275,10 +318,11 @@ class Turns:
                        flat(advantages), sample_logp=flat(self.logprobs), **fields)
 
 
-def make_turn_rollout(env: TextEnv, respond: Callable) -> Callable:
+def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True) -> Callable:
     """-> pure ``rollout(params, key, data) -> (Turns, final state)``: each turn the model answers the env's latest
     observation alone (``obs_tokens`` = ``prompt_tokens``). Every row samples every turn (``live`` tells the
-    responder which episodes still run); keys as in ``make_rollout``; an ended episode keeps its state."""
+    responder which episodes still run); keys and per-turn limits as in ``make_rollout``; an ended episode keeps its
+    state. ``record=False``: ``(None, final state)``, nothing kept per turn (memory constant in T)."""
     _check_env(env, 1)
     if env.obs_tokens != env.prompt_tokens:
         raise ValueError(f"make_turn_rollout: obs_tokens ({env.obs_tokens}) must equal prompt_tokens "
@@ -289,19 +333,21 @@ def make_turn_rollout(env: TextEnv, respond: Callable) -> Callable:
         state, first = env.reset(k_reset, data)
 
         def turn(carry, key):
-            state, obs, obs_len, done = carry  # (the info's keys may differ between reset and step)
+            state, obs, obs_len, done, limit, carried = carry  # (the info's keys may differ between reset and step)
+            carried, key = _turn_key(carried, key)
             k_sample, k_env = env.split_key(key)
             live = ~done
-            out = respond(params, obs, obs_len, k_sample, live)
+            out = _call(respond, params, obs, obs_len, k_sample, live, limit)
             new_state, st = env.step(k_env, state, out.tokens, out.lengths)
             state = where_done(done, state, new_state)
             reward, ended = jnp.where(live, st.reward, 0.0), done | st.done
             rec = Turns(prompts=obs, prompt_lens=obs_len, tokens=out.tokens, logprobs=out.logprobs,
-                        lengths=out.lengths, live=live, reward=reward, done=ended, info=st.info)
-            return (state, st.obs, st.obs_len, ended), rec
+                        lengths=out.lengths, live=live, reward=reward, done=ended, info=st.info) if record else None
+            return (state, st.obs, st.obs_len, ended, _limit(first, st), carried), rec
 
-        init = (state, first.obs, first.obs_len, jnp.asarray(first.done, bool))
-        (state, *_), turns = jax.lax.scan(turn, init, jax.random.split(k_play, env.max_turns))
+        carried, keys = _turn_keys(env, k_play)
+        init = (state, first.obs, first.obs_len, jnp.asarray(first.done, bool), _limit(first, first), carried)
+        (state, *_), turns = jax.lax.scan(turn, init, keys, length=env.max_turns)
         return turns, state
 
     return rollout

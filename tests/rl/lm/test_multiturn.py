@@ -205,3 +205,69 @@ def test_bad_envs_and_observations_are_refused():
 
     with pytest.raises(ValueError, match="max_turns must be an int >= 1"):
         HostRollout(NoTurns(), scripted, N)
+
+
+class Budget(Board):
+    """``Board`` whose turn t may write at most 1 + t tokens (``TextStep.max_new``, set at reset and every step)."""
+
+    def reset(self, key, data):
+        state, st = super().reset(key, data)
+        return state, st.replace(max_new=jnp.ones(data.shape, jnp.int32))
+
+    def step(self, key, state, turn, turn_len):
+        state, st = super().step(key, state, turn, turn_len)
+        return state, st.replace(max_new=1 + state["t"])
+
+
+def test_per_turn_token_limit_reaches_the_responder():
+    graphdef, state = tiny_lm()
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=1.0), [STOP])
+    data, key = jnp.full((8,), T, jnp.int32), jax.random.key(4)
+    turns, _ = jax.jit(make_turn_rollout(Budget(), respond))(state, key, data)
+    free, _ = jax.jit(make_turn_rollout(Board(), respond))(state, key, data)  # the same prompts, limit N
+    lens, toks = np.asarray(turns.lengths), np.asarray(turns.tokens)
+    for t in range(T):
+        assert (lens[t] <= 1 + t).all() and (toks[t, :, 1 + t:] == 0).all()  # turn t: at most 1 + t tokens
+        assert (lens[t] == 1 + t).mean() > 0.5  # (a row stops earlier only at a sampled STOP)
+        # the same draws as without the limit, cut at it
+        np.testing.assert_array_equal(toks[t, :, : 1 + t], np.asarray(free.tokens)[t, :, : 1 + t])
+    assert (np.asarray(free.lengths) > 1 + np.arange(T)[:, None]).any()  # the limit cut something
+
+    class OneToken(Count):  # make_rollout: every turn 1 token, so the model's tokens = its turns
+        def reset(self, key, data):
+            s, st = super().reset(key, data)
+            return s, st.replace(max_new=jnp.ones(data.shape, jnp.int32))
+
+        def step(self, key, state, turn, turn_len):
+            s, st = super().step(key, state, turn, turn_len)
+            return s, st.replace(max_new=jnp.ones(turn_len.shape, jnp.int32))
+
+    ep = jax.jit(make_rollout(OneToken(), respond, N))(state, key, jnp.asarray(DATA))
+    np.testing.assert_array_equal(np.asarray(ep.loss_mask).sum(1), np.asarray(ep.turns))
+
+    class Unset(Budget):  # set at reset, not at a step
+        def step(self, key, state, turn, turn_len):
+            return Board.step(self, key, state, turn, turn_len)
+
+    with pytest.raises(ValueError, match="max_new must be set at reset and at every step"):
+        jax.jit(make_turn_rollout(Unset(), respond))(state, key, data)
+
+
+def test_chained_turn_keys_and_a_rollout_that_records_nothing():
+    class Chained(Board):
+        chain_keys = True
+
+    graphdef, state = tiny_lm()
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=1.0), [STOP])
+    data, key = jnp.full((8,), T, jnp.int32), jax.random.key(5)
+    turns, final = jax.jit(make_turn_rollout(Chained(), respond))(state, key, data)
+    _, k_play = jax.random.split(key)
+    for t in range(T):  # turn t's key: the t-th of the chain k_play, k = split(k_play), then split_key
+        k_play, k = jax.random.split(k_play)
+        out = respond(state, turns.prompts[t], turns.prompt_lens[t], jax.random.split(k)[0], turns.live[t])
+        np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(turns.tokens[t]))
+    split, _ = jax.jit(make_turn_rollout(Board(), respond))(state, key, data)
+    assert not np.array_equal(np.asarray(split.tokens), np.asarray(turns.tokens))  # other keys, other draws
+    none, final2 = jax.jit(make_turn_rollout(Chained(), respond, record=False))(state, key, data)
+    assert none is None
+    jax.tree.map(np.testing.assert_array_equal, final, final2)
