@@ -107,16 +107,16 @@ class Config:
         need(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
 
 
-#: issue 40: heterogeneous agents from the real pretrained SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a
-#: packaged GGUF): one copy of it per agent (``system.shared=False``: master and sub-agents trained separately),
-#: the protocol SFT on it, then node-wise MC + top-K vs plain joint GRPO (no memory: the claim is the credit
-#: assignment) from that same start, paired over seeds; held-out success per request type. CPU-sized (~1 hour
-#: on 2 cores): a short low-lr SFT, small groups
+#: issue 40: agents from the real pretrained SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a packaged
+#: GGUF): the protocol SFT on it, then node-wise MC + top-K vs plain joint GRPO (no memory: the claim is the credit
+#: assignment) from that same start, paired over seeds; held-out success per request type. CPU-sized: one model
+#: with role prompts (``system.shared``; 4 fp32 copies with their Adam states are ~7-8 GB on the shared 2-core
+#: machine), a short low-lr SFT, small groups; the gpu preset has one copy per agent (heterogeneous agents)
 SMOLLM2 = Config(
-    model="smollm2-135m-instruct", system=dataclasses.replace(Config().system, shared=False),
-    sft=SFTConfig(problems=2048, steps=100, batch_size=32, lr=5e-5),
+    model="smollm2-135m-instruct",
+    sft=SFTConfig(problems=1024, steps=60, batch_size=16, lr=5e-5),
     rl=JoyConfig(group_size=4, top_k=2, lr=1e-5, temperature=1.0, memory=False),
-    arms=("joint", "nodewise"), seeds=2, requests_per_step=4, rl_steps=20, eval_every=10, heldout=128,
+    arms=("joint", "nodewise"), seeds=2, requests_per_step=4, rl_steps=16, eval_every=8, heldout=128,
 )
 
 PRESETS = {
@@ -125,7 +125,8 @@ PRESETS = {
     # the same claim sized for one H200: 4 seeds, larger groups and request batches, the equal-samples joint
     # control (4G trajectories a request), learning rates for fine-tuning a pretrained model
     "smollm2_gpu": dataclasses.replace(
-        SMOLLM2, sft=SFTConfig(problems=8192, steps=600, batch_size=128, lr=2e-5),
+        SMOLLM2, system=dataclasses.replace(Config().system, shared=False),  # one copy of the model per agent
+        sft=SFTConfig(problems=8192, steps=600, batch_size=128, lr=2e-5),
         rl=JoyConfig(group_size=16, top_k=2, lr=1e-6, temperature=1.0, memory=False, minibatches=4),
         arms=("joint", "nodewise", "joint_4g"), seeds=4, requests_per_step=32, rl_steps=100, eval_every=10,
         heldout=512),

@@ -21,6 +21,11 @@ Long runs: each learner trains in ``<run_dir>/<method>/`` through ``utils.loop.r
 (orbax checkpoint after every chunk); ``--resume`` restores each method's latest checkpoint
 and continues (finished methods are just re-evaluated). The LLM stages are not checkpointed
 (seconds to a few minutes on CPU).
+
+The LLM intent policy's LM is a small one from scratch (byte tokenizer), or ``--model`` a checkpoint (a directory
+or a packaged name) with its own tokenizer, e.g.
+``jaxrl-reason run rally --methods prior llm_sft llm_grpo --baselines prior --model smollm2-135m-instruct
+--llm-lr 1e-5 --llm-batch 8`` (the real SmolLM2-135M-Instruct, issue 40).
 """
 
 from __future__ import annotations
@@ -92,7 +97,12 @@ class Config:
     rmix_llm: RMIXSettings = FROM_WEAK_PRIOR
     baselines: tuple[str, ...] = ("prior", "llm_sft", "qmix")  # paired return differences to these methods
     eval_episodes: int = 512
+    # the LLM intent policy's LM: None, a small LM from scratch with the byte tokenizer; else a checkpoint (a
+    # directory or a packaged name, e.g. smollm2-135m-instruct: models.lm.load_model) with its own tokenizer
+    model: str | None = None
     llm_sft_steps: int = 200
+    llm_batch: int = 64
+    llm_lr: float = 3e-3  # the SFT's learning rate (a pretrained --model wants a lower one, e.g. 1e-5)
     llm_trace_envs: int = 16
     llm_trace_steps: int = 50
     llm_grpo: llm_grpo.IntentGRPOConfig = llm_grpo.IntentGRPOConfig()
@@ -160,6 +170,17 @@ def train_rmix(config: Config, settings: RMIXSettings, run_dir: RunDir, name: st
     return policy, int(state.env_steps)
 
 
+def intent_lm(config: Config) -> dict:
+    """The LLM intent policy's ``tokenizer`` (and ``model``, with ``--model``): a checkpoint's own (its tokenizer
+    must spell the digits and letters a-z as single tokens), else the byte tokenizer (prompts are ASCII, answers
+    one letter) for a fresh small LM."""
+    if config.model is None:
+        return {"tokenizer": ByteTokenizer()}
+    from jaxrl_reason.models.lm import load_model, load_tokenizer
+
+    return {"tokenizer": load_tokenizer(config.model), "model": load_model(config.model)}
+
+
 def run(config: Config, run_dir: RunDir) -> dict:
     env = envs.make("swarm", **config.env_kwargs())
     prior = RulePrior(env)
@@ -191,10 +212,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
         sub = run_dir.child("llm")
         sub.truncate_metrics(-1)  # not checkpointed: a resumed run redoes the LLM stages
         k_sft, k_rl = jax.random.split(k_train)
-        # the LLM's vocabulary: bytes + reserved special tokens (prompts are ASCII, answers one letter)
-        lm_policy = llm.train_llm_policy(env, prior, k_sft, tokenizer=ByteTokenizer(), sft_steps=config.llm_sft_steps,
-                                         run_dir=sub, trace_envs=config.llm_trace_envs,
-                                         trace_steps=config.llm_trace_steps)
+        lm_policy = llm.train_llm_policy(env, prior, k_sft, sft_steps=config.llm_sft_steps, batch=config.llm_batch,
+                                         lr=config.llm_lr, run_dir=sub, trace_envs=config.llm_trace_envs,
+                                         trace_steps=config.llm_trace_steps, **intent_lm(config))
         sft_steps = config.llm_trace_envs * config.llm_trace_steps
         policies["llm_sft"], env_steps["llm_sft"] = _intent_fn(lm_policy), sft_steps
         if "llm_grpo" in config.methods:

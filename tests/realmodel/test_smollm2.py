@@ -3,6 +3,7 @@ smallest piece of each experiment's ``--model`` code path (its own config, shrun
 new tokens), checking shapes, finiteness, the sampler / learner log-prob agreement, and that text comes out."""
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -109,8 +110,8 @@ def test_joyagents_step(real_model):
     """JoyAgents: heterogeneous agents (one copy of the real model per agent), one node-wise update."""
     from jaxrl_reason.agents.joyagents.trainer import JoyTrainer
 
-    module = load_experiment("joyagents")
-    config = module.PRESETS["smollm2"]
+    module = load_experiment("joyagents")  # the gpu preset's system: one copy per agent (cpu: one shared model)
+    config = dataclasses.replace(module.PRESETS["smollm2"], system=module.PRESETS["smollm2_gpu"].system)
     tok = module.load_tokenizer(config)
     loads = real_model.loads
     models = module.initial_models(config, tok)
@@ -141,3 +142,71 @@ def test_astro_needs_r1_tags_and_adds_them(real_model):
     np.testing.assert_allclose(embed[49152:], np.broadcast_to(embed[:49152].mean(0), (4, 576)), atol=1e-5)
     text = "<think>3+4=7</think><answer>7</answer>"
     assert tok.decode(tok.encode(text, allow_special=True)) == text
+
+
+# ------------------------------------------------------------------ the issue-40 claim presets, 2 steps each, tiny
+def run_preset(name: str, tmp_path, *flags: str) -> dict:
+    """``jaxrl-reason run NAME --preset smollm2 FLAGS`` (the real model through ``real_model``), in ``tmp_path``."""
+    from jaxrl_reason.cli import run_experiment
+
+    return run_experiment(name, ["--preset", "smollm2", "--run-root", str(tmp_path), "--logger", "none", *flags])
+
+
+def test_spiral_smollm2_preset_two_steps(real_model, tmp_path):
+    """The SPIRAL claim's CPU preset end to end on one game and one variant: checkpoint row, warm start, 2 self-play
+    steps (trained turns only: ``update_rows``), the final evaluation."""
+    summary = run_preset("spiral", tmp_path, "--variants", "rae:kuhn_poker", "--steps", "2", "--eval-every", "2",
+                         "--warm.steps", "1", "--warm.games-per-game", "2", "--warm.batch-size", "2",
+                         "--spiral.episodes-per-game", "2", "--spiral.max-new-tokens", "4", "--eval-episodes", "2",
+                         "--final-eval-episodes", "2", "--infoset-samples", "1", "--transfer-problems", "1",
+                         "--transfer-max-new-tokens", "2")
+    variants = {k.split(" | ")[0] for k in summary if " | " in k}
+    assert variants == {"checkpoint", "sft (warm start)", "rae:kuhn_poker"}
+    rows = [r for r in (tmp_path / "spiral").rglob("metrics.jsonl")]
+    steps = [json.loads(line) for p in rows for line in p.read_text().splitlines()]
+    train = [s for s in steps if "grad_norm" in s]
+    assert len(train) == 2 and all(np.isfinite(s["loss"]) and 0 < s["kuhn_poker/response_length"] <= 4 for s in train)
+
+
+def test_joyagents_smollm2_preset_two_steps(real_model, tmp_path):
+    """The JoyAgents claim's CPU preset: protocol SFT, then 2 updates of each arm (joint, node-wise), one seed."""
+    summary = run_preset("joyagents", tmp_path, "--seeds", "1", "--sft.steps", "1", "--sft.problems", "8",
+                         "--sft.batch-size", "2", "--rl.group-size", "2", "--requests-per-step", "1", "--rl-steps", "2",
+                         "--eval-every", "2", "--heldout", "4")
+    assert summary and all(np.isfinite(v) for v in summary.values() if isinstance(v, float))
+
+
+def test_astro_smollm2_preset_two_steps(real_model, tmp_path):
+    """The ASTRO claim's CPU preset: base SFT, search traces, procedure cloning, 2 RL steps on each arm."""
+    summary = run_preset("astro", tmp_path, "--base-sft.steps", "1", "--base-sft.problems", "8",
+                         "--base-sft.batch-size", "2", "--search.num-simulations", "2", "--search.branching", "2",
+                         "--search.max-depth", "2", "--search.step-tokens", "4", "--search.rollout-tokens", "4",
+                         "--search-batch", "2", "--search-problems", "2", "--compare-problems", "2",
+                         "--trace-sft-steps", "1", "--grpo.prompts-per-step", "1", "--grpo.group-size", "2",
+                         "--grpo.max-new-tokens", "4", "--rl-steps", "2", "--eval-every", "2",
+                         "--heldout-problems", "2")
+    assert summary and all(np.isfinite(v) for v in summary.values() if isinstance(v, float))
+
+
+def test_rally_llm_intent_policy_from_the_real_model(real_model, tmp_path):
+    """RALLY --model: the LLM intent policy's SFT on the prior's traces and one GRPO iteration start from the real
+    model with its own tokenizer (digits and letters a-z single tokens), and the policy acts."""
+    from jaxrl_reason.agents.rally import llm, llm_grpo
+    from jaxrl_reason.agents.rally.intent import RulePrior
+    from jaxrl_reason import envs
+
+    module = load_experiment("rally")
+    config = dataclasses.replace(module.PRESETS["cpu"], model=NAME, llm_lr=1e-5)
+    env = envs.make("swarm", **dataclasses.replace(config, max_steps=4).env_kwargs())
+    lm = module.intent_lm(config)
+    assert lm["tokenizer"] is real_model.tokenizer and lm["model"].cfg.vocab_size == 49152
+    before = nnx.state(real_model.model, nnx.Param)  # the checkpoint's weights (2 SFT steps: the first's lr is 0)
+    policy = llm.train_llm_policy(env, RulePrior(env), jax.random.key(0), sft_steps=2, batch=2, lr=config.llm_lr,
+                                  trace_envs=1, trace_steps=2, **lm)
+    assert max_change(before, nnx.state(nnx.merge(policy.graphdef, policy.params), nnx.Param)) > 0
+    tuned, stats = llm_grpo.grpo_finetune(policy, jax.random.key(1), llm_grpo.IntentGRPOConfig(
+        iterations=1, num_groups=1, group_size=2, updates=1, minibatch=4, lr=1e-6))
+    assert stats["env_steps"] > 0 and np.isfinite(stats["mean_return"]).all()
+    ts = env.reset(jax.random.key(2))[1]
+    action = jax.jit(lambda p, k, t: llm.act(p, k, t))(tuned, jax.random.key(3), ts)
+    assert action.shape[0] == env.num_agents

@@ -175,9 +175,10 @@ def prior_traces(env: Swarm, prior: RulePrior, key: jax.Array, num_envs: int, st
 
 def train_llm_policy(env: Swarm, prior: RulePrior, key: jax.Array, *, tokenizer: Tokenizer, sft_steps: int = 200,
                      batch: int = 64, lr: float = 3e-3, trace_envs: int = 16, trace_steps: int = 50, run_dir=None,
-                     lm_config: LMConfig | None = None) -> LLMIntentPolicy:
+                     lm_config: LMConfig | None = None, model: Transformer | None = None) -> LLMIntentPolicy:
     """SFT of a small LM (its vocabulary: ``tokenizer``'s) on the prior's traces; returns the greedy LLM
-    intent policy.
+    intent policy. ``model``: start from this LM (a pretrained checkpoint's, ``models.lm.load_model``, with its
+    ``tokenizer``; trained in place) instead of a fresh one of ``lm_config``.
 
     The loss covers the two answer letters (the proposal right after the stage-1 ``?`` and
     the revised intention at the end)."""
@@ -191,9 +192,9 @@ def train_llm_policy(env: Swarm, prior: RulePrior, key: jax.Array, *, tokenizer:
     mask = np.zeros((L - 1,), np.float32)
     mask[p1 - 1] = 1.0  # predicts the proposal letter at position p1
     mask[L - 2] = 1.0  # predicts the final letter
-    cfg = lm_config or default_lm_config(tokenizer, max(128, L))
+    cfg = model.cfg if model is not None else lm_config or default_lm_config(tokenizer, max(128, L))
     tokenizer.check_model(cfg, L, "train_llm_policy")
-    model = Transformer(cfg, rngs=nnx.Rngs(k_model))
+    model = Transformer(cfg, rngs=nnx.Rngs(k_model)) if model is None else model
 
     def log(i, metrics):
         if run_dir is not None and (i % 10 == 0 or i == sft_steps - 1):
