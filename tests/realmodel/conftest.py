@@ -68,3 +68,14 @@ def real_model(smollm2, monkeypatch):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, getattr(smollm2, name))
     return smollm2
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+    """Each test compiles its own programs for the 135M model (hundreds of MB each, with their constants):
+    drop them after the test, so that one worker running this folder stays within a few GB."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()

@@ -133,7 +133,8 @@ class SpiralTrainer:
                             baseline=init_baseline(len(self.games), 2), step=jnp.int32(0), key=key)
         if self.mesh is None:  # every leaf committed to the params' device, as the step's outputs are: else a
             # checkpoint's (committed) params beside uncommitted counters compile the step a second time
-            return jax.device_put(state, jax.tree.leaves(params)[0].sharding)
+            leaf = jax.tree.leaves(params)[0]
+            return state if isinstance(leaf, jax.core.Tracer) else jax.device_put(state, leaf.sharding)
         return replicate(state, self.mesh)
 
     def model(self, state: SpiralState):
