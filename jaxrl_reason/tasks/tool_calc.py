@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxrl_reason.models.tokenizer import ByteTokenizer
 from jaxrl_reason.rl.lm.multiturn import HostTextEnv
+from jaxrl_reason.utils.validation import check_hyperparameters
 
 TOOL_TAGS = ("<calc>", "</calc>", "<result>", "</result>")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -49,6 +50,9 @@ class CalcLimits:
     max_nodes: int = 64  # its AST nodes (nesting included)
     max_exponent: int = 64  # |exponent| of **
     max_abs: int = 10**15  # every intermediate value's magnitude (numerator and denominator)
+
+    def __post_init__(self):
+        check_hyperparameters(self)
 
 
 def safe_eval(expr: str, limits: CalcLimits = CalcLimits()) -> Fraction:
@@ -125,6 +129,7 @@ class ToolCalcTask:
     forms: tuple[str, ...] = FORMS
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if not 0 <= self.low <= self.high or not self.forms:
             raise ValueError(f"ToolCalcTask: need 0 <= low <= high and a form, got {self.low}, {self.high}, {self.forms}")
 

@@ -46,6 +46,10 @@ NOT_CONFIGS = {
     "jaxrl_reason.rewards.builtin.WrongLabel", "jaxrl_reason.rewards.builtin.WithMalformedPenalty",
     "jaxrl_reason.utils.timing.Timings",  # measurements
     "jaxrl_reason.utils.validation.Range",  # the rule table's ranges themselves
+    "jaxrl_reason.rewards.suite.RewardCall",  # a reward function and the keywords it declares
+    "jaxrl_reason.rewards.suite.RewardScores",  # a batch's scores
+    "jaxrl_reason.rl.grpo.recipes.Policy",  # a loaded model and tokenizer
+    "jaxrl_reason.tasks.tool_calc.CalcEpisode", "jaxrl_reason.tasks.tool_calc.CalcProblem",  # generated episodes
 }
 
 

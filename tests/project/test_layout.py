@@ -20,7 +20,7 @@ import jaxrl_reason
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 PACKAGE = pathlib.Path(jaxrl_reason.__file__).resolve().parent
-CROSS_CUTTING = {"notebooks", "faults", "project"}
+CROSS_CUTTING = {"notebooks", "faults", "project", "realmodel"}  # realmodel: every LM capability on one real model
 HELPERS = {"conftest.py", "testutil.py", "nbutil.py"}
 
 
@@ -108,5 +108,5 @@ def test_test_folders_are_packages_and_the_helpers_stay_importable():
     assert not shadowing, f"top-level test packages shadowing a module the tests import: {shadowing}"
     odd = [str(p.relative_to(TESTS)) for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts
            and not p.name.startswith("test_") and p.name != "__init__.py"
-           and not (p.parent == TESTS and p.name in HELPERS)]
+           and not (p.parent == TESTS and p.name in HELPERS) and p.name != "conftest.py"]  # a folder's fixtures
     assert not odd, f"python files in tests/ that are neither test modules nor the known helpers: {odd}"

@@ -4,6 +4,8 @@ new tokens), checking shapes, finiteness, the sampler / learner log-prob agreeme
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -146,13 +148,19 @@ def test_astro_needs_r1_tags_and_adds_them(real_model):
 
 # ------------------------------------------------------------------ the issue-40 claim presets, 2 steps each, tiny
 def run_preset(name: str, tmp_path, *flags: str) -> dict:
-    """``jaxrl-reason run NAME --preset smollm2 FLAGS`` (the real model through ``real_model``), in ``tmp_path``."""
-    from jaxrl_reason.cli import run_experiment
+    """``jaxrl-reason run NAME --preset smollm2 FLAGS`` in ``tmp_path``, in a subprocess of its own (it loads the real
+    model itself): each preset compiles its own programs for the 135M model, several GB that only the process's end
+    gives back, and this folder runs on one test worker beside another."""
+    code = ("import json, sys; from jaxrl_reason.cli import run_experiment; "
+            "s = run_experiment(sys.argv[1], sys.argv[2:]); "
+            "print('SUMMARY' + json.dumps(s, default=lambda o: o.item() if getattr(o, 'ndim', 1) == 0 else str(o)))")
+    out = subprocess.run([sys.executable, "-c", code, name, "--preset", "smollm2", "--run-root", str(tmp_path),
+                          "--logger", "none", *flags], capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads([line for line in out.stdout.splitlines() if line.startswith("SUMMARY")][-1][len("SUMMARY"):])
 
-    return run_experiment(name, ["--preset", "smollm2", "--run-root", str(tmp_path), "--logger", "none", *flags])
 
-
-def test_spiral_smollm2_preset_two_steps(real_model, tmp_path):
+def test_spiral_smollm2_preset_two_steps(smollm2, tmp_path):
     """The SPIRAL claim's CPU preset end to end on one game and one variant: checkpoint row, warm start, 2 self-play
     steps (trained turns only: ``update_rows``), the final evaluation."""
     summary = run_preset("spiral", tmp_path, "--variants", "rae:kuhn_poker", "--steps", "2", "--eval-every", "2",
@@ -168,7 +176,7 @@ def test_spiral_smollm2_preset_two_steps(real_model, tmp_path):
     assert len(train) == 2 and all(np.isfinite(s["loss"]) and 0 < s["kuhn_poker/response_length"] <= 4 for s in train)
 
 
-def test_joyagents_smollm2_preset_two_steps(real_model, tmp_path):
+def test_joyagents_smollm2_preset_two_steps(smollm2, tmp_path):
     """The JoyAgents claim's CPU preset: protocol SFT, then 2 updates of each arm (joint, node-wise), one seed."""
     summary = run_preset("joyagents", tmp_path, "--seeds", "1", "--sft.steps", "1", "--sft.problems", "8",
                          "--sft.batch-size", "2", "--rl.group-size", "2", "--requests-per-step", "1", "--rl-steps", "2",
@@ -176,7 +184,7 @@ def test_joyagents_smollm2_preset_two_steps(real_model, tmp_path):
     assert summary and all(np.isfinite(v) for v in summary.values() if isinstance(v, float))
 
 
-def test_astro_smollm2_preset_two_steps(real_model, tmp_path):
+def test_astro_smollm2_preset_two_steps(smollm2, tmp_path):
     """The ASTRO claim's CPU preset: base SFT, search traces, procedure cloning, 2 RL steps on each arm."""
     summary = run_preset("astro", tmp_path, "--base-sft.steps", "1", "--base-sft.problems", "8",
                          "--base-sft.batch-size", "2", "--search.num-simulations", "2", "--search.branching", "2",

@@ -184,6 +184,7 @@ class EvalFile:
     eval_answer_field: str = "answer"
 
     def __post_init__(self):
+        check_hyperparameters(self)
         if self.eval_samples < 0:
             raise ValueError(f"eval_samples must be >= 0 (0: greedy only), got {self.eval_samples}")
         if self.eval_data is not None:
