@@ -54,7 +54,7 @@ from jaxrl_reason.agents.joyagents.trainer import (
 from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.lm import pretrained
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
-from jaxrl_reason.rl.base import check_schedule, run_steps
+from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask, request_arrays
 from jaxrl_reason.utils.experiment import RunDir
@@ -102,7 +102,7 @@ class Config:
         need(self.model is not None or self.arch is not None or self.lm.max_seq_len >= self.system.seq_len,
              f"lm.max_seq_len ({self.lm.max_seq_len}) < a node's length ({self.system.seq_len})")
         need(bool(self.arms) and all(a in ARMS for a in self.arms), f"arms must be a non-empty subset of {tuple(ARMS)}")
-        check_schedule(self.rl_steps, self.eval_every)
+        check_intervals(self.rl_steps, eval_every=self.eval_every)
         need(self.requests_per_step >= 1 and self.heldout >= len(TYPES), "requests_per_step >= 1, heldout >= 4")
         need(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
 
@@ -249,7 +249,7 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
 
         state = run_steps(arm_dir, trainer.step, trainer.init(jax.random.key(config.seed)), config.rl_steps,
                           config.eval_every, evals, desc=arm)
-        # the last logged evaluation is the final one (rl_steps is a multiple of eval_every)
+        # the last logged evaluation is the final one (run_steps evaluates after the last step)
         steps, acc = series(arm_dir, "eval/accuracy")
         _, traj = series(arm_dir, "trajectories")
         _, train_acc = series(arm_dir, "train_eval/accuracy")

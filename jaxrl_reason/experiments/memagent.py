@@ -38,7 +38,7 @@ from jaxrl_reason.agents.memagent.trainer import (
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.models.lm import Transformer, pretrained
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
-from jaxrl_reason.rl.base import check_schedule, run_steps
+from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.experiment import RunDir
@@ -94,7 +94,7 @@ class Config:
              f"lm.max_seq_len ({self.lm.max_seq_len}) < agent conversation length ({seq_len})")
         need(self.task.num_facts >= 1 and self.multipliers and min(self.multipliers) >= 1,
              "training length and multipliers must be >= 1")
-        check_schedule(self.rl_steps, self.eval_every)
+        check_intervals(self.rl_steps, eval_every=self.eval_every)
         need(min(self.questions_per_step, self.eval_docs, self.eval_docs_long, self.heldout_docs, self.timing_docs) >= 1,
              "batch sizes must be >= 1")
 

@@ -13,9 +13,10 @@ get a "checkpoint" row (the LM before the warm start), and the transfer evaluati
 with the checkpoint's tokenizer instead of the character tokenizer.
 
 Each variant is a sub-run (``<run>/<variant>/``: per step metrics in JSONL + TensorBoard, the win rates vs
-random every ``eval_every`` steps, checkpoints every ``eval_every`` steps: ``--resume`` continues exactly;
-``steps`` is a multiple of ``eval_every``). Writes ``compare.png`` (eval win rate vs random, response
-length, format-error rate and gradient norm of every variant on shared axes), ``results.md`` (win /
+random every ``eval_every`` steps and after the last, checkpoints at the same points: ``--resume`` continues
+exactly; ``steps`` need not be a multiple of ``eval_every``; 0: at the start and the end only). Writes
+``compare.png`` (eval win rate vs random, response length, format-error rate and gradient norm of every
+variant on shared axes), ``results.md`` (win /
 draw / loss / forfeit vs random and vs minimax / Kuhn Nash, the games' exact evaluations of the LM policy
 (``GameSpec.evaluations``: Kuhn exploitability, value vs random and vs Nash),
 grad-norm std, transfer accuracy on RandomCalculation and Countdown) for the warm-started model
@@ -46,7 +47,7 @@ from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
-from jaxrl_reason.rl.base import check_schedule, run_steps
+from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -89,10 +90,9 @@ class Config:
             raise ValueError(f"unknown arch {self.arch!r}; known: {sorted(ARCHS)}")
         if self.max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {self.max_seq_len}")
-        if min(self.steps, self.eval_every, self.infoset_samples, self.transfer_problems,
-               self.transfer_max_new_tokens) < 1:
-            raise ValueError("steps, eval_every, infoset_samples, transfer_problems, transfer_max_new_tokens must be >= 1")
-        check_schedule(self.steps, self.eval_every)
+        if min(self.steps, self.infoset_samples, self.transfer_problems, self.transfer_max_new_tokens) < 1:
+            raise ValueError("steps, infoset_samples, transfer_problems, transfer_max_new_tokens must be >= 1")
+        check_intervals(self.steps, eval_every=self.eval_every)
         for n in (self.eval_episodes, self.final_eval_episodes):
             if n < 2 or n % 2:
                 raise ValueError(f"eval episode counts must be even and >= 2, got {n}")

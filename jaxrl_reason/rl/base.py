@@ -81,12 +81,6 @@ def host_steps(step: Callable[[State], tuple[State, Metrics]], steps: int):
     return update
 
 
-def check_schedule(num_steps: int, eval_every: int) -> None:
-    """An LM run's schedule: ``num_steps`` a positive multiple of ``eval_every`` (ValueError otherwise)."""
-    if num_steps < 1 or eval_every < 1 or num_steps % eval_every:
-        raise ValueError(f"the number of steps ({num_steps}) must be a positive multiple of eval_every ({eval_every})")
-
-
 def check_intervals(num_steps: int, **intervals: int | None) -> None:
     """``num_steps >= 0`` and every interval (``eval_every=``, ``save_every=``, ...) ``>= 0`` or None; ValueError naming
     the first that is not. No interval has to divide ``num_steps`` (``run_steps``)."""

@@ -1,11 +1,14 @@
 """rl/base.py ``run_steps``: one step per chunk (progress, metrics and the log line every step), evaluations,
 checkpoints and log lines each at its own interval, none dividing the steps, and an exact resume."""
 
+import dataclasses
+
 import flax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrl_reason.cli import load_experiment
 from jaxrl_reason.rl.base import run_steps
 from jaxrl_reason.utils.experiment import RunDir, RunDirError, read_metrics
 
@@ -62,3 +65,16 @@ def test_zero_steps_evaluates_once_and_an_older_chunk_numbered_checkpoint_is_ref
     with pytest.raises(RunDirError, match="checkpoint 1 holds the state after step 2: .* numbered checkpoints by "
                                           "evaluation chunk"):
         _run(RunDir.create("t", {}, root=tmp_path / "old", resume=True))
+
+
+@pytest.mark.parametrize("name,field", [("spiral", "steps"), ("memagent", "rl_steps"), ("joyagents", "rl_steps")])
+def test_lm_experiments_take_steps_that_are_not_a_multiple_of_eval_every(name, field):
+    """The LM experiments hand their schedule to ``run_steps``: any step count passes the config check (it used
+    to refuse one that ``eval_every`` does not divide), 0 means evaluate at the start and the end only, and a
+    negative interval is a one-line error naming it."""
+    experiment = load_experiment(name)
+    config = experiment.Config()
+    assert getattr(dataclasses.replace(config, **{field: 7}, eval_every=3), field) == 7
+    assert dataclasses.replace(config, eval_every=0).eval_every == 0
+    with pytest.raises(ValueError, match="eval_every must be >= 0"):
+        dataclasses.replace(config, eval_every=-1)
