@@ -39,7 +39,7 @@ from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import data_mesh, replicate
 from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
-from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
+from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, trainable_rows_only
 from jaxrl_reason.rl.rae import init_baseline
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -196,33 +196,6 @@ def _step_fn(trainer: SpiralTrainer, cfg: SpiralConfig):
     return jax.jit(step, donate_argnums=0)
 
 
-def trainable_rows_only(logp_fn, rows_per_pass: int):
-    """``logp_fn(params, rest, rows) -> (logp, entropy)`` run over chunks of ``rows_per_pass`` rows, the rows with
-    a trained token first (a stable sort); a chunk without one is not run (``lax.cond``, in the backward pass too)
-    and gives log-probs and entropies 0, which the loss masks out. Same values as ``logp_fn`` on the trained rows;
-    the cost is that of the trained rows rounded up to a chunk (plus one forward pass of them in the backward)."""
-
-    def fn(params, rest, rows):
-        r = len(rows)
-        c = -(-r // rows_per_pass)
-        live = rows.token_mask.sum(-1) > 0
-        order = jnp.argsort(~live, stable=True)
-        pad = c * rows_per_pass - r  # the last chunk's missing rows: row order[0] again, never marked live
-        idx = jnp.concatenate([order, jnp.full((pad,), order[0])]).reshape(c, rows_per_pass)
-        on = jnp.concatenate([live[order], jnp.zeros((pad,), bool)]).reshape(c, rows_per_pass).any(1)
-        chunks = rows.take(idx)
-        shapes = jax.eval_shape(lambda x: logp_fn(params, rest, x), jax.tree.map(lambda x: x[0], chunks))
-        zeros = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        # each chunk under jax.checkpoint: its forward runs again in the backward pass, but the scan then keeps
-        # only the chunk's rows per iteration, not the cond's residuals (a copy of the weights per chunk)
-        body = jax.checkpoint(lambda p, a: jax.lax.cond(a[1], lambda: logp_fn(p, rest, a[0]), zeros))
-        out = jax.lax.map(lambda a: body(params, a), (chunks, on))
-        back = jnp.argsort(order)  # row i sits at sorted position back[i]
-        return jax.tree.map(lambda x: x.reshape((c * rows_per_pass,) + x.shape[2:])[back], out)
-
-    return fn
-
-
 def _game_metrics(name: str, e, baseline) -> dict:
     """Per-game metrics of one batch of episodes."""
     t = e.turns
@@ -245,4 +218,4 @@ def _game_metrics(name: str, e, baseline) -> dict:
     return {f"{name}/{k}": v for k, v in m.items()}
 
 
-__all__ = ["SpiralConfig", "SpiralState", "SpiralTrainer", "fixed_opponent", "trainable_rows_only"]
+__all__ = ["SpiralConfig", "SpiralState", "SpiralTrainer", "fixed_opponent"]

@@ -11,6 +11,9 @@
              activations and softmaxes are recomputed, no matmul is
 The LM head always runs ``chunk`` positions at a time under remat (``train.chunked_logprobs_entropy``).
 LoRA dropout: ``rows.extra["dropout_seed"]`` [B] (the first row's seed is the minibatch's).
+
+``trainable_rows_only(logp_fn, rows_per_pass)`` wraps a ``logp_fn`` so that rows with no trained token cost
+nothing (multi-turn rollouts whose turn slots are mostly padding after an episode ended).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from jaxrl_reason.models.lm.lora import set_dropout
@@ -65,4 +69,31 @@ def lm_logp_fn(graphdef, n: int, temperature: float, chunk: int = 64, remat: str
     return logp_fn
 
 
-__all__ = ["REMAT", "check_remat", "lm_logp_fn", "remat_graphdef"]
+def trainable_rows_only(logp_fn, rows_per_pass: int):
+    """``logp_fn(params, rest, rows) -> (logp, entropy)`` run over chunks of ``rows_per_pass`` rows, the rows with
+    a trained token first (a stable sort); a chunk without one is not run (``lax.cond``, in the backward pass too)
+    and gives log-probs and entropies 0, which the loss masks out. Same values as ``logp_fn`` on the trained rows;
+    the cost is that of the trained rows rounded up to a chunk (plus one forward pass of them in the backward)."""
+
+    def fn(params, rest, rows):
+        r = len(rows)
+        c = -(-r // rows_per_pass)
+        live = rows.token_mask.sum(-1) > 0
+        order = jnp.argsort(~live, stable=True)
+        pad = c * rows_per_pass - r  # the last chunk's missing rows: row order[0] again, never marked live
+        idx = jnp.concatenate([order, jnp.full((pad,), order[0])]).reshape(c, rows_per_pass)
+        on = jnp.concatenate([live[order], jnp.zeros((pad,), bool)]).reshape(c, rows_per_pass).any(1)
+        chunks = rows.take(idx)
+        shapes = jax.eval_shape(lambda x: logp_fn(params, rest, x), jax.tree.map(lambda x: x[0], chunks))
+        zeros = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        # each chunk under jax.checkpoint: its forward runs again in the backward pass, but the scan then keeps
+        # only the chunk's rows per iteration, not the cond's residuals (a copy of the weights per chunk)
+        body = jax.checkpoint(lambda p, a: jax.lax.cond(a[1], lambda: logp_fn(p, rest, a[0]), zeros))
+        out = jax.lax.map(lambda a: body(params, a), (chunks, on))
+        back = jnp.argsort(order)  # row i sits at sorted position back[i]
+        return jax.tree.map(lambda x: x.reshape((c * rows_per_pass,) + x.shape[2:])[back], out)
+
+    return fn
+
+
+__all__ = ["REMAT", "check_remat", "lm_logp_fn", "remat_graphdef", "trainable_rows_only"]
