@@ -78,10 +78,12 @@ PRESETS = {
 
 def late_gain(curve: tuple) -> float:
     """Held-out pass@1 gained from the second to the last quarter of the run (means of the
-    evaluations in each quarter of the steps); about 0 for a run that has plateaued."""
+    evaluations in each quarter of the steps); about 0 for a run that has plateaued. NaN when either quarter holds
+    no evaluation (a run too short for its ``eval_every``)."""
     steps, vals = curve
     q = steps.max() / 4
-    return float(vals[steps > 3 * q].mean() - vals[(steps > q) & (steps <= 2 * q)].mean())
+    late, mid = vals[steps > 3 * q], vals[(steps > q) & (steps <= 2 * q)]
+    return float(late.mean() - mid.mean()) if len(late) and len(mid) else float("nan")
 
 
 def run(config: Config, run_dir: RunDir) -> dict:

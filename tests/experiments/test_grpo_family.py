@@ -7,6 +7,7 @@ excludes rows: its own n), response length, in metrics.jsonl and eval.png."""
 
 import json
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -104,3 +105,16 @@ def test_every_arm_evaluates_the_eval_file_at_the_interval_and_at_the_end(workdi
     held = load_rows(workdir / "eval.jsonl")
     for arm in ARMS[name]:
         check_eval_data(pathlib.Path(summary["run_dir"]) / arm, held)
+
+
+def test_prorl_late_gain_is_nan_without_an_evaluation_in_a_quarter():
+    """ProRL's late gain: last quarter's mean minus the second quarter's; NaN, with no numpy warning, when a quarter
+    holds no evaluation (a 3-step run evaluated at 0, 2, 3 has none in the second quarter)."""
+    from jaxrl_reason.cli import load_experiment
+
+    late_gain = load_experiment("prorl").late_gain
+    steps = np.arange(0, 101, 10)
+    assert late_gain((steps, steps / 100.0)) == pytest.approx(np.mean([0.8, 0.9, 1.0]) - np.mean([0.3, 0.4, 0.5]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(late_gain((np.array([0, 2, 3]), np.array([0.1, 0.2, 0.3]))))
