@@ -6,8 +6,15 @@ mean@n of sampled completions, each reward's mean, response length, all with SE 
             "strict_accuracy", "strict_se", "pass@k" (+ "_se", "_n"), "mean@8" (+ "_se"), ...}
     res = reward_eval_file(model, tok, "heldout.jsonl", [fn, (fn2, 0.1)], prompt_field="question")  # one call
     ev = FileEval(tok, "heldout.jsonl", [fn], max_new_tokens); ev(model)   # the file prepared once, then each eval
+    rule, words = accuracy_rule(rows, suite.names)   # what counts correct: "strict" where rows have answers
     plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png")   # the "eval/" metrics over the run's steps
     pass_at_k(n, c, k)   # the unbiased estimator (the synthetic tasks' ``tasks.evaluation`` uses it too)
+
+A row (and each sampled completion) is correct by the strict answer match (``rewards.answers``: the extracted final
+answer against the row's answer field) whenever every row has that field, whatever the rewards are (a shaped reward
+such as 0.5 x correct + 0.5 x short is reported as a reward: its mean with SE); without answers, when the reward named
+``accuracy`` (default: the first) is ``>= threshold``. ``accuracy_rule`` says which, in words, for a run to log once
+(metrics hold scalars only).
 
 pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are correct,
 pass@k = 1 - C(n-c, k) / C(n, k), computed as a stable product; it is reported for k = 1, 2, 4, ..., n.
@@ -83,24 +90,23 @@ def reward_eval(model, tokenizer: Tokenizer, dataset, reward_fn, max_new_tokens:
     ``answer_field``, by strict correctness independent of the rewards (normalised exact match of the completion's
     extracted final answer, ``rewards.final_answer`` / ``answers_match``, against the field).
 
-    A row is correct when the reward named ``accuracy`` (default: the first) is ``>= threshold``, or, with
-    ``accuracy="strict"``, when it is strictly correct. -> {"accuracy", "se" (sqrt(p(1-p)/n)), "n" (rows scored),
-    "excluded" (rows the accuracy reward returned None for), "mean_reward" (the weighted total) and "mean_reward_se",
-    "reward/<name>" with "reward/<name>_se" and "reward/<name>_n" (each function's mean over the rows it scored; a
-    suite only), "response_length" and "response_length_se" (tokens), "strict_accuracy", "strict_se"} (the strict
-    keys only with ``answer_field`` in every row). With ``n_samples`` = n > 0, also n completions per row drawn
-    with ``sampler`` (its temperature and filters; seeded by ``seed``): "pass@k" for k = 1, 2, 4, ..., n (the
-    unbiased estimator) and "mean@n" (the mean accuracy of the n samples), each with "_se" over rows, and
-    "pass@k_n" (rows). When the reward's and the strict accuracy differ by more than ``DIVERGENCE_SE`` standard
-    errors of their paired difference, a warning names both and shows ``samples`` completions on which they
-    disagree. ``on_samples``: called with the first ``samples`` rows as dicts {prompt, completion, answer,
-    extracted, reward, strict, <each reward>} (e.g. to write them to the run directory).
+    A row is correct by ``accuracy_rule``: strictly correct when every row has ``answer_field`` (``accuracy`` None)
+    or ``accuracy="strict"``, else when the reward named ``accuracy`` (None: the first) is ``>= threshold``.
+    -> {"accuracy", "se" (sqrt(p(1-p)/n)), "n" (rows scored), "excluded" (rows the accuracy reward returned None
+    for), "mean_reward" (the weighted total) and "mean_reward_se", "reward/<name>" with "reward/<name>_se" and
+    "reward/<name>_n" (each function's mean over the rows it scored; a suite only), "response_length" and
+    "response_length_se" (tokens), "strict_accuracy", "strict_se"} (the strict keys only with ``answer_field`` in
+    every row). With ``n_samples`` = n > 0, also n completions per row drawn with ``sampler`` (its temperature and
+    filters; seeded by ``seed``): "pass@k" for k = 1, 2, 4, ..., n (the unbiased estimator) and "mean@n" (the mean
+    accuracy of the n samples), each with "_se" over rows, and "pass@k_n" (rows), correct by the same rule. When a
+    reward named by ``accuracy`` and the strict accuracy differ by more than ``DIVERGENCE_SE`` standard errors of
+    their paired difference, a warning names both and shows ``samples`` completions on which they disagree.
+    ``on_samples``: called with the first ``samples`` rows as dicts {prompt, completion, answer, extracted, reward,
+    strict, <each reward>} (e.g. to write them to the run directory).
     """
     suite = reward_fn if hasattr(reward_fn, "names") and hasattr(reward_fn, "weights") else None
     names = suite.names if suite is not None else ()
-    if accuracy not in (None, "strict", *names):
-        raise ValueError(f"reward_eval: accuracy must be None (the first reward), 'strict' or one of the rewards "
-                         f"{names}, got {accuracy!r}")
+    accuracy = accuracy_rule(dataset.rows, names, accuracy, threshold, answer_field)[0]
     totals, per_fns, correct, lengths, strict, shown = [], [], [], [], [], []
     starts = range(0, len(dataset), batch_size)
     for start in starts:
@@ -130,7 +136,7 @@ def reward_eval(model, tokenizer: Tokenizer, dataset, reward_fn, max_new_tokens:
     if strict and len(strict) == len(starts):  # every row has the answer field
         st = np.concatenate(strict)
         out |= {"strict_accuracy": float(st.mean()), "strict_se": binomial_se(float(st.mean()), len(st))}
-        if accuracy != "strict":
+        if accuracy != "strict":  # a reward chosen over the answers
             _warn_if_divergent(c[scored_rows], st[scored_rows], [r for r, k in zip(shown, scored_rows) if k],
                                samples)
     if n_samples:
@@ -139,6 +145,25 @@ def reward_eval(model, tokenizer: Tokenizer, dataset, reward_fn, max_new_tokens:
     if on_samples is not None:
         on_samples(shown[:samples])
     return out
+
+
+def accuracy_rule(rows: Sequence[Mapping], names: Sequence[str] = (), accuracy: str | None = None,
+                  threshold: float = 1.0, answer_field: str | None = "answer") -> tuple[str | None, str]:
+    """What counts a row (and a sampled completion) of ``rows`` correct -> (rule, the rule in words): ``"strict"``
+    (the strict answer match) when ``accuracy`` is "strict", or None and every row has ``answer_field``; else the
+    reward named ``accuracy`` (None: the first of ``names``, the rewards as logged) >= ``threshold``. ValueError for
+    an unknown name or "strict" without answers."""
+    if accuracy not in (None, "strict", *names):
+        raise ValueError(f"accuracy must be None (the strict answer match, else the first reward), 'strict' or one "
+                         f"of the rewards {tuple(names)}, got {accuracy!r}")
+    answers = answer_field is not None and all(answer_field in r for r in rows)
+    if accuracy == "strict" and not answers:
+        raise ValueError(f"accuracy 'strict' needs the answer field {answer_field!r} in every row")
+    if accuracy == "strict" or (accuracy is None and answers):
+        return "strict", f"the strict answer match (the extracted final answer against {answer_field!r})"
+    name = accuracy or (names[0] if names else None)
+    why = "" if accuracy else f" (not every row has {answer_field!r})" if answer_field else " (no answer field)"
+    return accuracy, f"{f'reward/{name}' if name else 'the reward'} >= {threshold:g}{why}"
 
 
 def _score(reward_fn, suite, prompts, completions, rows, tokens, lengths, answer_field, accuracy, threshold) -> dict:
@@ -159,9 +184,7 @@ def _score(reward_fn, suite, prompts, completions, rows, tokens, lengths, answer
     gold = fields.get(answer_field) if answer_field else None
     extracted = [final_answer(c, p) for p, c in zip(prompts, completions)]
     strict = None if gold is None else np.asarray([answers_match(e, g) for e, g in zip(extracted, gold)], np.float64)
-    if accuracy == "strict":
-        if strict is None:
-            raise ValueError(f"reward_eval: accuracy 'strict' needs the answer field {answer_field!r} in every row")
+    if accuracy == "strict":  # accuracy_rule: every row has the answer field
         correct = strict
     else:
         by = total if suite is None else np.asarray(per_fn[accuracy or suite.names[0]], np.float64)
@@ -220,7 +243,8 @@ def _warn_if_divergent(by_reward: np.ndarray, by_strict: np.ndarray, rows: list[
     shown = "\n".join(shown.splitlines()[:samples])
     log.warning("held-out accuracy by the reward (%.3f) and strict accuracy (exact match of the extracted final "
                 "answer, %.3f) differ by %.3f (%.1f SE, n = %d): the reward may be credited for something other "
-                "than the answer. Completions where they disagree:\n%s", float(by_reward.mean()),
+                "than the answer (leave accuracy unset, or 'strict', to count the answer). Completions where they "
+                "disagree:\n%s", float(by_reward.mean()),
                 float(by_strict.mean()), gap, abs(gap) / se if se else float("inf"), len(d), shown)
 
 
@@ -244,7 +268,8 @@ class FileEval:
 
     ``dataset``: the kept rows (``data.PromptDataset``; ``prompt_len`` the longest kept prompt, at most
     ``max_prompt_len``); ``required_fields``: row fields to check besides those the functions name (e.g. the
-    answer field of ``exact_match``). Each call scores with its own ``RewardSuite`` (nothing to close)."""
+    answer field of ``exact_match``); ``rule`` and ``correct_by``: ``accuracy_rule`` on the kept rows. Each call
+    scores with its own ``RewardSuite`` (nothing to close)."""
 
     def __init__(self, tokenizer: Tokenizer, path, reward_fns: Sequence, max_new_tokens: int, *,
                  prompt_field: str = "prompt", fmt=None, max_prompt_len: int = 256,
@@ -253,9 +278,12 @@ class FileEval:
 
         with RewardSuite(reward_fns) as suite:  # the functions' signatures checked here, once
             named = {f for call in suite.calls for f in call.required} - {"step", "completion_ids"}
+            names = suite.names
         self.tokenizer, self.reward_fns, self.max_new_tokens, self.kw = tokenizer, list(reward_fns), max_new_tokens, kw
         self.dataset = PromptDataset(load_rows(path), tokenizer, prompt_field, max_prompt_len, fmt,
                                      required_fields=sorted(named | set(required_fields)), source=str(path), fit=True)
+        self.rule, self.correct_by = accuracy_rule(self.dataset.rows, names, kw.get("accuracy"),
+                                                   kw.get("threshold", 1.0), kw.get("answer_field", "answer"))
 
     def __call__(self, model, **kw) -> dict:
         with RewardSuite(self.reward_fns) as suite:

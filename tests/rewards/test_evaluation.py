@@ -125,16 +125,24 @@ def _reward_eval_on(completions, monkeypatch, reward=MathVerify(), **kw):
     return reward_eval(None, None, _Rows(rows), reward, 8, batch_size=64, **kw)
 
 
+def restating(prompts, completions, **fields):  # credits anything, e.g. a restated question
+    return np.ones(len(completions), np.float32)
+
+
 def test_reward_eval_reports_strict_accuracy_and_warns_when_a_reward_is_gamed(monkeypatch, caplog):
     # a reward that credits a restated question (as the old free-text math_verify did) vs strict correctness
-    restating = lambda prompts, completions, **f: np.ones(len(completions), np.float32)
     restated = lambda rows: [r["prompt"].removeprefix("What is ").rstrip("?") + " is a sum" for r in rows]
     kept = []
     with caplog.at_level("WARNING", logger="jaxrl_reason.rewards.evaluation"):
         res = _reward_eval_on(restated, monkeypatch, restating, on_samples=kept.extend)
+    assert res["accuracy"] == res["strict_accuracy"] == 0.0 and res["n"] == 64  # answers: counted by the answer
+    assert res["mean_reward"] == 1.0 and not caplog.text  # the reward reported as a reward
+    assert len(kept) == 4 and kept[0]["extracted"] is None and kept[0]["strict"] is False and kept[0]["reward"] == 1.0
+    with caplog.at_level("WARNING", logger="jaxrl_reason.rewards.evaluation"), RewardSuite([restating]) as suite:
+        res = _reward_eval_on(restated, monkeypatch, suite, accuracy="restating")  # the reward chosen over answers
     assert res["accuracy"] == 1.0 and res["strict_accuracy"] == 0.0 and res["n"] == 64
     assert "differ by 1.000" in caplog.text and "10 + 20 is a sum" in caplog.text  # names both, shows completions
-    assert len(kept) == 4 and kept[0]["extracted"] is None and kept[0]["strict"] is False and kept[0]["reward"] == 1.0
+    assert "leave accuracy unset, or 'strict', to count the answer" in caplog.text  # and what to do
 
     caplog.clear()
     half = lambda rows: [r["answer"] if i % 2 else f"The answer is {r['answer']}0" for i, r in enumerate(rows)]
@@ -145,6 +153,39 @@ def test_reward_eval_reports_strict_accuracy_and_warns_when_a_reward_is_gamed(mo
     assert "strict_accuracy" not in _reward_eval_on(half, monkeypatch, answer_field=None)
 
 
+def test_a_shaped_first_reward_leaves_accuracy_and_pass_at_k_to_the_answer(monkeypatch):
+    """Issue 51 item 2: with 0.5 x correct + 0.5 x short as the first reward no answer reaches 1.0, yet accuracy,
+    pass@k and mean@n count the rows (samples) whose answer is right; without answers, the rule says which reward and
+    threshold define "correct"."""
+    rows = [{"prompt": f"q{i}", "answer": str(10 + i)} for i in range(8)]
+    correct_of = [0, 1, 2, 3, 4, 4, 4, 2]  # correct samples of 4 per row; greedy right on rows 3..7 (5 of 8)
+    _fake_model(monkeypatch, greedy=lambda r: rows[r]["answer"] if r >= 3 else "no",
+                sampled=lambda r, j: rows[r]["answer"] if j < correct_of[r] else "wrong")
+
+    def shaped(prompts, completions, *, answer):  # right answers are 2 characters: 0.5 at most
+        return [0.5 * (c == a) + 0.5 * (len(c) <= 1) for c, a in zip(completions, answer)]
+
+    with RewardSuite([shaped]) as suite:
+        res = reward_eval(None, None, _Rows(rows), suite, 8, n_samples=4,
+                          sampler=evaluation.SamplerConfig(temperature=1.0))
+        by_reward = reward_eval(None, None, _Rows(rows), suite, 8, n_samples=4, accuracy="shaped",
+                                sampler=evaluation.SamplerConfig(temperature=1.0))
+    assert res["accuracy"] == res["strict_accuracy"] == 0.625 and res["se"] == pytest.approx(np.sqrt(0.625 * 0.375 / 8))
+    assert res["reward/shaped"] == pytest.approx(0.625 * 0.5) and res["reward/shaped_se"] > 0  # a reward, as a reward
+    for k in (1, 2, 4):
+        assert res[f"pass@{k}"] == pytest.approx(np.mean([brute_pass_at_k(4, c, k) for c in correct_of]))
+    assert res["mean@4"] == pytest.approx(np.mean(correct_of) / 4) and res["pass@4"] > 0
+    assert by_reward["accuracy"] == by_reward["pass@4"] == 0.0  # the old rule: the first reward >= 1
+    assert evaluation.accuracy_rule(rows, ("shaped",)) == ("strict", "the strict answer match (the extracted final "
+                                                                     "answer against 'answer')")
+    no_answers = [{"prompt": r["prompt"]} for r in rows]
+    assert evaluation.accuracy_rule(no_answers, ("shaped", "b"), threshold=0.5) == (
+        None, "reward/shaped >= 0.5 (not every row has 'answer')")
+    assert evaluation.accuracy_rule(rows, ("shaped", "b"), "b")[1] == "reward/b >= 1"
+    with pytest.raises(ValueError, match="accuracy 'strict' needs the answer field 'answer' in every row"):
+        evaluation.accuracy_rule(no_answers, ("shaped",), "strict")
+
+
 def test_an_eval_file_in_one_call_checks_the_fields_the_rewards_name(monkeypatch, tmp_path):
     tok = CharTokenizer()
     path = write_jsonl([{"question": f"calc {i}+1", "answer": str(i + 1)} for i in range(5)], tmp_path / "eval.jsonl")
@@ -153,6 +194,8 @@ def test_an_eval_file_in_one_call_checks_the_fields_the_rewards_name(monkeypatch
                            fmt=PromptFormat("plain"), max_prompt_len=32)
     assert res["accuracy"] == pytest.approx(3 / 5) and res["n"] == 5 and res["dropped"] == 0
     assert res["reward/r1_format"] == 0.0 and res["reward/r1_format_n"] == 5
+    ev = evaluation.FileEval(tok, path, [exact], 8, prompt_field="question", fmt=PromptFormat("plain"))
+    assert ev.rule == "strict" and "strict answer match" in ev.correct_by  # what a run logs once
 
     def needs_label(prompts, completions, *, label):
         return [0.0] * len(completions)
