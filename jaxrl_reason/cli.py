@@ -6,6 +6,7 @@ frozen config dataclass) and ``run(config, run_dir) -> dict``. Any config field
 can be overridden on the command line (tyro), e.g. ``--ppo.lr 1e-3``. Optional hooks:
 ``default_preset(overrides) -> name`` (the preset when ``--preset`` is not given; else ``cpu``) and
 ``check_flags(config, fields)`` (refuse, with a ValueError, an option given that the run would not use).
+Another, ``record(summary) -> [figure dicts]``, gives the figures ``--record PATH`` writes (``utils.records``).
 
 Multi-process runs: start the same command once per process with ``--coordinator HOST:PORT
 --num-processes N --process-id I`` (or the JAXRL_* variables, or inside ``srun``; see
@@ -30,7 +31,7 @@ from jaxrl_reason.data.loading import DataError
 from jaxrl_reason.models.lm.hf_import import HFImportError
 from jaxrl_reason.parallel import distributed
 from jaxrl_reason.rewards.suite import RewardError
-from jaxrl_reason.utils import guard
+from jaxrl_reason.utils import guard, records
 from jaxrl_reason.utils.checkpoint import CheckpointError
 from jaxrl_reason.utils.experiment import RunDir, RunDirError, config_to_dict
 from jaxrl_reason.utils.loggers import LOGGERS, LoggerError
@@ -92,6 +93,8 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     parser.add_argument("--logger", nargs="+", default=["tensorboard"], choices=(*LOGGERS, "none"),
                         help="where metrics go besides metrics.jsonl: tensorboard (default), wandb (WANDB_MODE, "
                         "WANDB_PROJECT, WANDB_ENTITY apply), both, or none")
+    parser.add_argument("--record", metavar="PATH", help="write the run's figures as a record (docs/records/CLAIM.json"
+                        ": the experiment's record(summary) hook, else every scalar of the summary; utils.records)")
     multi = parser.add_argument_group("multi-process runs (see jaxrl_reason.parallel.distributed)")
     multi.add_argument("--coordinator", help="HOST:PORT of process 0, the same for every process; 'auto': JAX "
                        "detects the cluster (TPU pod, SLURM, MPI). Default: $JAXRL_COORDINATOR")
@@ -134,6 +137,10 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
             raise
         raise SystemExit(f"{name}: {type(err).__name__}: {' '.join(str(err).split())}") from None
     print(json.dumps(summary, indent=2, default=str))
+    if args.record and distributed.process_index() == 0:
+        figures = module.record(summary) if hasattr(module, "record") else records.summary_figures(summary or {})
+        records.write_record(args.record, pathlib.Path(args.record).stem, figures,
+                             command=" ".join(["jaxrl-reason", "run", name, *argv]))
     return summary
 
 

@@ -52,6 +52,7 @@ def _args(argv=None):
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tiny", action="store_true", help="smoke test: a tiny random checkpoint and synthetic data")
+    p.add_argument("--record", metavar="PATH", help="write the speed-up and memory ratio as a record (utils.records)")
     p.add_argument("--arm", choices=("ours", "trl"), help=argparse.SUPPRESS)  # one arm, in a subprocess
     return p.parse_args(argv)
 
@@ -220,6 +221,15 @@ def main(argv=None):
     summary["ratio_step_ours_over_trl"] = summary["ours"]["step_s"] / summary["trl"]["step_s"]
     summary["ratio_rss_ours_over_trl"] = summary["ours"]["peak_rss_gib"] / summary["trl"]["peak_rss_gib"]
     print(json.dumps(summary, indent=1))
+    if args.record:
+        from jaxrl_reason.utils.records import write_record
+
+        steady = args.rounds * args.steps
+        write_record(args.record, pathlib.Path(args.record).stem, [
+            {"name": "speed-up (TRL step time / ours)", "value": 1 / summary["ratio_step_ours_over_trl"], "se": None,
+             "n": steady, "unit": "x"},
+            {"name": "peak RSS (ours / TRL)", "value": summary["ratio_rss_ours_over_trl"], "se": None, "n": args.rounds,
+             "unit": "x"}], note=f"{args.rounds} round(s) of {args.steps} steady steps per arm")
     return summary
 
 

@@ -145,6 +145,13 @@ def run(config: Config, run_dir: RunDir | None = None) -> dict:
     return summary
 
 
+
+def record(summary: dict) -> list[dict]:
+    """The figures ``--record PATH`` writes: each ratio to JaxMARL (whose observation is the belief one, so the
+    belief row is the like-for-like comparison), n = the timed rounds."""
+    return [{"name": f"ours / JaxMARL, {k.removeprefix('ratio_')}", "value": v, "se": None, "n": summary["repeats"],
+             "unit": "x"} for k, v in summary.items() if k.startswith("ratio_")]
+
 if __name__ == "__main__":
     from jaxrl_reason.cli import script_main
 

@@ -69,6 +69,7 @@ from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.utils.experiment import RunDir
+from jaxrl_reason.utils.records import summary_figures
 from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
 
 ANSWER_REWARDS = ("exact_match", "math_verify", "wrong_label")  # they read --answer-field
@@ -464,6 +465,7 @@ def _results(config: Config, run_dir: RunDir, model_dir: str, held_ds) -> dict:
     start, end = evals[0], evals[-1]
     print(run_dir.write_table("results", [{"model": "start", **start}, {"model": "GRPO", **end}]))
     out = {"start_accuracy": start["accuracy"], "final_accuracy": end["accuracy"], "n_heldout": end["n"],
+           "start_se": start["se"], "final_se": end["se"],
            "gain_points": 100 * (end["accuracy"] - start["accuracy"]),
            "gain_se_points": 100 * math.hypot(start["se"], end["se"]), "final_eval": end}
     if "strict_accuracy" in end:
@@ -471,6 +473,20 @@ def _results(config: Config, run_dir: RunDir, model_dir: str, held_ds) -> dict:
                 "strict_gain_points": 100 * (end["strict_accuracy"] - start["strict_accuracy"]),
                 "strict_gain_se_points": 100 * math.hypot(start["strict_se"], end["strict_se"])}
     return out
+
+
+def record(summary: dict) -> list[dict]:
+    """The figures ``--record PATH`` writes: start and final held-out greedy accuracy and the gain in points, each
+    with SE and n (``--steps 0``: the accuracy; ``--plan``: every scalar)."""
+    n = summary.get("n_heldout")
+    if "start_accuracy" in summary:
+        return [{"name": "start accuracy", "value": summary["start_accuracy"], "se": summary["start_se"], "n": n},
+                {"name": "final accuracy", "value": summary["final_accuracy"], "se": summary["final_se"], "n": n},
+                {"name": "gain", "value": summary["gain_points"], "se": summary["gain_se_points"], "n": n,
+                 "unit": "points"}]
+    if "accuracy" in summary:
+        return [{"name": "accuracy", "value": summary["accuracy"], "se": summary["se"], "n": n}]
+    return summary_figures(summary)
 
 
 if __name__ == "__main__":
