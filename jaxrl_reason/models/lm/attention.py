@@ -162,7 +162,7 @@ class MLAttention(nnx.Module):
         lat, k_pos, cache = _keys(cache, {"c": c, "kr": kr}, positions)
         c_all, kr_all = lat["c"].astype(self.dtype), lat["kr"].astype(self.dtype)
         s, scale = c_all.shape[1], self.scale
-        if self.absorbed:
+        if self.absorbed and self.kv_b.lora is None:  # (with a LoRA adapter on kv_b: naive, the adapter applied)
             w_ukv = self.kv_b.kernel[...].astype(self.dtype).reshape(dc, h, dn + self.dv)
             w_uk, w_uv = w_ukv[..., :dn], w_ukv[..., dn:]
             q_lat = jnp.einsum("bthn,chn->bthc", q_nope, w_uk, preferred_element_type=jnp.float32).astype(self.dtype)

@@ -1,6 +1,6 @@
 """LoRA: config errors, adapter-off == base exactly, merge == adapted, optimiser state holds only the
-adapters, SFT and GRPO steps move only the adapters (SFT loss falls), sharded placement on a mesh,
-and export merges the adapters."""
+adapters (MLA's absorbed attention too), SFT and GRPO steps move only the adapters (SFT loss falls), sharded
+placement on a mesh, and export merges the adapters (the PEFT adapter export: test_peft_export.py)."""
 
 import dataclasses
 
@@ -97,6 +97,19 @@ def test_merge_matches_adapted(base):
     assert not has_lora(merged) and has_lora(lm)  # the input keeps its adapters
     assert jax.tree.structure(nnx.state(merged)) == jax.tree.structure(nnx.state(base))
     np.testing.assert_allclose(np.asarray(merged(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5, rtol=1e-5)
+
+
+def test_mla_adapters_apply_in_the_absorbed_attention_too():
+    """MLA with absorbed attention (the default) reads kv_b's kernel directly: an adapter on kv_b still applies."""
+    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=2, n_heads=4, attention="mla", kv_lora_rank=16,
+                   q_lora_rank=16, qk_rope_dim=8, qk_nope_dim=8, v_head_dim=8, max_seq_len=32)
+    assert cfg.mla_absorbed
+    lm = _perturbed(Transformer(cfg, rngs=nnx.Rngs(0)), LoRAConfig(rank=4, targets=("kv_b",)))
+    want = np.asarray(merge_lora(lm)(TOKENS)[0])
+    naive = nnx.merge(nnx.graphdef(lm), nnx.state(lm))
+    naive.blocks.attn.absorbed = False
+    np.testing.assert_allclose(np.asarray(lm(TOKENS)[0]), want, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(naive(TOKENS)[0]), want, atol=1e-5, rtol=1e-5)
 
 
 def test_sft_steps_train_only_adapters_and_reduce_loss(base):
