@@ -222,9 +222,7 @@ def save_hf_model(model: nnx.Module, path, tokenizer=None, *, source=None, dtype
     gen = _generation_config(hf, src_gen, src is not None, tokenizer)
     tensors = _hf_tensors(model, model_type, cfg, _DTYPES[dtype])
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
-    try:
+    def write(tmp: pathlib.Path) -> None:
         for name, data in (("config.json", hf), (GENERATION_CONFIG, gen)):
             (tmp / name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         shards = _shards(tensors, max_shard_bytes)
@@ -240,6 +238,21 @@ def save_hf_model(model: nnx.Module, path, tokenizer=None, *, source=None, dtype
             (tmp / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
         if tokenizer is not None:
             tokenizer.save(tmp)
+
+    return write_directory(path, write, overwrite)
+
+
+def write_directory(path, write, overwrite: bool = False) -> pathlib.Path:
+    """``write(tmp)`` fills a fresh temporary directory next to ``path``, which is then renamed to ``path``: an
+    interrupted write leaves nothing there, and an existing ``path`` (refused unless ``overwrite``) is replaced
+    only once the new one is complete. Returns ``path``."""
+    path = pathlib.Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    try:
+        write(tmp)
         if path.exists():  # overwrite: move the old one aside, put the new one in place, then delete the old
             old = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
             path.rename(old / "x")
@@ -253,4 +266,4 @@ def save_hf_model(model: nnx.Module, path, tokenizer=None, *, source=None, dtype
     return path
 
 
-__all__ = ["end_of_turn_id", "export_model_type", "save_hf_model"]
+__all__ = ["end_of_turn_id", "export_model_type", "save_hf_model", "write_directory"]

@@ -13,7 +13,8 @@ An adapted ``Linear`` (kernel [..., d_in, d_out]; blocks carry a leading layer a
 kernel's input-dim axis and B its output one. `LoRAParam` (flax's) is a subclass of ``nnx.Param``:
 code that splits on ``nnx.Param`` trains adapters and base together; splitting on ``LoRAParam``
 trains the adapters only (``GRPOConfig.lora``, ``train.init_train_state(..., wrt=LoRAParam)``).
-``hf_export.save_hf_model`` merges adapters itself.
+``hf_export.save_hf_model`` merges adapters itself; ``peft_export.save_peft_adapter`` writes them as a PEFT
+adapter directory (``peft.PeftModel.from_pretrained(base, dir)``).
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ def _matches(path: str, targets: tuple[str, ...]) -> bool:
 
 def has_lora(model: nnx.Module) -> bool:
     return any(m.lora is not None for _, m in _linears(model))
+
+
+def adapted_linears(model: nnx.Module) -> list[tuple[str, Linear]]:
+    """[(path, Linear)] of every Linear carrying an adapter, paths '/'-joined (e.g. "blocks/attn/q_proj")."""
+    return [(p, m) for p, m in _linears(model) if m.lora is not None]
 
 
 def apply_lora(model: nnx.Module, config: LoRAConfig) -> nnx.Module:
