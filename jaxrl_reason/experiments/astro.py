@@ -487,6 +487,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
     heldout_file = recipes.heldout_file(config.eval_file, tokenizer, None,
                                         config.max_seq_len - config.grpo.max_new_tokens, config.grpo)
     base = base_policy(config, tokenizer)
+    if not config.rl_steps and heldout_file is not None:  # --rl-steps 0 --eval-data F: the base policy on F only
+        return recipes.evaluate_only(run_dir, base, heldout_file, "astro")
     graphdef, params = nnx.split(base)
     verify = answer_verifier(config.task, tokenizer)
     step_check = calc_steps.step_checker(tokenizer)

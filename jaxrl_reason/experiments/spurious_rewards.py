@@ -94,6 +94,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
     policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
                                   config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
                                   grpo=config.grpo, eval_file=config.eval_file)
+    if not config.rl_steps and policy.heldout_file is not None:  # --rl-steps 0 --eval-data F: evaluate F only
+        return recipes.evaluate_only(run_dir, policy.model, policy.heldout_file, "spurious_rewards")
     model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
     start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)

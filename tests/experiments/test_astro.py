@@ -133,6 +133,10 @@ def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
         assert [r["step"] for r in evals] == [0, 2, 3] and all(r["eval_data/n"] == 6 for r in evals)
         assert all(r["eval_data/pass@2_n"] == 6 and "eval_data/reward/exact_match_se" in r for r in evals)
         assert (arm_dir / "eval.png").stat().st_size > 0
+    # --rl-steps 0 with --eval-data: the base policy evaluated on the file alone, no search, no arm (issue 51 item 3)
+    only = astro.run(dataclasses.replace(cfg, rl_steps=0), RunDir.create("astro", cfg, root=tmp_path / "only"))
+    assert only["n"] == only["eval_data"]["n"] == 6 and only["eval_data"]["pass@2_n"] == 6
+    assert not (pathlib.Path(only["run_dir"]) / "search_vs_sampling.md").exists()
 
 
 def test_gpu_preset_builds_llama_3_2_1b_abstractly(astro):

@@ -118,3 +118,23 @@ def test_prorl_late_gain_is_nan_without_an_evaluation_in_a_quarter():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.isnan(late_gain((np.array([0, 2, 3]), np.array([0.1, 0.2, 0.3]))))
+
+
+@pytest.mark.slow  # per experiment: the checkpoint loaded and 6 rows evaluated once, nothing trained (~5 s a test)
+@pytest.mark.parametrize("name", ["r1_zero", "prorl", "spurious_rewards", "lora"])
+def test_rl_steps_0_evaluates_the_eval_file_alone(workdir, tmp_path, name, capsys):
+    """Issue 51 item 3: --rl-steps 0 --model M --eval-data F evaluates F once (its rule printed and in the summary),
+    with no arm trained and no task evaluation."""
+    summary = run_experiment(name, ["--run-root", str(tmp_path), "--model", str(workdir / "ckpt"), "--rl-steps", "0",
+                                    "--eval-data", str(workdir / "eval.jsonl"), "--eval-samples", "2", *OWN[name],
+                                    *SMALL])
+    run_path = pathlib.Path(summary["run_dir"])
+    ev = summary["eval_data"]
+    assert ev["n"] == summary["n"] == 6 and ev["accuracy"] == summary["accuracy"] == ev["strict_accuracy"]
+    assert ev["pass@2_n"] == 6 and "reward/exact_match" in ev
+    assert summary["correct_by"] == "the strict answer match (the extracted final answer against 'answer')"
+    assert f"a row of {workdir / 'eval.jsonl'} is correct by the strict answer match" in capsys.readouterr().out
+    metrics = read_metrics(run_path / "metrics.jsonl")
+    assert [r["step"] for r in metrics if "eval_data/accuracy" in r] == [0] and not any("eval/" in k for r in metrics
+                                                                                          for k in r)
+    assert (run_path / "eval.png").is_file() and not [p for p in run_path.iterdir() if p.is_dir()]  # no arm

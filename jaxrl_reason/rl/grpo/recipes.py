@@ -3,11 +3,14 @@ a tiny LM sized for a tokenizer (the presets use ``CharTokenizer``), seeded data
 SFT warm start and a GRPO run with periodic held-out evaluation (``rl.base.run_steps``: checkpoints + exact
 resume), on the experiment's own held-out problems and, with ``--eval-data FILE`` (``EvalFile``), on the rows of
 a prompt/answer file scored by reward functions (``rewards.evaluation``: greedy accuracy, pass@k, mean@n, each
-reward, response length, with SE and n; ``eval_data/...`` metrics and ``eval.png``).
+reward, response length, with SE and n; ``eval_data/...`` metrics and ``eval.png``); ``--rl-steps 0`` with
+``--eval-data`` only evaluates the file (``evaluate_only``).
 
     policy = setup_policy(PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks, seed,
                           prompt_len=config.prompt_len, raw_prompt_len=24, grpo=config.grpo,
                           eval_file=config.eval_file)   # .model .tokenizer .fmt .prompt_len .heldout_file
+    if not steps and policy.heldout_file is not None:   # an evaluation-only run
+        return evaluate_only(run_dir, policy.model, policy.heldout_file, "r1_zero")
     state = train(run_dir, trainer, state, steps, eval_every, evaluate, heldout_file=policy.heldout_file)
 """
 
@@ -168,10 +171,12 @@ def _build_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequen
 @dataclasses.dataclass(frozen=True)
 class EvalFile:
     """``--eval-data FILE``: also evaluate on the rows of a prompt/answer file (JSONL / JSON / Parquet / a
-    ``datasets`` directory), before training, every ``--eval-every`` steps and after the last, scored by reward
-    functions (``rewards.evaluation.reward_eval``): greedy accuracy (the first reward >= 1), strict accuracy, pass@k
-    and mean@n of ``eval_samples`` sampled completions, each reward's mean, response length, all with SE and n,
-    logged as ``eval_data/...`` and drawn in ``eval.png``. The prompts are rendered as the experiment's (a
+    ``datasets`` directory), before training, every ``--eval-every`` steps and after the last (``--rl-steps 0``:
+    once, ``evaluate_only``), scored by reward functions (``rewards.evaluation.reward_eval``): greedy accuracy (a row
+    is correct by the strict answer match against ``eval_answer_field`` where every row has it, else when the first
+    reward is >= 1; printed once), strict accuracy, pass@k and mean@n of ``eval_samples`` sampled completions (correct
+    by the same rule), each reward's mean, response length, all with SE and n, logged as ``eval_data/...`` and drawn
+    in ``eval.png``. The prompts are rendered as the experiment's (a
     checkpoint's chat template with the R1 system message, else ``<bos>`` + the prompt)."""
 
     eval_data: str | None = None  # the eval file (None: only the experiment's own held-out evaluation)
@@ -222,10 +227,26 @@ def heldout_file(spec: EvalFile, tokenizer: Tokenizer, fmt, max_prompt_len: int,
     answers = any(getattr(fn, "answer_field", None) == spec.eval_answer_field for fn in fns)
     sampler = SamplerConfig(grpo.max_new_tokens, temperature=grpo.temperature, top_k=grpo.top_k, top_p=grpo.top_p,
                             min_p=grpo.min_p)
-    return FileEval(tokenizer, spec.eval_data, fns, grpo.max_new_tokens, prompt_field=spec.eval_prompt_field,
-                    fmt=fmt or PromptFormat("plain", template=tokenizer.bos + "{prompt}"),
-                    max_prompt_len=max_prompt_len, required_fields=(spec.eval_answer_field,) * answers,
-                    answer_field=spec.eval_answer_field, n_samples=spec.eval_samples, sampler=sampler, seed=grpo.seed)
+    ev = FileEval(tokenizer, spec.eval_data, fns, grpo.max_new_tokens, prompt_field=spec.eval_prompt_field,
+                  fmt=fmt or PromptFormat("plain", template=tokenizer.bos + "{prompt}"),
+                  max_prompt_len=max_prompt_len, required_fields=(spec.eval_answer_field,) * answers,
+                  answer_field=spec.eval_answer_field, n_samples=spec.eval_samples, sampler=sampler, seed=grpo.seed)
+    print(f"[eval_data] a row of {spec.eval_data} is correct by {ev.correct_by}", flush=True)
+    return ev
+
+
+def evaluate_only(run_dir: RunDir, model, heldout_file: FileEval, desc: str) -> dict:
+    """An evaluation-only run (``--rl-steps 0`` with ``--eval-data``): ``heldout_file``'s evaluation of ``model`` (the
+    experiment's start) logged at step 0 as ``eval_data/...``, its first completions in ``eval_samples.jsonl``,
+    ``eval.png`` and a results table -> the summary {"eval_data": the evaluation, "accuracy", "se", "n",
+    "correct_by", "run_dir"}."""
+    res = heldout_file(model, on_samples=lambda rows: run_dir.log_table("eval_samples", 0, rows))
+    run_dir.log(0, {f"eval_data/{k}": v for k, v in res.items()})
+    plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png", prefix="eval_data/",
+              title=f"{desc}: {heldout_file.dataset.source}")
+    print(run_dir.write_table("results", [{"model": "start", **res}]))
+    return {"eval_data": res, "accuracy": res["accuracy"], "se": res["se"], "n": res["n"],
+            "correct_by": heldout_file.correct_by, "run_dir": str(run_dir.path)}
 
 
 PROMPT_MARGIN = 8  # tokens of room a sized prompt length keeps over the longest probed prompt
