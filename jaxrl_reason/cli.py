@@ -5,7 +5,8 @@ folder named by ``$JAXRL_REASON_EXPERIMENTS``). Each defines ``PRESETS`` (name -
 frozen config dataclass) and ``run(config, run_dir) -> dict``. Any config field
 can be overridden on the command line (tyro), e.g. ``--ppo.lr 1e-3``. Optional hooks:
 ``default_preset(overrides) -> name`` (the preset when ``--preset`` is not given; else ``cpu``) and
-``check_flags(config, fields)`` (refuse, with a ValueError, an option given that the run would not use).
+``check_flags(config, fields)`` (refuse, with a ValueError, an option given that the run would not use; a config it
+returns is the one run: defaults settled by what was given).
 Another, ``record(summary) -> [figure dicts]``, gives the figures ``--record PATH`` writes (``utils.records``).
 
 Multi-process runs: start the same command once per process with ``--coordinator HOST:PORT
@@ -116,7 +117,7 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     try:
         config = tyro.cli(type(preset), default=preset, args=rest, prog=f"jaxrl-reason run {name}")
         if hasattr(module, "check_flags"):  # options given that this run would not use
-            module.check_flags(config, given_flags(rest))
+            config = module.check_flags(config, given_flags(rest)) or config
     except ValueError as err:  # raised by the config's own validation
         raise SystemExit(f"invalid config for {name}: {' '.join(str(err).split())}") from None
     try:

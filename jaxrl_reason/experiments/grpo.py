@@ -9,7 +9,9 @@
 (``models.lm.packaged``: ``--preset smollm2`` trains SmolLM2-135M-Instruct on ``SMOLLM2_TASK``). With ``--model`` and
 no ``--preset`` the ``checkpoint`` preset applies: TRL 1.16's GRPOConfig defaults for a pretrained model (lr 1e-6
 decaying linearly to 0, 512 new tokens, temperature 1.0, 8 samples per prompt, eps 0.2, token-mean loss, no KL),
-16 prompts a step, the prompt length taken from the data, eos as the only stop, 10% of ``--data`` held out.
+16 prompts a step, the prompt length taken from the data, eos as the only stop, 10% of ``--data`` held out; the 512
+new tokens lowered to what the model's window leaves after the data's longest prompt unless
+``--grpo.max-new-tokens`` is given (``--fit-new-tokens``; printed).
 
 ``--data``: local JSONL / JSON / Parquet / ``datasets`` directory (``data.load_rows``); the prompt is rendered with
 the checkpoint's chat template (``--prompt-format chat``, ``--chat-template-kwargs enable_thinking=false``) or a
@@ -22,13 +24,16 @@ completion_ids, step, **row_fields)``, each keyword optional, sync or async, Non
 ``--reward-weight`` in that order; all checked before anything loads.
 
 Every evaluation (``rewards.evaluation.reward_eval``: before training, every ``--eval-every`` steps and after the
-last, whatever the interval) greedy-decodes the held-out rows: accuracy (``--accuracy``: a reward >=
-``--accuracy-threshold``, default the first reward = 1; or ``strict``), each reward's mean, the response length,
-strict correctness (exact match of the extracted final answer against ``--answer-field``), each with SE and n;
-``--eval-samples n`` adds pass@k (k = 1, 2, 4, ..., n; unbiased) and mean@n of n sampled completions. They are
+last, whatever the interval) greedy-decodes the held-out rows: accuracy (a row is correct by the strict answer match,
+the extracted final answer against ``--answer-field``, wherever every held-out row has one, whatever the rewards;
+without answers, when the first reward is >= ``--accuracy-threshold``, 1 by default; ``--accuracy NAME`` counts by
+that reward, ``--accuracy strict`` insists on answers; the rule is printed once and kept as ``correct_by`` in the
+summary), each reward's mean, the response length, strict correctness, each with SE and n; ``--eval-samples n``
+adds pass@k (k = 1, 2, 4, ..., n; unbiased) and mean@n of n sampled completions, correct by the same rule. They are
 logged as ``eval/...`` in metrics.jsonl and drawn in ``eval.png``. Its first completions go to
 ``eval_samples.jsonl`` (and TensorBoard / W&B as a table); ``--sample-every N`` logs training completions to
-``train_samples.jsonl`` likewise. ``--steps 0`` only evaluates (every row of ``--data``, or ``--eval-data``).
+``train_samples.jsonl`` likewise. ``--steps 0`` only evaluates (every row of ``--data``, or ``--eval-data`` with
+or without ``--data``).
 Metrics are logged every step (a console line every ``--log-every``), checkpoints every ``--save-every``; no
 interval has to divide ``--steps``.
 
@@ -60,7 +65,7 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.parallel.distributed import gathered, on_primary
 from jaxrl_reason.rewards import REWARDS, RewardSuite, load_reward_fn, make_reward
 from jaxrl_reason.rewards.answers import check_require
-from jaxrl_reason.rewards.evaluation import plot_eval, reward_eval
+from jaxrl_reason.rewards.evaluation import accuracy_rule, plot_eval, reward_eval
 from jaxrl_reason.rewards.user import required_fields
 from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo import recipes
@@ -90,7 +95,9 @@ class Config:
     reward_fn: tuple[str, ...] = ()  # your reward functions: path/to/file.py:name or module:name
     reward_weight: tuple[float, ...] = ()  # one per reward, built-ins then functions (default 1.0 each)
     require: str = "any"  # where answer rewards read the final answer: any | tag | boxed (rewards.answers)
-    accuracy: str | None = None  # held-out correctness: a reward's name (>= threshold; None: the first) | strict
+    # held-out correctness (accuracy, pass@k): None = the strict answer match where every row has --answer-field,
+    # else the first reward >= --accuracy-threshold | strict (answers required) | a reward's name (>= threshold)
+    accuracy: str | None = None
     accuracy_threshold: float = 1.0
     stop: tuple[str, ...] = ("</answer>",)  # stop strings besides eos (sampling and evaluation)
     prompt_format: str = "chat"  # chat (the checkpoint's template) | plain (`template`)
@@ -99,8 +106,7 @@ class Config:
     chat_template_kwargs: tuple[str, ...] = ()  # NAME=VALUE variables of the chat template (JSON values)
     max_prompt_len: int | None = 48  # longer prompts are dropped (None: the longest prompt, capped by the window)
     steps: int = 100  # 0: evaluate only
-    eval_every: int = 50  # held-out evaluation interval in steps (0: only before and after training; every run
-    # evaluates after its last step, and no interval has to divide --steps)
+    eval_every: int = 50  # held-out evaluations every N steps, always before the first and after the last (0: only those)
     save_every: int = 50  # checkpoint interval in steps (0: after the last step only)
     log_every: int = 10  # a console line of the mean metrics every N steps (0: none; metrics.jsonl has every step)
     sample_every: int = 0  # a table of training completions every N steps (0: none)
@@ -120,6 +126,9 @@ class Config:
     start: StartConfig = StartConfig()  # the CPU start (only without --model); its task makes the rows without --data
     train_rows: int = 8192  # synthetic rows written without --data
     plan: bool = False  # only compile the step and print its per-device memory / FLOPs plan (rl.lm.plan); no training
+    # --grpo.max-new-tokens lowered to what the model's window leaves after the longest prompt (printed): the
+    # checkpoint preset's (--model) default, off when --grpo.max-new-tokens is given
+    fit_new_tokens: bool = False
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -145,6 +154,10 @@ class Config:
                              f"{self.accuracy!r}")
         if self.accuracy == "strict" and self.answer_field is None:
             raise ValueError("--accuracy strict needs --answer-field")
+
+    def synthetic_rows(self) -> bool:
+        """The start's task makes the rows: no --data, and not an evaluation-only run (--steps 0) of --eval-data."""
+        return self.data is None and (self.steps > 0 or self.eval_data is None)
 
     def builtin_rewards(self) -> tuple[str, ...]:
         return self.reward if self.reward is not None else (() if self.reward_fn else ("math_verify",))
@@ -221,9 +234,9 @@ SMOLLM2 = Config(model="smollm2-135m-instruct", max_prompt_len=64, distinct_held
 #: linear schedule to 0 and no warmup, max_completion_length 512, temperature 1.0, num_generations 8, epsilon 0.2
 #: on both sides, loss_type "dapo" = token mean, beta 0, max_grad_norm 1.0, adam_beta2 0.999, no prompt truncation,
 #: eos the only stop, gradient checkpointing), 16 prompts per step; 10% of --data held out; a table of completions
-#: every 10 steps
+#: every 10 steps; the 512 new tokens fitted to a smaller window (fit_new_tokens)
 CHECKPOINT = Config(heldout=None, max_prompt_len=None, stop=(), steps=200, eval_every=50, save_every=50, log_every=10,
-                    sample_every=10, grpo=GRPOConfig(
+                    sample_every=10, fit_new_tokens=True, grpo=GRPOConfig(
                         group_size=8, prompts_per_step=16, lr=1e-6, lr_schedule="linear", temperature=1.0,
                         max_new_tokens=512, adam_b2=0.999, remat="block",  # TRL's default gradient checkpointing
                         loss=LossConfig(eps_low=0.2, eps_high=0.2, aggregation="token_mean")))
@@ -258,9 +271,10 @@ TRAIN_FLAGS = {"eval_every", "save_every", "log_every", "sample_every", "export_
                "lora_dropout", "lora_targets", "train_rows", "plan"}
 
 
-def check_flags(config: Config, flags: set[str]) -> None:
+def check_flags(config: Config, flags: set[str]) -> Config:
     """Refuse (ValueError) an option given on the command line that this run would not use; ``flags``: the dotted
-    field names given (``start.sft_steps``)."""
+    field names given (``start.sft_steps``). -> the config, ``fit_new_tokens`` off where ``--grpo.max-new-tokens``
+    was given (the budget given is the budget; ``cli.run_experiment`` runs the config returned)."""
     def refuse(flag: str, why: str):
         raise ValueError(f"--{flag.replace('_', '-')} {why}")
 
@@ -268,33 +282,38 @@ def check_flags(config: Config, flags: set[str]) -> None:
         if flag.startswith("grpo.reward.") or flag == "grpo.reward":
             refuse(flag, "configures the synthetic tasks' reward (GRPOTrainer.for_tasks); this run's rewards are "
                    "--reward and --reward-fn")
+        rows_from = "--data" if config.data is not None else "--eval-data (--steps 0)"
         if flag.startswith("start.") and config.model is not None and (
-                config.data is not None or flag not in ("start.task", "start.seed")):
+                not config.synthetic_rows() or flag not in ("start.task", "start.seed")):
             refuse(flag, "configures the built-in CPU start, which --model replaces" if flag not in (
-                "start.task", "start.seed") else "makes synthetic rows, which --data replaces")
-        if flag in ("train_rows", "distinct_heldout") and config.data is not None:
-            refuse(flag, "sets the synthetic rows, which --data replaces")
+                "start.task", "start.seed") else f"makes synthetic rows, which {rows_from} replaces")
+        if flag in ("train_rows", "distinct_heldout") and not config.synthetic_rows():
+            refuse(flag, f"sets the synthetic rows, which {rows_from} replaces")
         if flag in ("heldout", "split_seed") and config.eval_data is not None:
             refuse(flag, "splits --data; the held-out rows come from --eval-data")
         if flag in ("heldout", "split_seed") and config.data is not None and not config.steps:
             refuse(flag, "splits --data for training; --steps 0 evaluates every row of --data")
         if flag == "split_seed" and config.data is None:
             refuse(flag, "splits --data; the synthetic rows hold out whole problems (--heldout of them)")
-        if flag == "eval_data" and config.data is None:
-            refuse(flag, "needs --data: the synthetic rows come with their own held-out problems")
+        if flag == "eval_data" and config.data is None and config.steps:
+            refuse(flag, "needs --data to train on (the synthetic rows come with their own held-out problems); "
+                   "with --steps 0 it is evaluated alone")
         if flag in ("lora_alpha", "lora_dropout", "lora_targets") and not config.lora_rank:
             refuse(flag, "needs --lora-rank")
         if flag == "accuracy_threshold" and config.accuracy == "strict":
             refuse(flag, "applies to a reward's accuracy, not --accuracy strict")
         if not config.steps and (flag in TRAIN_FLAGS or flag.startswith("grpo.") and flag not in EVAL_GRPO_FLAGS):
             refuse(flag, "applies to training; --steps 0 only evaluates")
+    if config.fit_new_tokens and "grpo.max_new_tokens" in flags and "fit_new_tokens" not in flags:
+        return dataclasses.replace(config, fit_new_tokens=False)
+    return config
 
 
 def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
     """(training rows, held-out rows, their sources), checked for the prompt field and, for the answer rewards, the
     answer field; without --data the start's synthetic task written as JSONL under the run dir."""
     data, eval_data = config.data, config.eval_data
-    if data is None:
+    if config.synthetic_rows():
         n_held = config.heldout or AUTO_MAX
         if config.distinct_heldout:  # n distinct problems, the first seen in n more draws after the training rows
             rows = task_rows([config.start.task], config.train_rows + 2 * n_held, config.start.seed)
@@ -316,8 +335,9 @@ def _rows(config: Config, run_dir: RunDir) -> tuple[list, list, str, str]:
     needs_answer = any(name in ANSWER_REWARDS for name in config.builtin_rewards())
     named = {f for fn, _ in config.reward_fns() for f in required_fields(fn)} - {"step", "completion_ids"}
     fields = tuple(dict.fromkeys((config.prompt_field, *((config.answer_field,) if needs_answer else ()), *named)))
-    rows = load_rows(data)
-    require_fields(rows, fields, data)  # (before the split: the error names the file's row)
+    rows = [] if data is None else load_rows(data)  # none: --steps 0 of --eval-data alone
+    if data is not None:
+        require_fields(rows, fields, data)  # (before the split: the error names the file's row)
     if eval_data is None and not config.steps:  # evaluation only: every row
         rows, held_rows, eval_data = [], rows, data
     elif eval_data is None:
@@ -367,18 +387,22 @@ def run(config: Config, run_dir: RunDir) -> dict:
     model_dir = _checkpoint(config, run_dir, held_rows)
     tok = load_tokenizer(model_dir)
     model = load_model(model_dir, **_dtypes(config))
-    cap = config.max_prompt_len or model.cfg.max_seq_len - config.grpo.max_new_tokens
+    window = model.cfg.max_seq_len
+    cap = config.max_prompt_len or window - (1 if config.fit_new_tokens else config.grpo.max_new_tokens)
     if cap < 1:
-        raise DataError(f"the model's window ({model.cfg.max_seq_len} tokens) leaves no room for a prompt besides "
+        raise DataError(f"the model's window ({window} tokens) leaves no room for a prompt besides "
                         f"--grpo.max-new-tokens {config.grpo.max_new_tokens}")
     make = lambda rs, src, seed: PromptDataset(rs, tok, config.prompt_field, cap, config.prompt_fmt(), seed,
                                                source=src, fit=config.max_prompt_len is None)
     held_ds = make(held_rows, eval_data, 0)
     train_ds = make(rows, data, config.grpo.seed) if config.steps else held_ds
+    g = _fit_new_tokens(config, window, max(train_ds.prompt_len, held_ds.prompt_len))
     if not run_dir.resumed:
         run_dir.log(0, {"data/dropped_train_prompts": train_ds.dropped, "data/dropped_heldout_prompts": held_ds.dropped,
-                        "data/prompt_len": train_ds.prompt_len})
-    g = config.grpo
+                        "data/prompt_len": train_ds.prompt_len, "data/max_new_tokens": g.max_new_tokens})
+    rule, correct_by = accuracy_rule(held_ds.rows, config.reward_names(), config.accuracy, config.accuracy_threshold,
+                                     config.answer_field)
+    print(f"[grpo] a held-out row is correct by {correct_by}", flush=True)
     eval_suite = RewardSuite(fns)
     sampler = SamplerConfig(g.max_new_tokens, temperature=g.temperature, top_k=g.top_k, top_p=g.top_p, min_p=g.min_p)
 
@@ -394,7 +418,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
             run_dir.log(0, evaluate(model, 0))
         eval_suite.close()
         plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png", title=f"evaluation of {model_dir}")
-        return _results(config, run_dir, model_dir, held_ds) | {"run_dir": str(run_dir.path)}
+        return _results(config, run_dir, model_dir, held_ds) | {"correct_by": correct_by, "run_dir": str(run_dir.path)}
 
     lora = config.lora()
     grpo = dataclasses.replace(g, lora=lora, schedule_steps=g.schedule_steps or config.steps)
@@ -439,7 +463,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     s = lambda k: recipes.series(run_dir, k)
     recipes.plot_curves(run_dir.path / "grpo.png", {
         "train reward (mean of the group samples)": {name: s(f"reward/{name}") for name in trainer.rewards.names},
-        "held-out greedy accuracy": {f"accuracy ({config.accuracy or trainer.rewards.names[0]})": s("eval/accuracy"),
+        "held-out greedy accuracy": {f"accuracy ({rule or trainer.rewards.names[0]})": s("eval/accuracy"),
                                      "strict (exact match)": s("eval/strict_accuracy")},
         "response length (tokens)": {"train samples": s("response_length")},
     }, title=f"GRPO: {model_dir}")
@@ -451,7 +475,20 @@ def run(config: Config, run_dir: RunDir) -> dict:
               "held-out accuracy then measures those problems too")
     return _results(config, run_dir, model_dir, held_ds) | {
         "heldout_prompts_in_train": overlap, "dropped_train_prompts": train_ds.dropped, "hf": str(hf_dir),
-        "run_dir": str(run_dir.path)}
+        "correct_by": correct_by, "run_dir": str(run_dir.path)}
+
+
+def _fit_new_tokens(config: Config, window: int, longest: int) -> GRPOConfig:
+    """``config.grpo``, its ``max_new_tokens`` lowered (``fit_new_tokens``) to what the model's ``window`` leaves after
+    the ``longest`` prompt, with one printed line; DataError when nothing is left."""
+    g = config.grpo
+    if not config.fit_new_tokens or longest + g.max_new_tokens <= window:
+        return g
+    if longest >= window:
+        raise DataError(f"--max-prompt-len {longest} leaves no room for new tokens in the model's window ({window})")
+    print(f"[grpo] max new tokens: {window - longest} (the window {window} minus the longest prompt {longest}; pass "
+          "--grpo.max-new-tokens to choose)", flush=True)
+    return dataclasses.replace(g, max_new_tokens=window - longest)
 
 
 def _results(config: Config, run_dir: RunDir, model_dir: str, held_ds) -> dict:

@@ -28,7 +28,8 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
 
     summary = run_experiment("grpo", ["--run-root", str(tmp_path), *TINY])
     assert set(summary) == {"start_accuracy", "final_accuracy", "n_heldout", "gain_points", "gain_se_points",
-                            "dropped_train_prompts", "hf", "run_dir", "heldout_prompts_in_train",
+                            "dropped_train_prompts", "hf", "run_dir", "heldout_prompts_in_train", "correct_by",
+                            "start_se", "final_se",
                             "start_strict_accuracy", "final_strict_accuracy", "strict_gain_points",
                             "strict_gain_se_points", "final_eval"}
     assert summary["heldout_prompts_in_train"] == 0  # synthetic rows: whole problems held out
@@ -43,6 +44,8 @@ def test_grpo_experiment_end_to_end_exports_a_transformers_checkpoint(tmp_path):
     metrics = read_metrics(run_path / "metrics.jsonl")
     assert any("reward/math_verify" in r for r in metrics) and any("eval/accuracy" in r for r in metrics)
     assert [r["step"] for r in metrics if "eval/strict_accuracy" in r] == [0, 1, 2]
+    # the main job's first reward is the answer's: accuracy by the answer (issue 51) = the reward's rows at 1.0
+    assert all(r["eval/accuracy"] == r["eval/reward/math_verify"] for r in metrics if "eval/accuracy" in r)
     samples = load_rows(run_path / "eval_samples.jsonl")  # the first held-out completions of each evaluation
     assert [r["step"] for r in samples] == [0] * 8 + [1] * 8 + [2] * 8
     assert {"prompt", "completion", "answer", "extracted", "reward", "strict"} <= set(samples[0])
@@ -108,6 +111,10 @@ class Scorer:
 
 def labelled(prompts, completions, label, **kwargs):
     return [float(l in c) for c, l in zip(completions, label)]
+
+def shaped(prompts, completions, *, answer):
+    # the docs' --reward-fn example: 0.5 x correct + 0.5 x short; never 1.0 for a right answer of two digits
+    return [0.5 * (c.strip() == a) + 0.5 * (len(c) <= 1) for c, a in zip(completions, answer)]
 '''
 
 
@@ -138,7 +145,7 @@ SMALL = ["--grpo.prompts-per-step", "2", "--grpo.group-size", "2", "--grpo.max-n
                                  r"\(your own: --reward-fn path/to/file.py:function\)$"),
     (["--reward-fn", "nofile.py:f"], r"reward function 'nofile.py:f': no file .*nofile.py$"),
     (["--reward-fn", "my_rewards.py:nope"],
-     r"my_rewards.py defines no 'nope' \(it defines: brevity, one_list, picky, Scorer, labelled\)"),
+     r"my_rewards.py defines no 'nope' \(it defines: brevity, one_list, picky, Scorer, labelled, shaped\)"),
     (["--reward-fn", "my_rewards.py:one_list"], r"one_list'\(texts\): must take \(prompts, completions\) first"),
     (["--reward-fn", "my_rewards.py:Scorer"], r"'my_rewards.py:Scorer' is a class: name an instance of it"),
     (["--reward-fn", "my_rewards.py"], r"write it as path/to/file.py:function or module:function"),
@@ -286,6 +293,8 @@ def test_evaluation_only_and_the_trl_knobs_from_the_command_line(workdir, tmp_pa
                                  "--accuracy-threshold", "-0.05", "--grpo.max-new-tokens", "6",
                                  "--logger", "none"])["eval"]
     assert ev["n"] == 8 and "strict_accuracy" not in ev and ev["reward/brevity"] < 0 and 0 <= ev["accuracy"] <= 1
+    summary = json.loads((sorted(tmp_path.glob("grpo/*"))[-1] / "summary.json").read_text())
+    assert summary["correct_by"] == "reward/brevity >= -0.05 (not every row has 'answer')"  # the rule, said once
 
     summary = run_experiment("grpo", [
         "--run-root", str(tmp_path / "knobs"), "--model", "ckpt", "--data", "train.jsonl", "--prompt-field",
@@ -345,3 +354,39 @@ def test_two_steps_with_the_default_interval_evaluate_at_the_end_on_the_eval_fil
     assert [r["reward/picky/excluded"] for r in train] == [2 * sum(int(r["answer"]) > 6 for r in d) for d in drawn]
     assert all(r["excluded"] == r["reward/picky/excluded"] for r in train)
     assert (run_path / "eval.png").stat().st_size > 0 and (run_path / "grpo.png").is_file()
+
+
+@pytest.mark.slow  # an evaluation of 4 rows x ~100 new tokens on a tiny checkpoint, then two refused runs (~15 s)
+def test_an_eval_file_alone_is_evaluated_with_new_tokens_fitted_to_a_small_window(workdir, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """Issue 51 items 3 and 7b, as a user types it: --model (window 128, as a small exported model's 512) --steps 0
+    --eval-data F, no --data, no --grpo.max-new-tokens, a shaped --reward-fn. F is evaluated; the checkpoint preset's
+    512 new tokens become what the window leaves after the longest prompt, said in one line; accuracy counts the
+    answer (the rule printed and in the summary). An explicit budget that does not fit keeps the clear error, and
+    training on --eval-data alone is refused."""
+    from jaxrl_reason.data import PromptDataset, PromptFormat
+
+    monkeypatch.chdir(workdir)
+    write_jsonl(load_rows(workdir / "train.jsonl")[::10], tmp_path / "eval.jsonl")  # 4 rows
+    args = ["--run-root", str(tmp_path), "--model", "ckpt", "--eval-data", str(tmp_path / "eval.jsonl"),
+            "--prompt-field", "question", "--reward-fn", "my_rewards.py:shaped", "--steps", "0", "--logger", "none"]
+    summary = run_experiment("grpo", args)
+    out = capsys.readouterr().out
+    longest = PromptDataset(load_rows(tmp_path / "eval.jsonl"), HFTokenizer.from_pretrained(workdir / "ckpt"),
+                            "question", 128, PromptFormat("chat"), fit=True).prompt_len
+    new = 128 - longest
+    assert 0 < new < 512 and (f"[grpo] max new tokens: {new} (the window 128 minus the longest prompt {longest}; "
+                              "pass --grpo.max-new-tokens to choose)") in out
+    ev = summary["eval"]
+    assert ev["n"] == summary["n_heldout"] == 4 and ev["accuracy"] == ev["strict_accuracy"]
+    assert 0 < ev["response_length"] <= new and "reward/shaped" in ev
+    assert summary["correct_by"] == "the strict answer match (the extracted final answer against 'answer')"
+    assert f"[grpo] a held-out row is correct by {summary['correct_by']}" in out
+    (data_row,) = [r for r in read_metrics(pathlib.Path(summary["run_dir"]) / "metrics.jsonl")
+                   if "data/max_new_tokens" in r]
+    assert data_row["data/max_new_tokens"] == new
+    with pytest.raises(SystemExit, match=r"the model's window \(128 tokens\) leaves no room for a prompt besides "
+                                         r"--grpo.max-new-tokens 128"):
+        run_experiment("grpo", [*args, "--grpo.max-new-tokens", "128"])
+    with pytest.raises(SystemExit, match=r"--eval-data needs --data to train on"):
+        run_experiment("grpo", [*args[:-4], "--steps", "2", *args[-2:]])
