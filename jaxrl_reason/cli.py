@@ -9,6 +9,11 @@ can be overridden on the command line (tyro), e.g. ``--ppo.lr 1e-3``. Optional h
 returns is the one run: defaults settled by what was given).
 Another, ``record(summary) -> [figure dicts]``, gives the figures ``--record PATH`` writes (``utils.records``).
 
+A run that fails before its first step leaves no run directory; ``--resume`` continues the latest run of the same
+experiment and config (``utils.experiment.pick_resume``). Ctrl-C stops a run at the next step boundary with a
+checkpoint (``utils.loop.run_chunks``) and prints the command that resumes it (exit code 130); a second Ctrl-C
+aborts at once.
+
 Multi-process runs: start the same command once per process with ``--coordinator HOST:PORT
 --num-processes N --process-id I`` (or the JAXRL_* variables, or inside ``srun``; see
 ``parallel.distributed``). The processes join before any device is used, check that they all run
@@ -23,6 +28,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shlex
 import sys
 import types
 
@@ -36,6 +42,7 @@ from jaxrl_reason.utils import guard, records
 from jaxrl_reason.utils.checkpoint import CheckpointError
 from jaxrl_reason.utils.experiment import RunDir, RunDirError, config_to_dict
 from jaxrl_reason.utils.loggers import LOGGERS, LoggerError
+from jaxrl_reason.utils.loop import Interrupted
 
 #: Failures a run reports as one clear line (exit code 1) instead of a traceback: the run dir, a checkpoint,
 #: a NaN/inf, the user's dataset, reward function or HF checkpoint directory, processes that cannot meet or agree.
@@ -87,7 +94,8 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
     parser.add_argument("--preset", choices=sorted(module.PRESETS),
                         help=f"default: {getattr(module, 'DEFAULT_PRESET_HELP', 'cpu')}")
     parser.add_argument("--resume", nargs="?", const=True, default=False,
-                        help="continue the latest run of this experiment (or the run dir given)")
+                        help="continue the latest run of this experiment with this config that did a step (or "
+                        "the run dir given)")
     parser.add_argument("--run-root", default="runs", help="where run directories go")
     parser.add_argument("--on-nonfinite", default="raise", choices=guard.POLICIES,
                         help="a NaN/inf loss, gradient or parameter: stop the run (raise) or skip the update")
@@ -120,6 +128,7 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
             config = module.check_flags(config, given_flags(rest)) or config
     except ValueError as err:  # raised by the config's own validation
         raise SystemExit(f"invalid config for {name}: {' '.join(str(err).split())}") from None
+    run_dir, kept = None, False
     try:
         join_run(args, name, config)
         run_dir = RunDir.create(name, config, root=args.run_root, resume=args.resume,
@@ -127,12 +136,28 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
                                 loggers=[n for n in args.logger if n != "none"])
         where = f" process {distributed.process_index()}/{distributed.process_count()}" * (
             distributed.process_count() > 1)
-        print(f"[{name}] preset={args.preset}{where} run dir: {run_dir.path}", flush=True)
+        picked = " (--resume: the latest run of this configuration)" if args.resume is True else ""
+        print(f"[{name}] preset={args.preset}{where} run dir: {run_dir.path}{picked}", flush=True)
+        if run_dir.is_writer:
+            print(f"[{name}] setting up: loading the model and data, building the trainer", flush=True)
         try:
             summary = module.run(config, run_dir)
             run_dir.save_json("summary", summary or {})
+        except BaseException:
+            kept = not run_dir.discard_if_unstarted()  # a run that did no step leaves nothing to --resume
+            raise
         finally:
             run_dir.close()
+    except Interrupted as stop:  # Ctrl-C, stopped at a step boundary with a checkpoint (utils.loop)
+        of = pathlib.Path(stop.path).relative_to(run_dir.path).as_posix() if run_dir else "."
+        print(f"[{name}] interrupted after step {stop.step}{f' of {of}' if of != '.' else ''}; resume with: "
+              f"{resume_command(name_or_path, argv, run_dir.path)}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside a training loop
+        said = (f"aborted; resume from its last checkpoint with: {resume_command(name_or_path, argv, run_dir.path)}"
+                if kept else "interrupted before the first step; nothing kept")
+        print(f"[{name}] {said}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     except (*RUN_ERRORS, *INPUT_ERRORS) as err:  # clear message, exit code 1, no traceback
         if isinstance(err, INPUT_ERRORS) and os.environ.get("JAXRL_REASON_TRACEBACK") == "1":
             raise
@@ -143,6 +168,24 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
         records.write_record(args.record, pathlib.Path(args.record).stem, figures,
                              command=" ".join(["jaxrl-reason", "run", name, *argv]))
     return summary
+
+
+def resume_command(name_or_path: str, argv: list[str], path) -> str:
+    """The command that resumes the run in ``path``: ``jaxrl-reason run NAME ARGV --resume PATH`` (any ``--resume``
+    in ``argv`` replaced; NAME as given, or the experiment's name for a script of the experiments folder)."""
+    script = pathlib.Path(name_or_path)
+    ours = script.suffix != ".py" or available_experiments().get(script.stem) == script.resolve()
+    shown = script.stem if ours else name_or_path
+    kept, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip or arg.startswith("--resume="):
+            skip = False
+            continue
+        if arg == "--resume":  # and its optional path (argparse's nargs="?")
+            skip = i + 1 < len(argv) and not argv[i + 1].startswith("-")
+            continue
+        kept.append(arg)
+    return shlex.join(["jaxrl-reason", "run", shown, *kept, "--resume", str(path)])
 
 
 def given_flags(argv: list[str]) -> set[str]:

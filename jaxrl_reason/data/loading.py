@@ -114,14 +114,24 @@ def _split_files(path: pathlib.Path, split: str | None) -> list[pathlib.Path]:
     return chosen
 
 
+def not_found(path) -> str:
+    """The one line for a dataset argument that is no local path (nothing is downloaded: how to fetch it)."""
+    from jaxrl_reason.models.lm.packaged import download_command
+
+    return (f"{path} is not a local path; nothing is downloaded: fetch the dataset first, e.g. "
+            f"`{download_command(path, 'dataset')}`, then point --data (or --eval-data) at a JSONL / Parquet file "
+            "(or a folder of them) in DIR")
+
+
 def load_rows(path: str | os.PathLike, split: str | None = None) -> list[dict]:
-    """All rows of a local dataset as dicts (see the module docstring for the formats).
+    """All rows of a local dataset as dicts (see the module docstring for the formats); a path that does not exist
+    is a FileNotFoundError saying how to fetch a dataset (``not_found``).
 
     ``split`` picks a split of a DatasetDict directory (needed unless it has one split) or the files of
     a directory named after it; it is an error for a single file."""
     path = pathlib.Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no dataset at {path}")
+        raise FileNotFoundError(not_found(path))
     if path.is_dir():
         if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
             rows = _read_saved_dataset(path, split)

@@ -574,6 +574,10 @@ class HFTokenizer(Tokenizer):
         from tokenizers import Tokenizer as _Tk
 
         d = pathlib.Path(directory)
+        if not d.exists():
+            from jaxrl_reason.models.lm.packaged import not_found
+
+            raise FileNotFoundError(not_found(directory))
         if not (d / "tokenizer.json").is_file():
             raise FileNotFoundError(f"no tokenizer.json in {d} (only fast tokenizers, made by the tokenizers "
                                     "library, are supported)")

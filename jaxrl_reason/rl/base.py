@@ -18,6 +18,7 @@ and log lines each at its own interval.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, TypeVar
@@ -91,6 +92,36 @@ def check_intervals(num_steps: int, **intervals: int | None) -> None:
             raise ValueError(f"{name} must be >= 0 (0: never), got {value}")
 
 
+def eval_line(desc: str, step: int, metrics: Mapping[str, Any]) -> str | None:
+    """One console line of an evaluation's ``{name: scalar}``: for each group (the part before the first "/":
+    ``eval``, ``eval_data``, ...) accuracy ± SE (n), the other accuracies, pass@k, mean@n and the mean response
+    length; None when no group holds an accuracy, pass@k or length.
+
+        [grpo] eval step 2: eval accuracy 0.432 ± 0.022 (n 512), strict_accuracy 0.410, pass@4 0.550, len 23.4"""
+    groups: dict[str, dict[str, Any]] = {}
+    for key, value in metrics.items():
+        group, sep, name = key.partition("/")
+        if sep:
+            groups.setdefault(group, {})[name] = value
+    fmt = lambda v: f"{float(v):.3f}"
+    parts = []
+    for group, m in groups.items():
+        shown = []
+        if "accuracy" in m:
+            se = f" ± {fmt(m['se'])}" if "se" in m else ""
+            shown.append(f"accuracy {fmt(m['accuracy'])}{se}" + (f" (n {int(m['n'])})" if "n" in m else ""))
+        shown += [f"{k} {fmt(v)}" for k, v in m.items() if "accuracy" in k and k != "accuracy"
+                  and not k.endswith(("_se", "_n"))]
+        at_k = sorted((k for k in m if re.fullmatch(r"(pass|mean)@\d+", k)),
+                      key=lambda k: (k.startswith("mean"), int(k.split("@")[1])))
+        shown += [f"{k} {fmt(m[k])}" for k in at_k]
+        if "response_length" in m:
+            shown.append(f"len {float(m['response_length']):.1f}")
+        if shown:
+            parts.append(f"{group} {', '.join(shown)}")
+    return f"[{desc}] eval step {step}: {'; '.join(parts)}" if parts else None
+
+
 def run_steps(run_dir: RunDir, step: Callable[[State], tuple[State, Metrics]], state: State, num_steps: int,
               eval_every: int, evaluate: Callable[[State], dict] | None = None, desc: str = "train", *,
               save_every: int | None = None, log_every: int = 0, after_step: Callable[[State], None] | None = None,
@@ -100,7 +131,8 @@ def run_steps(run_dir: RunDir, step: Callable[[State], tuple[State, Metrics]], s
     exact resume).
 
     - ``evaluate(state) -> {name: scalar}`` is logged at the state's step before the first step (not again on a
-      resume), after every ``eval_every``-th step (0: never in between) and after the last.
+      resume), after every ``eval_every``-th step (0: never in between) and after the last; each evaluation prints
+      one line (``eval_line``: accuracy ± SE, n, pass@k, response length).
     - checkpoints after every ``save_every``-th step (None: ``eval_every``; 0: none in between) and after the last.
     - ``show``: {label: metric} shown after the progress bar (the last step's values) and, every ``log_every``
       steps (0: never), printed as one line of their means over those steps.
@@ -135,11 +167,20 @@ def run_steps(run_dir: RunDir, step: Callable[[State], tuple[State, Metrics]], s
                     if any(k in m for m in window)), file=sys.stderr)
                 window.clear()
         if evaluate is not None and ((eval_every and done % eval_every == 0) or done == num_steps):
-            run_dir.log(done, evaluate(state))
+            log_eval(state)
         return state, {k: np.asarray([v]) for k, v in metrics.items()}
 
+    def log_eval(state) -> None:
+        step, metrics = int(state.step), evaluate(state)
+        run_dir.log(step, metrics)
+        line = eval_line(desc, step, metrics)
+        if line and run_dir.is_writer:
+            tqdm.write(line, file=sys.stderr)
+
     if evaluate is not None and not run_dir.resumed:
-        run_dir.log(int(state.step), evaluate(state))
+        if run_dir.is_writer:
+            tqdm.write(f"[{desc}] evaluating the start (step {int(state.step)}) before training", file=sys.stderr)
+        log_eval(state)
     postfix = None if not show else (lambda m: {label: f"{float(m[k][-1]):.4g}" for label, k in show.items() if k in m})
     return run_chunks(run_dir, state, one_step, num_steps, steps_per_chunk=1, checkpoint_every=save_every or
                       max(num_steps, 1), desc=desc, postfix=postfix)

@@ -13,6 +13,10 @@ Layout of one run::
         checkpoints/     orbax checkpoints (see ``Checkpointer``)
         .lock            held (flock) by the one process writing the run
 
+A run that fails before its first step leaves nothing behind (``discard_if_unstarted``: the CLI calls it); one
+that fails or is stopped after a step keeps its directory, to resume. ``--resume`` without a path takes the latest
+run of the experiment with the same config that holds a checkpoint or metrics (``pick_resume``).
+
 Guarantees: one writer per run directory (a second process, e.g. a concurrent
 ``--resume``, is refused while the first holds the lock); metrics.jsonl is
 appended row by row and rewritten only through a temporary file and a rename,
@@ -39,6 +43,7 @@ import fcntl
 import json
 import os
 import pathlib
+import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -105,6 +110,73 @@ def read_metrics(path: str | pathlib.Path) -> list[dict]:
     return rows
 
 
+def _rows_after_zero(path: pathlib.Path) -> bool:
+    """Whether a metrics.jsonl holds a row at a step >= 1 (an unreadable row counts as one: never lose it)."""
+    for line in path.read_text().splitlines():
+        try:
+            if line.strip() and json.loads(line).get("step", 1) >= 1:
+                return True
+        except (json.JSONDecodeError, AttributeError, TypeError):
+            return True
+    return False
+
+
+def _checkpointed(path: pathlib.Path) -> bool:
+    """Whether a run directory or one of its sub-runs holds a checkpoint."""
+    return any(c.is_dir() and any(c.iterdir()) for c in path.rglob("checkpoints"))
+
+
+def started(path: str | pathlib.Path) -> bool:
+    """Whether a run directory (or a sub-run in it) did a step: a checkpoint, or a metrics row after step 0."""
+    path = pathlib.Path(path)
+    return _checkpointed(path) or any(_rows_after_zero(m) for m in path.rglob("metrics.jsonl"))
+
+
+def resumable(path: str | pathlib.Path) -> bool:
+    """Whether ``--resume`` has anything to continue in a run directory: a checkpoint or a metrics row (its own or a
+    sub-run's)."""
+    path = pathlib.Path(path)
+    return _checkpointed(path) or any(m.stat().st_size for m in path.rglob("metrics.jsonl"))
+
+
+def _config_diff(saved: dict, wanted: dict) -> list[str]:
+    """The dotted config fields that differ, as ``"lr (run: 0.1, now: 0.2)"``."""
+    before, now = _flat(saved), _flat(wanted)
+    return [f"{k} (run: {before.get(k, '-')}, now: {now.get(k, '-')})" for k in sorted(set(before) | set(now))
+            if before.get(k) != now.get(k)]
+
+
+def _saved_config(path: pathlib.Path) -> Any:
+    try:
+        return json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # unreadable: never the same config
+
+
+def pick_resume(experiment: str, base: pathlib.Path, wanted: Any) -> pathlib.Path:
+    """The latest run under ``base`` with the config ``wanted`` (JSON-normalised) that holds a checkpoint or metrics;
+    else a ``RunDirError`` saying what is there (runs of other configs and what differs, runs that did nothing)."""
+    runs = sorted(p for p in base.glob("*") if (p / "config.json").exists()) if base.exists() else []
+    others, empty = [], 0
+    for path in reversed(runs):
+        if not resumable(path):
+            empty += 1
+        elif (saved := _saved_config(path)) == wanted:
+            return path
+        else:
+            diff = _config_diff(saved, wanted) if isinstance(saved, dict) else ["config.json unreadable"]
+            others.append(f"{path.name}: {', '.join(diff[:3])}{', ...' if len(diff) > 3 else ''}")
+    found = []
+    if others:
+        found.append(f"{len(others)} run(s) with other configs, the latest first: {'; '.join(others[:3])}"
+                     f"{'; ...' if len(others) > 3 else ''}")
+    if empty:
+        found.append(f"{empty} without a checkpoint or metrics")
+    there = f" ({'; '.join(found)})" if found else ""
+    raise RunDirError(f"--resume: no earlier run of {experiment!r} with this configuration under {base}{there}; start "
+                      "one without --resume (or give --resume RUN_DIR)")
+
+
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     """A nested config dict as ``{"grpo.loss.eps_low": value, ...}`` (an empty dict stays a value)."""
     if not isinstance(tree, dict) or not tree:
@@ -135,6 +207,7 @@ class RunDir:
         self._checkpointer: Checkpointer | None = None
         self._lock = None
         self._rows: list[dict] | None = None  # a non-writer's metrics
+        self._made_parents: list[pathlib.Path] = []  # folders created with this run (``discard_if_unstarted``)
         if self.is_writer:
             self._lock = self._acquire_lock()
             if resumed:
@@ -195,21 +268,14 @@ class RunDir:
         wanted = config_to_dict(config)
         if resume:
             if resume is True:
-                runs = sorted(p for p in base.glob("*") if (p / "config.json").exists()) if base.exists() else []
-                if not runs:
-                    raise RunDirError(
-                        f"--resume: no earlier run of {experiment!r} under {base}; run without --resume first"
-                    )
-                path = runs[-1]
+                path = pick_resume(experiment, base, json.loads(json.dumps(wanted)))
             else:
                 path = pathlib.Path(resume)
                 if not (path / "config.json").exists():
                     raise RunDirError(f"--resume: {path} is not a run directory (no config.json)")
             saved = json.loads((path / "config.json").read_text())
             if saved != json.loads(json.dumps(wanted)):
-                before, now = _flat(saved), _flat(json.loads(json.dumps(wanted)))
-                diff = ", ".join(f"{k} (run: {before.get(k, '-')}, now: {now.get(k, '-')})"
-                                 for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k))
+                diff = ", ".join(_config_diff(saved, json.loads(json.dumps(wanted))))
                 raise RunDirError(
                     f"--resume: the config differs from the run in {path}: {diff}; resume with the same preset "
                     "and overrides, or start a new run (the same command without --resume)"
@@ -224,6 +290,7 @@ class RunDir:
             return cls(path, resumed=True, on_nonfinite=on_nonfinite, is_writer=True, loggers=loggers)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = base / stamp
+        made = [d for d in (base, pathlib.Path(root)) if not d.exists()]  # removed again with a run that did nothing
         try:
             path.mkdir(parents=True, exist_ok=False)
             write_atomic(path / "config.json", json.dumps(wanted, indent=2))
@@ -233,7 +300,24 @@ class RunDir:
                 f"cannot create a run directory under {pathlib.Path(root).absolute()}: {err.strerror or err} "
                 f"({err.filename or path}); pass a writable --run-root"
             ) from err
-        return cls(path, resumed=False, on_nonfinite=on_nonfinite, is_writer=True, loggers=loggers)
+        run = cls(path, resumed=False, on_nonfinite=on_nonfinite, is_writer=True, loggers=loggers)
+        run._made_parents = made
+        return run
+
+    def discard_if_unstarted(self) -> bool:
+        """After a failure: close the run and, when this process created it and it did no step (``started``: no
+        checkpoint, no metrics row after step 0, in it or a sub-run), remove it and the folders made for it, so
+        that nothing is left to ``--resume``. Returns whether it was removed."""
+        self.close()
+        if self.resumed or not self.is_writer or not self.path.exists() or started(self.path):
+            return False
+        shutil.rmtree(self.path, ignore_errors=True)
+        for folder in self._made_parents:
+            try:
+                folder.rmdir()  # only if empty
+            except OSError:
+                break
+        return not self.path.exists()
 
     def child(self, name: str) -> RunDir:
         """``<path>/<name>/``: a sub-run (own metrics, checkpoints and lock) resumed with this one."""

@@ -208,6 +208,7 @@ def test_cli_stops_a_diverging_run_with_a_clear_error(tmp_path):
 # -- run directories ---------------------------------------------------------------------------
 def test_second_writer_on_a_run_dir_is_refused(tmp_path):
     first = RunDir.create("exp", {"a": 1}, root=tmp_path)
+    first.log(1, {"loss": 1.0})  # a step done: --resume takes it
     with pytest.raises(RunDirError, match=f"in use by another process \\(pid {os.getpid()}\\)"):
         RunDir.create("exp", {"a": 1}, root=tmp_path, resume=True)
     # another process too (the lock is an flock, released when its holder exits or closes)

