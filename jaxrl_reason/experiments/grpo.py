@@ -106,7 +106,7 @@ class Config:
     chat_template_kwargs: tuple[str, ...] = ()  # NAME=VALUE variables of the chat template (JSON values)
     max_prompt_len: int | None = 48  # longer prompts are dropped (None: the longest prompt, capped by the window)
     steps: int = 100  # 0: evaluate only
-    eval_every: int = 50  # held-out evaluations every N steps, always before the first and after the last (0: only those)
+    eval_every: int = 50  # held-out evaluations every N steps, and before the first and after the last (0: only those)
     save_every: int = 50  # checkpoint interval in steps (0: after the last step only)
     log_every: int = 10  # a console line of the mean metrics every N steps (0: none; metrics.jsonl has every step)
     sample_every: int = 0  # a table of training completions every N steps (0: none)

@@ -43,8 +43,9 @@ HELDOUT_STREAM, SFT_STREAM, RL_STREAM = 1, 2, 3  # default_rng([seed, stream]) p
 class Config:
     seed: int = 0
     task: ToolCalcTask = ToolCalcTask()
+    # the policy's size: only its model fields are used
     model: StartConfig = StartConfig(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=256,
-                                     max_seq_len=128)  # only its model fields are used
+                                     max_seq_len=128)
     max_turns: int = 3  # the model's turns per episode (a call, an answer, one spare)
     turn_tokens: int = 16  # new tokens per turn
     result_chars: int = 10  # a longer result is "too long" (oversized)
@@ -53,8 +54,7 @@ class Config:
     sft_batch: int = 32
     sft_lr: float = 3e-3
     sft_tool_fraction: float = 0.9  # SFT episodes with the tool (the rest answer without it)
-    sft_call_fraction: float = 0.3  # of those, the ones that call it (the rest answer at once: the start does not
-    # know that the tool pays; GRPO has to find it out)
+    sft_call_fraction: float = 0.3  # of those, the share that calls it (GRPO has to learn that calling pays)
     steps: int = 150  # GRPO steps
     prompts_per_step: int = 8
     group_size: int = 8

@@ -92,10 +92,12 @@ class LMConfig:
     moe_capacity_factor: float | None = None
     moe_dispatch: str = "all_to_all"  # expert parallelism: "all_to_all" (shard_map) or "constraint"
     moe_first_dense: int = 0  # DeepSeek-V3 first_k_dense_replace: layers 0..k-1 use the dense SwiGLU (d_ff)
+
     # multi-token prediction
     mtp_depth: int = 0  # 0 or 1 extra depth module
     mtp_loss_weight: float = 0.3
     mtp_layout: str = "native"  # "native" (ours) or "deepseek" (HF DeepSeek-V3 layer N; see model.MTP)
+
     # numerics
     dtype: str = "float32"  # activation / matmul dtype
     param_dtype: str = "float32"

@@ -115,11 +115,11 @@ class GRPOConfig:
     top_p: float = 1.0  # sampling filters (models.lm.sampler); the loss still scores the tempered distribution
     top_k: int = 0
     min_p: float = 0.0
-    mask_truncated: bool = False  # completions that hit max_new_tokens without a stop add no loss (their rewards
-    # still count in the group's advantages)
-    share_prompts: bool = True  # the learner's forward passes run each prompt once per group into a KV cache the
-    # group's completions attend to (exact; fewer positions: Q*P + Q*G*N instead of Q*G*(P+N)); needs minibatches
-    # that divide prompts_per_step, else off
+    mask_truncated: bool = False  # completions that hit max_new_tokens add no loss (their rewards still count)
+    # the learner's forward passes run each prompt once per group into a KV cache the group's completions attend to
+    # (exact; fewer positions: Q*P + Q*G*N instead of Q*G*(P+N)); needs minibatches that divide prompts_per_step,
+    # else off
+    share_prompts: bool = True
 
     def __post_init__(self):
         check_hyperparameters(self)
