@@ -43,6 +43,7 @@ task's text, SFTs a small Qwen3-architecture model on chat-formatted traces and 
 and ``heldout.jsonl``, whole problems held out (no held-out prompt is in the training rows or the start's SFT
 data). The run then continues exactly as with ``--model <run>/start --data
 <run>/data/train.jsonl``. The run directory ends with ``hf/`` (the trained policy, adapters merged),
+with ``--lora-rank`` ``adapter/`` (the adapters alone as a PEFT adapter on the checkpoint: ``save_peft_adapter``),
 ``grpo.png``, ``eval.png``, metrics and orbax checkpoints.
 """
 
@@ -59,8 +60,8 @@ from flax import nnx
 from jaxrl_reason.data import (DataError, PromptDataset, PromptFormat, heldout_split, load_rows, require_fields,
                                task_rows, write_jsonl)
 from jaxrl_reason.data.splits import AUTO_MAX
-from jaxrl_reason.models.lm import load_model, load_tokenizer, save_hf_model
-from jaxrl_reason.models.lm.lora import LoRAConfig, merge_lora
+from jaxrl_reason.models.lm import load_model, load_tokenizer, save_hf_model, save_peft_adapter
+from jaxrl_reason.models.lm.lora import LoRAConfig
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.parallel.distributed import gathered, on_primary
 from jaxrl_reason.rewards import REWARDS, RewardSuite, load_reward_fn, make_reward
@@ -451,14 +452,12 @@ def run(config: Config, run_dir: RunDir) -> dict:
                       save_every=config.save_every, log_every=config.log_every, after_step=after_step, show=SHOW)
     trainer.rewards.close()
     eval_suite.close()
-    policy = trainer.model(state)
-    if lora is not None:
-        policy = merge_lora(policy)
-    graphdef, weights = nnx.split(policy)
+    graphdef, weights = nnx.split(trainer.model(state))  # with LoRA: the adapters, merged by save_hf_model
     policy = nnx.merge(graphdef, gathered(weights))  # multi-process: the whole policy on every host, for process 0
     hf_dir = on_primary(lambda: str(save_hf_model(policy, run_dir.path / "hf", tok, source=model_dir,
                                                   dtype=config.export_dtype, overwrite=True)),
                         errors=(ValueError, OSError))  # a drop-in replacement of the checkpoint (generation config)
+    adapter_dir = None if lora is None else _save_adapter(policy, run_dir.path / "adapter", model_dir)
 
     s = lambda k: recipes.series(run_dir, k)
     recipes.plot_curves(run_dir.path / "grpo.png", {
@@ -475,6 +474,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
               "held-out accuracy then measures those problems too")
     return _results(config, run_dir, model_dir, held_ds) | {
         "heldout_prompts_in_train": overlap, "dropped_train_prompts": train_ds.dropped, "hf": str(hf_dir),
+        "adapter": adapter_dir,
         "correct_by": correct_by, "run_dir": str(run_dir.path)}
 
 
@@ -489,6 +489,17 @@ def _fit_new_tokens(config: Config, window: int, longest: int) -> GRPOConfig:
     print(f"[grpo] max new tokens: {window - longest} (the window {window} minus the longest prompt {longest}; pass "
           "--grpo.max-new-tokens to choose)", flush=True)
     return dataclasses.replace(g, max_new_tokens=window - longest)
+
+
+def _save_adapter(policy, path, base_model: str) -> str | None:
+    """The LoRA adapters of ``policy`` as a PEFT adapter directory on ``base_model`` (process 0 writes it); None, with
+    a note, where peft cannot name them (``save_peft_adapter``'s refusals: ``hf/`` holds them merged)."""
+    try:
+        return on_primary(lambda: str(save_peft_adapter(policy, path, base_model=base_model, overwrite=True)),
+                          errors=(ValueError, OSError))
+    except ValueError as e:
+        print(f"note: no PEFT adapter written ({e}); hf/ holds the adapters merged", flush=True)
+        return None
 
 
 def _results(config: Config, run_dir: RunDir, model_dir: str, held_ds) -> dict:

@@ -8,6 +8,8 @@ each arm and their ratio, and checks that the merged LoRA model (``merge_lora``,
 scores as the adapted one. ``arms=("lora",)`` runs the LoRA arm alone (screening variants; the full arm
 is deterministic for a seed and config). ``objective="sft"``: the arms continue the warm start with
 ``sft_steps`` of supervised traces on fresh problems instead of GRPO (each arm at its own step size).
+The LoRA arm is exported twice: ``lora/hf/`` (adapters merged, `save_hf_model`) and ``lora/adapter/`` (a PEFT
+adapter, `save_peft_adapter`, on ``--model``'s checkpoint, else on ``base/``: the warm start, exported too).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 import tyro
 from flax import nnx
 
+from jaxrl_reason.models.lm import save_hf_model, save_peft_adapter
 from jaxrl_reason.models.lm.lora import (
     LoRAConfig,
     LoRAParam,
@@ -142,6 +145,22 @@ def _grpo_arm(config: Config, name: str, cfg: GRPOConfig, policy: recipes.Policy
     return trainer.model(state), state.params, state_bytes(state.opt_state)
 
 
+def _export_lora(config: Config, trained, base, tok, run_dir: RunDir) -> dict:
+    """The LoRA arm's exports: ``lora/hf/`` (adapters merged; a drop-in replacement of ``--model``'s checkpoint) and
+    ``lora/adapter/`` (PEFT, on ``--model``'s checkpoint, else on ``base/``, the warm start exported here); the
+    adapter is None, with a note, where peft cannot name the adapters (``save_peft_adapter``'s refusals)."""
+    tok = tok if callable(getattr(tok, "save", None)) else None  # CharTokenizer: no HF tokenizer files
+    base_model = config.model or save_hf_model(base, run_dir.path / "base", tok, overwrite=True)
+    out = {"lora_hf": str(save_hf_model(trained, run_dir.path / "lora" / "hf", tok, source=config.model,
+                                        overwrite=True)), "lora_adapter": None}
+    try:
+        out["lora_adapter"] = str(save_peft_adapter(trained, run_dir.path / "lora" / "adapter", base_model=base_model,
+                                                    overwrite=True))
+    except ValueError as e:
+        print(f"note: no PEFT adapter written ({e}); lora/hf holds the adapters merged", flush=True)
+    return out | ({"base_hf": str(base_model)} if config.model is None else {})
+
+
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
     policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
@@ -166,6 +185,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
                "trainable_params": sum(x.size for x in jax.tree.leaves(params)), "opt_state_bytes": opt_bytes}
         if name == "lora":
             row["acc_merged"] = evaluate(merge_lora(trained))["accuracy"]
+            exports = _export_lora(config, trained, model, tok, run_dir)
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         out[name] = row
@@ -186,7 +206,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         summary[f"{name}_wall_s"] = row["wall_s"]
     if "lora" in out:
         ratio = out["lora"]["opt_state_bytes"] / full_bytes
-        summary.update(opt_state_ratio=ratio, lora_merged_accuracy=out["lora"]["acc_merged"])
+        summary.update(opt_state_ratio=ratio, lora_merged_accuracy=out["lora"]["acc_merged"], **exports)
         print(f"optimiser state: LoRA {out['lora']['opt_state_bytes']:,} B vs full {full_bytes:,} B "
               f"= {100 * ratio:.2f}%")
         print(f"merged LoRA model: {out['lora']['acc_merged']:.4f} vs adapted {out['lora']['acc_after']:.4f}")

@@ -3,6 +3,8 @@ adapters (MLA's absorbed attention too), SFT and GRPO steps move only the adapte
 placement on a mesh, and export merges the adapters (the PEFT adapter export: test_peft_export.py)."""
 
 import dataclasses
+import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -190,7 +192,8 @@ def test_export_merges_adapters(base, tmp_path):
 @pytest.mark.slow  # warm start + two SFT arms + evaluations (~30 s on 2 quiet cores)
 def test_lora_experiment_sft_objective_trains_adapters_only(tmp_path):
     """experiments/lora.py with objective=sft: both arms learn from the same warm start, the LoRA arm with
-    adapters only (a few % of the optimiser state), and its merged model scores as the adapted one."""
+    adapters only (a few % of the optimiser state), its merged model scores as the adapted one, and the run exports
+    it merged and as a PEFT adapter that peft loads on the exported base with the merged export's logits."""
     from jaxrl_reason.cli import run_experiment
 
     s = run_experiment("lora", ["--run-root", str(tmp_path), "--objective", "sft", "--warm-start.steps", "20",
@@ -200,3 +203,17 @@ def test_lora_experiment_sft_objective_trains_adapters_only(tmp_path):
     assert s["full_gain_points"] > 10 and s["lora_gain_points"] > 10, s  # learning: both beat the warm start
     assert s["lora_merged_accuracy"] == s["lora_accuracy"]
     assert abs(s["lora_minus_full_points"] - (s["lora_accuracy"] - s["full_accuracy"]) * 100) < 1e-9
+    # both exports of the LoRA arm: merged (lora/hf) and a PEFT adapter on the warm start (base/, exported too)
+    run = pathlib.Path(s["run_dir"])
+    dirs = ("lora/hf", "lora/adapter", "base")
+    assert (s["lora_hf"], s["lora_adapter"], s["base_hf"]) == tuple(str(run / d) for d in dirs)
+    config = json.loads((run / "lora/adapter/adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == s["base_hf"] and config["r"] == 4 and config["lora_alpha"] == 8
+    transformers, peft = pytest.importorskip("transformers"), pytest.importorskip("peft")
+    from testutil import hf_logits, rel_error
+
+    adapted = peft.PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(run / "base"),
+                                             run / "lora/adapter")
+    merged = transformers.AutoModelForCausalLM.from_pretrained(run / "lora/hf")
+    toks = np.asarray(TOKENS)
+    assert rel_error(hf_logits(adapted, toks), hf_logits(merged, toks)) < 1e-5
