@@ -149,8 +149,9 @@ def run_experiment(name_or_path: str, argv: list[str]) -> dict:
         finally:
             run_dir.close()
     except Interrupted as stop:  # Ctrl-C, stopped at a step boundary with a checkpoint (utils.loop)
-        of = pathlib.Path(stop.path).relative_to(run_dir.path).as_posix() if run_dir else "."
-        print(f"[{name}] interrupted after step {stop.step}{f' of {of}' if of != '.' else ''}; resume with: "
+        sub = pathlib.Path(stop.path)  # a sub-run's (``RunDir.child``) is named after the step
+        sub = sub.relative_to(run_dir.path) if sub.is_relative_to(run_dir.path) else sub
+        print(f"[{name}] interrupted after step {stop.step}{f' of {sub}' if str(sub) != '.' else ''}; resume with: "
               f"{resume_command(name_or_path, argv, run_dir.path)}", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside a training loop
