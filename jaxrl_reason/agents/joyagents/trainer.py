@@ -66,7 +66,7 @@ from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
 from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import POSITIVE, Range, Rule, at_least, check_hyperparameters, one_of
 
 MODES = ("joint", "nodewise")
 CONTINUATIONS = ("sample", "greedy")
@@ -135,24 +135,17 @@ class JoyConfig:
     minibatches: int = 1
     mesh: str | None = None  # e.g. "data=8": the trajectories split over the data axis (multi-process: over all)
 
+    CHECKS = (("mode", one_of(MODES)),
+              ("group_size", at_least(2), "group advantages need a group"),
+              ("top_k", Rule(lambda k: 1 <= k <= NUM_NODES, f"in [1, {NUM_NODES}]"), f"there are {NUM_NODES} nodes"),
+              (("memory_slots", "minibatches", "logprob_chunk"), at_least(1)),
+              ("memory_rate", Range(0.0, 1.0, low_open=True)),
+              ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
+              ("continuation", one_of(CONTINUATIONS)),
+              ("advantage", one_of(METHODS)))  # (utils.validation; lr and max_grad_norm: their names' ranges)
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(f"JoyConfig: {msg}")
-
-        need(self.mode in MODES, f"mode must be one of {MODES}, got {self.mode!r}")
-        need(self.group_size >= 2, f"group_size must be >= 2 (group advantages need a group), got {self.group_size}")
-        need(1 <= self.top_k <= NUM_NODES, f"top_k must be in [1, {NUM_NODES}] (there are {NUM_NODES} nodes), "
-                                           f"got {self.top_k}")
-        need(self.memory_slots >= 1, f"memory_slots must be >= 1, got {self.memory_slots}")
-        need(0 < self.memory_rate <= 1, f"memory_rate must be in (0, 1], got {self.memory_rate}")
-        need(self.temperature > 0, f"temperature must be > 0 for RL sampling, got {self.temperature}")
-        need(self.continuation in CONTINUATIONS, f"continuation must be one of {CONTINUATIONS}, got {self.continuation!r}")
-        need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
-        need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
-        need(self.minibatches >= 1 and self.logprob_chunk >= 1, "minibatches and logprob_chunk must be >= 1")
 
 
 @flax.struct.dataclass

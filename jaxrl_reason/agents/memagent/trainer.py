@@ -50,7 +50,7 @@ from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
 from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import POSITIVE, at_least, check_hyperparameters, one_of
 
 
 # ---------------------------------------------------------------------------------------- SFT
@@ -87,19 +87,13 @@ class MultiConvConfig:
     logprob_chunk: int = 16
     mesh: str | None = None  # e.g. "data=8": the rollouts split over the data axis (multi-process: data over all)
 
+    CHECKS = (("group_size", at_least(2), "group advantages need a group"),
+              ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
+              (("epochs", "minibatches", "logprob_chunk"), at_least(1)),
+              ("advantage", one_of(METHODS)))  # (utils.validation; lr and max_grad_norm: their names' ranges)
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(f"MultiConvConfig: {msg}")
-
-        need(self.group_size >= 2, f"group_size must be >= 2 (group advantages need a group), got {self.group_size}")
-        need(self.temperature > 0, f"temperature must be > 0 for RL sampling, got {self.temperature}")
-        need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
-        need(self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1")
-        need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
-        need(self.logprob_chunk >= 1, "logprob_chunk must be >= 1")
 
 
 @flax.struct.dataclass

@@ -41,7 +41,7 @@ from jaxrl_reason.parallel.mesh import data_mesh, replicate
 from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, trainable_rows_only
 from jaxrl_reason.rl.rae import init_baseline
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import POSITIVE, Range, Rule, at_least, check_hyperparameters, one_of, require
 
 
 def fixed_opponent(opponent: str, game: str) -> str:
@@ -73,27 +73,21 @@ class SpiralConfig:
     update_rows: int = 0
     mesh: str | None = None  # e.g. "data=8": the games split over the data axis (multi-process: data over all)
 
+    CHECKS = (("games", Rule(lambda g: 0 < len(g) == len(set(g)), "distinct names, at least one")),
+              ("games", Rule(lambda g: all(x in GAMES for x in g), f"among {GAMES}")),
+              ("advantage", one_of(MODES)),
+              ("alpha", Range(0.0, 1.0, low_open=True)),
+              ("episodes_per_game", Rule(lambda n: n >= 2 and n % 2 == 0, "even and >= 2")),
+              ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
+              ("minibatches", at_least(1)),
+              ("update_rows", at_least(0), "0: all rows in one pass"),
+              ("prompt_style", one_of(gtext.STYLES)))  # (utils.validation; lr and max_grad_norm: their names' ranges)
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(f"SpiralConfig: {msg}")
-
-        need(len(self.games) >= 1 and len(set(self.games)) == len(self.games), f"games must be distinct, got {self.games}")
-        need(all(g in GAMES for g in self.games), f"games must be among {GAMES}, got {self.games}")
-        need(self.advantage in MODES, f"advantage must be one of {MODES}, got {self.advantage!r}")
-        lacking = [g for g in self.games if g in GAMES and fixed_opponent(self.opponent, g) not in game_spec(g).opponents]
-        need(not lacking, f"opponent {self.opponent!r} is not an opponent of {lacking}: use 'random', 'expert' or one "
-                          f"of {[tuple(game_spec(g).opponents) for g in lacking]}")
-        need(0.0 < self.alpha <= 1.0, f"alpha must be in (0, 1], got {self.alpha}")
-        need(self.episodes_per_game >= 2 and self.episodes_per_game % 2 == 0,
-             f"episodes_per_game must be even and >= 2, got {self.episodes_per_game}")
-        need(self.temperature > 0, f"temperature must be > 0 (sampling log-probs are trained on), got {self.temperature}")
-        need(self.lr > 0 and self.max_grad_norm > 0, "lr and max_grad_norm must be > 0")
-        need(self.minibatches >= 1, "minibatches must be >= 1")
-        need(self.update_rows >= 0, f"update_rows must be >= 0 (0: all rows in one pass), got {self.update_rows}")
-        need(self.prompt_style in gtext.STYLES, f"prompt_style must be one of {gtext.STYLES}, got {self.prompt_style!r}")
+        lacking = [g for g in self.games if fixed_opponent(self.opponent, g) not in game_spec(g).opponents]
+        require(self, not lacking, f"opponent {self.opponent!r} is not an opponent of {lacking}: use 'random', "
+                                   f"'expert' or one of {[tuple(game_spec(g).opponents) for g in lacking]}")
         SamplerConfig(max_new_tokens=self.max_new_tokens)
 
 

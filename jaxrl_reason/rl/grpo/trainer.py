@@ -76,9 +76,10 @@ from jaxrl_reason.rewards import R1Format, RewardSuite, make_reward
 from jaxrl_reason.rl.grpo.advantages import METHODS, estimate
 from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, remat_graphdef
-from jaxrl_reason.rl.lm.logp import check_remat
+from jaxrl_reason.rl.lm.logp import REMAT
 from jaxrl_reason.tasks.rewards import RewardConfig, task_rewards
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import (NONNEGATIVE, POSITIVE, Range, at_least, check_hyperparameters, one_of,
+                                           or_none, require)
 
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
@@ -121,39 +122,32 @@ class GRPOConfig:
     # else off
     share_prompts: bool = True
 
+    CHECKS = (("group_size", at_least(2), "group-relative advantages need a group"),
+              (("prompts_per_step", "oversample", "epochs", "minibatches", "max_new_tokens"), at_least(1)),
+              ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
+              ("advantage", one_of(METHODS)),
+              ("ref_reset_every", or_none(at_least(1), "never")),
+              ("remat", one_of(REMAT)),
+              ("lr_schedule", one_of(LR_SCHEDULES)),
+              (("warmup_steps", "schedule_steps"), at_least(0)),
+              ("weight_decay", NONNEGATIVE),
+              ("min_p", Range(0.0, 1.0, high_open=True)))  # rules of one field (utils.validation); between fields:
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(f"GRPOConfig: {msg}")
-
-        need(self.group_size >= 2, f"group_size must be >= 2 (group-relative advantages need a group), got {self.group_size}")
-        need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
-        need(self.oversample >= 1, f"oversample must be >= 1, got {self.oversample}")
-        need(self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1")
-        need((self.prompts_per_step * self.group_size) % self.minibatches == 0,
-             f"prompts_per_step*group_size ({self.prompts_per_step * self.group_size}) must be divisible by "
-             f"minibatches ({self.minibatches})")
-        need(self.temperature > 0, f"temperature must be > 0 for RL sampling, got {self.temperature}")
-        need(self.max_new_tokens >= 1 and self.lr > 0, "max_new_tokens >= 1 and lr > 0")
-        need(self.advantage in METHODS, f"advantage must be one of {METHODS}, got {self.advantage!r}")
-        need(self.ref_reset_every is None or self.ref_reset_every >= 1,
-             f"ref_reset_every must be None (never) or >= 1, got {self.ref_reset_every}")
-        check_remat(self.remat, "GRPOConfig: remat")
-        need(0 <= self.overlong_cache <= self.max_new_tokens,
-             f"overlong_cache must be in [0, max_new_tokens={self.max_new_tokens}], got {self.overlong_cache}")
-        need(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
-        need(self.warmup_steps >= 0 and self.schedule_steps >= 0 and self.weight_decay >= 0,
-             "warmup_steps, schedule_steps and weight_decay must be >= 0")
-        need(self.lr_schedule == "constant" or not self.schedule_steps or self.schedule_steps > self.warmup_steps,
-             f"lr_schedule {self.lr_schedule!r} needs schedule_steps ({self.schedule_steps}) > warmup_steps "
-             f"({self.warmup_steps})")
-        need(not (self.scheduled and self.ref_reset_every), "a learning-rate schedule or warmup restarts at every "
-             "reference reset (the optimiser is re-initialised): use one or the other")
+        require(self, (self.prompts_per_step * self.group_size) % self.minibatches == 0,
+                f"prompts_per_step*group_size ({self.prompts_per_step * self.group_size}) must be divisible by "
+                f"minibatches ({self.minibatches})")
+        require(self, 0 <= self.overlong_cache <= self.max_new_tokens,
+                f"overlong_cache must be in [0, max_new_tokens={self.max_new_tokens}], got {self.overlong_cache}")
+        fits = not self.schedule_steps or self.schedule_steps > self.warmup_steps
+        require(self, self.lr_schedule == "constant" or fits,
+                f"lr_schedule {self.lr_schedule!r} needs schedule_steps ({self.schedule_steps}) > warmup_steps "
+                f"({self.warmup_steps})")
+        require(self, not (self.scheduled and self.ref_reset_every), "a learning-rate schedule or warmup restarts at "
+                "every reference reset (the optimiser is re-initialised): use one or the other")
         SamplerConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
                       top_p=self.top_p, min_p=self.min_p)  # the sampler's own checks
-        need(0.0 <= self.min_p < 1.0, f"min_p must be in [0, 1), got {self.min_p}")
 
     @property
     def scheduled(self) -> bool:

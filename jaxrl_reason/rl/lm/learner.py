@@ -34,7 +34,7 @@ import optax
 
 from jaxrl_reason.rl.grpo.update import gradient_step, minibatch_epochs
 from jaxrl_reason.rl.lm.rollout import Rollout
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import at_least, check_hyperparameters, one_of
 
 OLD_LOGP = ("auto", "recompute", "sampler")
 
@@ -48,14 +48,10 @@ class UpdateConfig:
     group: int = 1  # rows come in groups of this many consecutive rows that minibatches keep whole (GRPO's
     # samples of one prompt, for a logp_fn that runs each group's prompt once: ``lm_logp_fn(..., group=)``)
 
+    CHECKS = ((("epochs", "minibatches", "group"), at_least(1)), ("old_logp", one_of(OLD_LOGP)))  # utils.validation
+
     def __post_init__(self):
         check_hyperparameters(self)
-        if self.epochs < 1 or self.minibatches < 1:
-            raise ValueError(f"UpdateConfig: epochs and minibatches must be >= 1, got {self.epochs}, {self.minibatches}")
-        if self.group < 1:
-            raise ValueError(f"UpdateConfig: group must be >= 1, got {self.group}")
-        if self.old_logp not in OLD_LOGP:
-            raise ValueError(f"UpdateConfig: old_logp must be one of {OLD_LOGP}, got {self.old_logp!r}")
 
     def fused(self, deterministic: bool = True, custom_batches: bool = False) -> bool:
         """Whether the old log-probs are the loss forward's own (no pass of their own)."""
