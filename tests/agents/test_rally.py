@@ -1,5 +1,5 @@
-"""RALLY on the swarm: role-value heads, RMIX config and loss, prior consensus, the prior against random play and
-the lookahead (QMIX / MAPPO themselves: tests/rl/test_marl.py)."""
+"""RALLY on the swarm: role-value heads, RMIX config and loss, prior consensus, the prior against random play,
+the lookahead and RMIX learning from the prior (QMIX / MAPPO themselves: tests/rl/test_marl.py)."""
 
 import functools
 
@@ -143,5 +143,24 @@ def test_rally_scripts_lookahead_labels_and_config_errors():
     with pytest.raises(ValueError, match="unknown"):
         rally.Config(baselines=("oracle",))
 
-# The RMIX learning test (semi-offline role-value mixing beats random play by a clear margin) runs
-# inside notebooks/06_swarm.ipynb (tests/notebooks/test_06_swarm.py), which trains it anyway.
+
+@pytest.mark.slow
+def test_rmix_learns_from_the_prior():
+    """Semi-offline RMIX (1k env steps of prior prefill, 200 offline updates, online to 2k env steps) against an
+    untrained RMIX network of the same shape, both acting greedily on the prior's proposals (targets free), on the
+    same episodes. Measured (seed 0, n = 256 paired episodes): +1.87 +- 0.23 (6.28 -> 8.15; random play 5.30, the
+    prior 9.51); seed 1: +2.33 +- 0.23; not trained (no offline update, no online phase): -0.99 +- 0.24."""
+    base = qmix.QMIXConfig(num_envs=16, num_steps=4, total_timesteps=2048, prefill_steps=1024, iters_per_chunk=16,
+                           batch_size=64, buffer_size=2048, hidden=32, mixer_embed=16)
+    cfg = rmix.rmix_config(base, offline_updates=200)
+    prior = RulePrior(ENV)
+    trainer = rmix.make_chunked(cfg, ENV, prior)
+    state, _ = jax.jit(trainer.update)(jax.jit(trainer.init)(jax.random.key(0)))
+    assert int(state.env_steps) == 2048 and cfg.num_chunks == 1
+    agent_net = functools.partial(rmix.ConditionedRoleNet, num_targets=ENV.num_targets)
+    untrained = nnx.state(qmix.build_nets(cfg, ENV, jax.random.key(1), agent_net))
+    play = jax.jit(lambda p: rally_eval.play(ENV, *rmix.greedy_policy(cfg, ENV, trainer.graphdef, p, prior),
+                                             jax.random.key(7), 256)["return"])
+    gain = np.asarray(play(state.params)) - np.asarray(play(untrained))
+    mean, se = float(gain.mean()), float(gain.std() / np.sqrt(len(gain)))
+    assert mean > 1.0 and mean > 4 * se, (mean, se)

@@ -1,5 +1,7 @@
 """rl.marl on the swarm: QMIX's monotone mixer, config and environment errors, QMIX's env-step budget and its
-environments split over the data mesh, a MAPPO chunk."""
+environments split over the data mesh, a MAPPO chunk, and QMIX and MAPPO learning to share out two targets."""
+
+import functools
 
 import jax
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason import envs
+from jaxrl_reason.agents.rally import evaluate as rally_eval
 from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.marl import mappo, qmix
 
@@ -82,3 +85,45 @@ def test_mappo_chunk_runs():
     state, metrics = jax.jit(trainer.update)(jax.jit(trainer.init)(jax.random.key(0)))
     assert metrics["value_loss"].shape == (2,) and np.isfinite(np.asarray(metrics["value_loss"])).all()
     assert int(state.update) == 2
+
+
+# The learning tests' task: two UAVs, two targets that each need one UAV, no pursuer, a shared team reward: the
+# team scores by covering both targets, i.e. by the UAVs splitting up (QMIX's coordination setting).
+SPLIT = envs.make("swarm", num_agents=2, num_targets=2, max_need=1, num_adversaries=0, team_reward=True, max_steps=30)
+EVAL_EPISODES = 256
+
+
+def paired_gain(policy, before, after) -> tuple[float, float]:
+    """Mean return (mean over agents) of ``policy(after)`` minus ``policy(before)`` on the same EVAL_EPISODES
+    episodes (same key: same starts), and its standard error; ``policy(params) -> (policy_fn, carry)``."""
+    play = jax.jit(lambda p: rally_eval.play(SPLIT, *policy(p), jax.random.key(7), EVAL_EPISODES)["return"])
+    d = np.asarray(play(after)) - np.asarray(play(before))
+    return float(d.mean()), float(d.std() / np.sqrt(len(d)))
+
+
+@pytest.mark.slow
+def test_qmix_learns_to_split_the_targets():
+    # 40k env steps (1k of them random prefill). Measured (seed 0, n = 256 paired episodes): the greedy trained
+    # networks return +1.70 +- 0.26 over the untrained ones (6.59 -> 8.29; random play 6.41, the scripted prior 9.39)
+    cfg = qmix.QMIXConfig(num_envs=16, num_steps=4, total_timesteps=40_000, prefill_steps=1024, iters_per_chunk=700,
+                          batch_size=64, buffer_size=40_000, hidden=32, mixer_embed=16)
+    trainer = qmix.make_chunked(cfg, SPLIT)
+    start = jax.jit(trainer.init)(jax.random.key(0))
+    state, _ = jax.jit(trainer.update)(start)
+    assert int(state.iteration) == cfg.num_iters and cfg.num_chunks == 1
+    gain, se = paired_gain(lambda p: qmix.greedy_policy(trainer.graphdef, p), start.params, state.params)
+    assert gain > 0.8 and gain > 3 * se, (gain, se)
+
+
+@pytest.mark.slow
+def test_mappo_learns_to_split_the_targets():
+    # 19.2k env steps, 40 updates. Measured (seed 0, n = 256 paired episodes, sampled actions): the trained policy
+    # returns +1.12 +- 0.18 over the untrained one (6.46 -> 7.58; random play 6.41)
+    cfg = ppo.PPOConfig(num_envs=16, num_steps=30, total_timesteps=19_200, updates_per_chunk=40, lr=1e-3, hidden=32)
+    trainer = mappo.make_chunked(cfg, SPLIT)
+    start = jax.jit(trainer.init)(jax.random.key(0))
+    state, _ = jax.jit(trainer.update)(start)
+    assert int(state.update) == cfg.num_updates == 40
+    policy = functools.partial(mappo.evaluation_policy, SPLIT, trainer.graphdef, greedy=False)
+    gain, se = paired_gain(policy, start.params, state.params)
+    assert gain > 0.5 and gain > 3 * se, (gain, se)

@@ -1,5 +1,5 @@
-"""AlphaZero (search/alphazero.py): config checks, one iteration and the search against random play, and the
-split over a data mesh (the multi-process path on 8 virtual devices)."""
+"""AlphaZero (search/alphazero.py): config checks, one iteration and the search against random play, the trained
+network against the untrained one, and the split over a data mesh (the multi-process path on 8 virtual devices)."""
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,39 @@ def test_alphazero_iteration_runs_and_search_beats_random():
     assert int(illegal) == 0
     assert float((ret[:, 0] > 0).mean()) > float((base[:, 0] > 0).mean()) + 0.1
     assert float((ret[:, 0] < 0).mean()) < 0.5 * float((base[:, 0] < 0).mean())
+
+
+@pytest.mark.slow
+def test_trained_network_beats_the_untrained_one_against_random_play():
+    """40 self-play iterations (64 games x 9 moves, 16 simulations each): the network alone (greedy on its policy
+    head, no search) against a uniformly random player, 256 games in each seat (n = 512), against the untrained
+    network. Measured: mean return -0.04 +- 0.04 untrained -> +0.49 +- 0.04 (seed 0; +0.28 after 25 iterations)."""
+    cfg = AlphaZeroConfig(num_envs=64, num_steps=9, num_simulations=16, max_num_considered_actions=9, hidden=(64,),
+                          sgd_steps=8, minibatch_size=256, explore_eps=0.2)
+    az = AlphaZero(cfg)
+    env = az.env
+    random_player = O.batched(O.random_action)
+
+    def network(params):
+        def act(key, state, ts):
+            obs, mask = arena.mover_view(ts)
+            return az.evaluate(params, obs, mask)[0].argmax(-1).astype(jnp.int32)
+
+        return act
+
+    @jax.jit
+    def returns(params):  # the network's return in each seat against random play, the same opponent keys
+        first = arena.play(env, (network(params), random_player), jax.random.key(1), 256)[0][:, 0]
+        second = arena.play(env, (random_player, network(params)), jax.random.key(2), 256)[0][:, 1]
+        return jnp.concatenate([first, second])
+
+    state = az.init(jax.random.key(0))
+    before = np.asarray(returns(state.params))
+    for _ in range(40):
+        state, _ = az.iteration(state)
+    after = np.asarray(returns(state.params))
+    se = np.sqrt(before.var() / len(before) + after.var() / len(after))
+    assert after.mean() > before.mean() + 0.25 and after.mean() - before.mean() > 4 * se, (before.mean(), after.mean())
 
 
 @pytest.mark.slow
