@@ -17,7 +17,8 @@ from collections.abc import Mapping
 import jinja2
 
 from jaxrl_reason.data.loading import DataError
-from jaxrl_reason.models.tokenizer import Tokenizer, _mark
+from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.models.tokenizer.chat import _mark
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 KINDS = ("plain", "chat")

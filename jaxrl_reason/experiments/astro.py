@@ -33,7 +33,6 @@ to every stage (search, cloning, SFT, GRPO, evaluation).
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Annotated
 
 import jax
@@ -44,7 +43,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer, load_tokenizer
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
-from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, Tokenizer
+from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, SpelledTokenizer, Tokenizer, with_tokens
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
@@ -206,58 +205,6 @@ PRESETS = {
 }
 
 
-PRINTABLE = "".join(map(chr, range(32, 127)))  # printable ASCII: every character of the tasks' text
-
-
-class SpelledTokenizer(Tokenizer):
-    """``inner`` (a checkpoint's tokenizer) with its plain text spelled one token per character.
-
-    ``encode`` writes each character as its single id in ``inner`` (``Tokenizer.char_ids``; with
-    ``allow_special``, control-token strings stay their single ids): a valid id sequence that decodes back to
-    the text, not ``inner``'s canonical (merged) tokenization, so prompts, gold traces, search traces and
-    answers reach the model spelled as the in-jit step check, the step search and the character spans of
-    procedure cloning read them (and the base SFT teaches the checkpoint that spelling). Everything else
-    (decode, ids of named tokens, vocabulary) is ``inner``'s. ValueError naming the tokenizer and the first
-    printable ASCII character that is not one token decoding back to itself (true of byte-level BPEs: Qwen2/3,
-    Llama 3, DeepSeek-V3; not of SentencePiece vocabularies whose characters carry a word-start marker). A
-    token the model generates that merges several characters decodes normally on the host, but the in-jit
-    parsers do not read it (``tasks.calc_steps``)."""
-
-    def __init__(self, inner: Tokenizer, name: str | None = None):
-        self.inner, self.name = inner, name or type(inner).__name__
-        for attr in ("pad", "bos", "eos", "vocab_size", "add_bos_token", "chat_template", "special_tokens_map"):
-            setattr(self, attr, getattr(inner, attr))
-        self._char = {chr(b): int(i) for b, i in enumerate(inner.char_ids()) if i >= 0}  # Tokenizer.char_ids
-        missing = [ch for ch in PRINTABLE if ch not in self._char]
-        if missing:
-            raise ValueError(f"{self.name} does not encode {missing[0]!r} as one token that decodes back to it (encode "
-                             f"gives {inner.encode(missing[0])}); ASTRO spells text one token per character, which "
-                             "needs every printable ASCII character as a single token (a byte-level BPE: Qwen2/3, "
-                             "Llama 3, DeepSeek-V3)")
-        if inner.decode(self.encode(PRINTABLE)) != PRINTABLE:
-            raise ValueError(f"{self.name} does not decode text spelled one token per character back to the text")
-
-    @property
-    def control_tokens(self) -> tuple[str, ...]:
-        return self.inner.control_tokens
-
-    def token_to_id(self, token: str) -> int:
-        return self.inner.token_to_id(token)
-
-    def _spell(self, text: str) -> list[int]:
-        return [i for ch in text for i in ([self._char[ch]] if ch in self._char else self.inner.encode(ch))]
-
-    def encode(self, text: str, allow_special: bool = False) -> list[int]:
-        if not allow_special:
-            return self._spell(text)
-        parts = re.split(f"({self._control_re.pattern})", text)  # odd parts: control-token strings
-        return [i for k, part in enumerate(parts) if part
-                for i in ([self.token_to_id(part)] if k % 2 else self._spell(part))]
-
-    def decode(self, ids, skip_special: bool = False) -> str:
-        return self.inner.decode(ids, skip_special)
-
-
 def make_tokenizer(config: Config) -> Tokenizer:
     """The presets' vocabulary: the 96-id character tokenizer (every prompt, step and answer spelled per
     character, the R1 tags single tokens), which the step check and procedure cloning need. With ``--model``:
@@ -285,19 +232,6 @@ def make_tokenizer(config: Config) -> Tokenizer:
         return SpelledTokenizer(inner, name)  # "," (the step delimiter) included
     except ValueError as e:
         raise HFImportError(f"astro --model: {e}") from e
-
-
-def with_tokens(tokenizer, tokens) -> Tokenizer:
-    """A copy of ``tokenizer`` (an ``HFTokenizer``) with ``tokens`` appended as special tokens (the next ids)."""
-    from tokenizers import AddedToken
-    from tokenizers import Tokenizer as RawTokenizer
-
-    from jaxrl_reason.models.tokenizer import HFTokenizer
-
-    tk = RawTokenizer.from_str(tokenizer.tk.to_str())
-    tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in tokens])
-    return HFTokenizer(tk, pad=tokenizer.pad, bos=tokenizer.bos, eos=tokenizer.eos, config=tokenizer.config,
-                       chat_template=tokenizer.chat_template)
 
 
 def grow_vocab(model: Transformer, vocab_size: int) -> Transformer:

@@ -4,7 +4,7 @@ A node is the problem plus the reasoning steps written so far (the response toke
 prompt, starting with ``<think>``). A *step* is a run of tokens that ends at a step delimiter
 (``,`` or ``</think>``: ``step_ids(tokenizer)``, ids of the tokenizer the prompts were made with, e.g.
 ``models.tokenizer.CharTokenizer`` for the tasks of ``jaxrl_reason.tasks``, or a checkpoint's byte-level
-BPE whose text is spelled one token per character, ``experiments/astro.py``'s ``SpelledTokenizer``; the
+BPE whose text is spelled one token per character, ``models.tokenizer.SpelledTokenizer``; the
 four R1 tags and ``,`` must be single tokens). Steps are cut on token ids: a generated token that merges
 ``,`` with other characters (a BPE merge such as ``7,``) is not a step end. mctx holds the
 state: the tree's embedding of a node is its token arrays, and an action is the index of one of

@@ -20,7 +20,7 @@ Deterministic given the tree and the seed. ``num_detours=0`` gives the "direct" 
 successful path). Host-side numpy: this builds an SFT dataset, it is not a hot path. The tree's token ids
 are decoded with the tokenizer the search ran with (``models.tokenizer``, e.g. ``CharTokenizer``);
 ``failed_spans`` are character spans, so skipping them in SFT needs text spelled one token per character
-(``CharTokenizer``, or a checkpoint's byte-level BPE through ``experiments/astro.py``'s ``SpelledTokenizer``).
+(``CharTokenizer``, or a checkpoint's byte-level BPE through ``models.tokenizer.SpelledTokenizer``).
 
     trace = clone_procedure(result.tree, b, CloningConfig(num_detours=1), seed, tokenizer=tok)   # inner <think> text
 """

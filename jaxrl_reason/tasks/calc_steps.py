@@ -12,7 +12,7 @@ The token form reads the ids of ``tokenizer`` (``models.tokenizer``): it needs e
 and ``</think>`` as one token, e.g. ``CharTokenizer``, ``ByteTokenizer`` or a byte-level BPE checkpoint
 tokenizer (Qwen2/3, Llama 3, DeepSeek-V3: every printable ASCII character is one token); its id tables are
 built once per tokenizer (static ids, no global vocabulary). It reads steps spelled one token per character
-(as ``CharTokenizer`` writes them, and as ``experiments/astro.py``'s ``SpelledTokenizer`` spells a BPE's
+(as ``CharTokenizer`` writes them, and as ``models.tokenizer.SpelledTokenizer`` spells a BPE's
 text: valid ids, not the canonical merged tokenization). A step holding a token that spells several step
 characters (a BPE merge such as ``14`` or ``=1``, which a checkpoint may still generate) is not read, so not
 judged; a token whose text has any other character (a letter, a space, a tag) makes the step malformed.

@@ -131,3 +131,6 @@ def test_char_ids_and_spell_one_token_per_character():
         char.spell("a|b")
     with pytest.raises(ValueError, match="'é'"):
         bpe.spell("café")
+    # strict=False: a character that is not one token is its own encoding (ASTRO's SpelledTokenizer)
+    assert bpe.spell("café", strict=False) == bpe.spell("caf") + bpe.encode("é") and len(bpe.encode("é")) == 2
+    assert char.spell("a|b", strict=False) == char.encode("a|b") and char.encode("|") == [char.unk_id]

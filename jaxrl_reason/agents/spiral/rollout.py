@@ -6,7 +6,7 @@ a batch of games in one ``lax.scan`` (no Python per turn).
     ep = jax.jit(roll)(params, key)          # params: nnx.State of the LM (nnx.split(model)[1])
 
 Each turn the player to move sees its own prompt (``[bos] + text.render(state, player)``, each byte
-mapped to the tokenizer's id of that character, ``agents.spiral.tokenizer.byte_ids``: byte + 8 for the
+mapped to the tokenizer's id of that character, ``models.tokenizer.byte_ids``: byte + 8 for the
 presets' byte tokenizer; static length ``P``), the LM samples a response (stopping at the tokenizer's
 eos), the response ids become their bytes (``token_bytes``: multi-character tokens of a BPE included),
 ``text.parse`` reads the last ``\\boxed{...}`` and the environment steps. An unparseable or illegal answer is passed to
@@ -36,9 +36,9 @@ from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.wrappers import where_done
-from jaxrl_reason.agents.spiral.tokenizer import UNKNOWN, byte_ids, byte_offset, check_text, host_bytes, token_bytes
+from jaxrl_reason.agents.spiral.tokenizer import check_text
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
-from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.models.tokenizer import UNKNOWN, Tokenizer, byte_ids, byte_offset, host_bytes, token_bytes
 from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, make_turn_rollout
 

@@ -29,13 +29,7 @@ from jaxrl_reason.agents.spiral.rollout import (
     python_rollout,
     response_bytes,
 )
-from jaxrl_reason.agents.spiral.tokenizer import (
-    byte_ids,
-    byte_offset,
-    id_table,
-    spiral_tokenizer,
-    token_bytes,
-)
+from jaxrl_reason.agents.spiral.tokenizer import id_table, spiral_tokenizer
 from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer, fixed_opponent
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
 from jaxrl_reason.envs.games import opponents as O
@@ -49,6 +43,9 @@ from jaxrl_reason.models.tokenizer import (
     ByteTokenizer,
     CharTokenizer,
     HFTokenizer,
+    byte_ids,
+    byte_offset,
+    token_bytes,
 )
 
 TOK = spiral_tokenizer()
