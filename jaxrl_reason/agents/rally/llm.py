@@ -1,5 +1,5 @@
 """LLM intent policy with a consensus step, on the project's decoder LM (``models/lm``) and a
-tokenizer handed in (``models/tokenizer.py``; the presets use ``ByteTokenizer()``).
+tokenizer handed in (``models/tokenizer/``; the presets use ``ByteTokenizer()``).
 
 Text rendering: each UAV's local observation becomes a short ASCII prompt, built directly
 as ids of that tokenizer inside jit (so the whole policy is jittable), e.g.::
