@@ -19,7 +19,7 @@ import pytest
 #: the reference packages the CI command installs (the hf, bench and test extras, the core's gguf): a skip
 #: for one of them in CI means the environment is broken, not that the test does not apply
 REQUIRED_IN_CI = frozenset({"pgx", "jaxmarl", "transformers", "torch", "trl", "peft", "accelerate", "gguf",
-                            "tokenizers", "safetensors", "datasets", "wandb"})
+                            "tokenizers", "safetensors", "datasets", "wandb", "pyamg", "lineax"})
 
 _IMPORTORSKIP = re.compile(r"could not import '([\w.]+)'|module '([\w.]+)' has __version__")
 

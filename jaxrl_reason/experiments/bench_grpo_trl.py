@@ -187,8 +187,9 @@ def run_trl(args) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- the driver
-def _child(args, arm: str) -> dict:
-    argv = [sys.executable, __file__, "--arm", arm] + [a for a in sys.argv[1:] if a != "--tiny"]
+def _child(args, arm: str, argv: list[str]) -> dict:
+    """Run one arm in a subprocess with the options ``argv`` of the driver; its JSON result."""
+    argv = [sys.executable, __file__, "--arm", arm] + [a for a in argv if a != "--tiny"]
     argv += ["--model", args.model, "--data", args.data]
     out = subprocess.run(argv, capture_output=True, text=True)
     if out.returncode != 0:
@@ -197,6 +198,7 @@ def _child(args, arm: str) -> dict:
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _args(argv)
     if args.arm:
         print(json.dumps((run_ours if args.arm == "ours" else run_trl)(args)))
@@ -208,7 +210,7 @@ def main(argv=None):
     runs = {"ours": [], "trl": []}
     for r in range(args.rounds):
         for arm in (("ours", "trl") if r % 2 == 0 else ("trl", "ours")):
-            res = _child(args, arm)
+            res = _child(args, arm, argv)
             runs[arm].append(res)
             steady = res["step_s"][args.warmup:]
             print(f"round {r} {arm:>4}: steady step {statistics.median(steady):.3f} s, peak RSS "
