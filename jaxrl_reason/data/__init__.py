@@ -1,5 +1,5 @@
-"""Datasets for GRPO on user data: local files -> rows -> fixed-width prompt ids, and the synthetic tasks
-behind the same interface.
+"""Datasets for GRPO on user data: local files -> rows -> fixed-width prompt ids, behind one interface
+(``PromptSource``; the synthetic tasks on it are ``tasks.TaskDataset``, their rows ``tasks.task_rows``).
 
     rows = load_rows("train.jsonl")            # list[dict]; also .json, .parquet, a datasets save_to_disk dir
     ds = PromptDataset(rows, tokenizer, prompt_field="question", max_prompt_len=256,
@@ -7,17 +7,16 @@ behind the same interface.
     ds.dropped, len(ds)                        # prompts longer than max_prompt_len (dropped, never cut), rows kept
     rows_b, ids, lens = ds.sample(step, n)     # list[dict] [n]; np.int32 [n, ds.prompt_len] right-padded; [n]
     texts = ds.prompt_strings(rows_b)          # rendered prompts (reward functions, logging)
-    tds = TaskDataset(tasks, tokenizer, prompt_len=24, seed=0)   # synthetic tasks, the same interface
-    write_jsonl(task_rows(tasks, 1000, seed=0), "demo.jsonl")   # a synthetic task as a dataset file
+    write_jsonl(rows, "demo.jsonl")            # rows as a JSONL file
     train, held = heldout_split(rows, n=None, seed=0)   # seeded random held-out rows (10%, at most 512)
 
 Parquet and ``datasets`` directories need ``pip install jaxrl_reason[data]``.
 """
 
-from jaxrl_reason.data.datasets import PromptDataset, PromptSource, TaskDataset, task_rows
+from jaxrl_reason.data.datasets import PromptDataset, PromptSource
 from jaxrl_reason.data.loading import DataError, load_rows, require_fields, write_jsonl
 from jaxrl_reason.data.prompts import PromptFormat, render_prompt
 from jaxrl_reason.data.splits import heldout_split
 
 __all__ = ["DataError", "load_rows", "require_fields", "write_jsonl", "PromptFormat", "render_prompt", "PromptDataset",
-           "TaskDataset", "PromptSource", "task_rows", "heldout_split"]
+           "PromptSource", "heldout_split"]

@@ -27,12 +27,12 @@ import statistics
 import jax
 import numpy as np
 
-from jaxrl_reason.data import TaskDataset
 from jaxrl_reason.models.lm import param_count
 from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.rewards import TaskCorrect
+from jaxrl_reason.tasks import TaskDataset
 from jaxrl_reason.tasks.base import batch_from_problems
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import score

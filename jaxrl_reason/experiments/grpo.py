@@ -58,7 +58,7 @@ import tyro
 from flax import nnx
 
 from jaxrl_reason.data import (DataError, PromptDataset, PromptFormat, heldout_split, load_rows, require_fields,
-                               task_rows, write_jsonl)
+                               write_jsonl)
 from jaxrl_reason.data.splits import AUTO_MAX
 from jaxrl_reason.models.lm import load_model, load_tokenizer, save_hf_model, save_peft_adapter
 from jaxrl_reason.models.lm.lora import LoRAConfig
@@ -73,7 +73,7 @@ from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.losses import LossConfig
 from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
-from jaxrl_reason.tasks import RandomCalculation
+from jaxrl_reason.tasks import RandomCalculation, task_rows
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.records import summary_figures
 from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters

@@ -32,6 +32,7 @@ from typing import Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from jaxrl_reason.data import PromptDataset, load_rows
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.rewards.suite import RewardSuite
@@ -274,8 +275,6 @@ class FileEval:
     def __init__(self, tokenizer: Tokenizer, path, reward_fns: Sequence, max_new_tokens: int, *,
                  prompt_field: str = "prompt", fmt=None, max_prompt_len: int = 256,
                  required_fields: Sequence[str] = (), **kw):
-        from jaxrl_reason.data import PromptDataset, load_rows
-
         with RewardSuite(reward_fns) as suite:  # the functions' signatures checked here, once
             named = {f for call in suite.calls for f in call.required} - {"step", "completion_ids"}
             names = suite.names

@@ -7,7 +7,7 @@ PPO self-play are configurations of it.
 
 One update: a rollout (``lax.scan`` over ``num_steps`` steps of ``num_envs`` vmapped copies of
 ``EpisodeStats(AutoReset(env))``), targets (GAE by default), then ``update_epochs`` passes of
-``num_minibatches`` gradient steps (``rl.grpo.update.minibatch_epochs``). Every agent observes every
+``num_minibatches`` gradient steps (``rl.update.minibatch_epochs``). Every agent observes every
 step (obs ``[E, A, D]``) through one parameter-shared network ``build(key)`` with the
 ``models.policies`` signature ``carry, logits, value = net(carry, obs, reset)``; in turn-based games
 only the current player's action is played and only its log-probability enters the policy loss (the
@@ -55,8 +55,7 @@ from jaxrl_reason.models.policies import masked_logits
 from jaxrl_reason.parallel.mesh import split_along
 from jaxrl_reason.rl.base import ChunkedTrain, Metrics, Policy
 from jaxrl_reason.rl.gae import compute_gae
-from jaxrl_reason.rl.grpo.update import minibatch_epochs
-from jaxrl_reason.rl.marl.common import flat_obs
+from jaxrl_reason.rl.update import minibatch_epochs
 from jaxrl_reason.rl.ppo_loss import masked_mean, ppo_loss
 from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -163,6 +162,12 @@ class RunnerState:
     targets_state: Any  # the targets hook's state (e.g. RAE baselines), or None
     key: jax.Array
     update: jax.Array  # int32 updates done
+
+
+def flat_obs(ts: envs.TimeStep) -> jax.Array:
+    """``[..., A, *obs_shape] -> [..., A, D]`` float32: each agent's observation flattened (``rl.marl`` too)."""
+    lead = ts.legal_action_mask.shape[:-1]
+    return ts.obs.reshape(*lead, -1).astype(jnp.float32)
 
 
 def standardise(x: jax.Array, mask: jax.Array) -> jax.Array:

@@ -25,6 +25,7 @@ import flax
 import jax
 import numpy as np
 
+from jaxrl_reason.data.prompts import render_prompt
 from jaxrl_reason.models.lm.sft import sft_examples
 from jaxrl_reason.models.tokenizer import Tokenizer
 
@@ -71,8 +72,6 @@ def prompt_ids(tokenizer: Tokenizer, p: Problem, fmt=None) -> list[int]:
     checkpoint's chat template) the problem text rendered by ``data.render_prompt``."""
     if fmt is None:
         return [tokenizer.bos_id] + tokenizer.encode(p.prompt)
-    from jaxrl_reason.data.prompts import render_prompt
-
     return render_prompt(tokenizer, {"prompt": p.prompt}, "prompt", fmt)[1]
 
 

@@ -164,7 +164,7 @@ class RewardConfig:
 
 
 def task_rewards(tasks: Sequence, cfg: RewardConfig, seed: int = 0) -> list:
-    """The reward functions of ``cfg`` for rows of ``data.TaskDataset`` (``jaxrl_reason.rewards``; text-level):
+    """The reward functions of ``cfg`` for rows of ``tasks.TaskDataset`` (``jaxrl_reason.rewards``; text-level):
     [(variant, 1.0)] + [(r1_format, format_weight)] when format_weight != 0."""
     from jaxrl_reason import rewards as R
 

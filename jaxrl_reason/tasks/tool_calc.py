@@ -1,4 +1,4 @@
-"""A tool-use task on the multi-turn protocol (``rl.lm.multiturn``): arithmetic the model answers with a calculator.
+"""A tool-use task on the text-environment protocol (``envs.text``): arithmetic the model answers with a calculator.
 
     tok = tool_tokenizer()                         # bytes + <calc> </calc> <result> </result> as control tokens
     env = CalcEnv(tok, tool=True)                   # a HostTextEnv: its steps run on host threads
@@ -26,8 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxrl_reason.envs.text import HostTextEnv
 from jaxrl_reason.models.tokenizer import ByteTokenizer
-from jaxrl_reason.rl.lm.multiturn import HostTextEnv
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 TOOL_TAGS = ("<calc>", "</calc>", "<result>", "</result>")

@@ -8,10 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from jaxrl_reason.data import (PromptDataset, PromptFormat, TaskDataset, load_rows, render_prompt, require_fields,
-                               task_rows, write_jsonl)
+from jaxrl_reason.data import PromptDataset, PromptFormat, load_rows, render_prompt, require_fields, write_jsonl
 from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer, HFTokenizer
-from jaxrl_reason.tasks import Countdown, RandomCalculation, Sorting, make_batch
+from jaxrl_reason.tasks import Countdown, RandomCalculation, Sorting, TaskDataset, make_batch, task_rows
 
 ROWS = [{"question": f"what is {i} plus {i}?", "answer": str(2 * i), "meta": {"level": i % 3}, "tags": ["add"] * i}
         for i in range(5)]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jaxrl_reason.data import TaskDataset
 from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.rewards import R1Format, RewardSuite, TaskCorrect
-from jaxrl_reason.tasks import Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting, make_batch, response_text
+from jaxrl_reason.tasks import (Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting, TaskDataset, make_batch,
+                                response_text)
 from jaxrl_reason.tasks.countdown import evaluate_expression
 from jaxrl_reason.tasks.rewards import RewardConfig, score, task_rewards
 

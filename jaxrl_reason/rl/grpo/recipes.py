@@ -34,7 +34,7 @@ from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 # seed streams: the trainer draws step s from default_rng([seed, s]); these 3-element seeds never collide
-# (data.TASK_ROWS_STREAM is (2**31 - 1, 17))
+# (tasks.dataset.TASK_ROWS_STREAM is (2**31 - 1, 17))
 SFT_STREAM, HELDOUT_STREAM, PROBE_STREAM = (2**31 - 1, 11), (2**31 - 1, 13), (2**31 - 1, 19)
 
 

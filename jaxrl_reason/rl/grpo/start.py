@@ -16,7 +16,7 @@ import pathlib
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.data import PromptFormat, render_prompt, task_rows
+from jaxrl_reason.data import PromptFormat, render_prompt
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm.hf_export import save_hf_model
 from jaxrl_reason.models.lm.sft import fit, sft_examples
@@ -31,7 +31,7 @@ CHATML = (  # Qwen's template without tools: an optional system turn, then <|im_
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 SPECIAL = DEFAULT_SPECIAL + ("<|im_start|>", "<|im_end|>")
-SFT_STREAM = (2**31 - 1, 19)  # sft problems: default_rng([seed, *SFT_STREAM]), apart from data.task_rows' stream
+SFT_STREAM = (2**31 - 1, 19)  # sft problems: default_rng([seed, *SFT_STREAM]), apart from tasks.task_rows' stream
 
 
 @dataclasses.dataclass(frozen=True)

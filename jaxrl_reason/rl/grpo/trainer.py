@@ -3,7 +3,7 @@ the decoded text -> group advantages -> several epochs of minibatch updates of t
 KL-regularised policy loss.
 
     trainer = GRPOTrainer(GRPOConfig(...), model, tokenizer, dataset, reward_fns)
-    #   dataset: data.PromptDataset (rows from a file, rendered prompts) or data.TaskDataset (synthetic tasks)
+    #   dataset: data.PromptDataset (rows from a file, rendered prompts) or tasks.TaskDataset (synthetic tasks)
     #   reward_fns: [fn | (fn, weight)], fn(prompts, completions, *, completion_ids, step, **row_fields) -> [B]
     #   numbers or None (jaxrl_reason.rewards; each keyword optional to declare; sync or async)
     trainer = GRPOTrainer.for_tasks(GRPOConfig(...), model, CharTokenizer(), [RandomCalculation()], prompt_len=24)
@@ -237,7 +237,7 @@ class GRPOTrainer:
     def __init__(self, config: GRPOConfig, model, tokenizer: Tokenizer, dataset, reward_fns: Sequence,
                  stop_strings: Sequence[str] = ("</answer>",), reward_workers: int = 4):
         """dataset: ``sample(step, n) -> (rows, ids [n, P], lens [n])``, ``prompt_len``, ``prompt_strings(rows)``
-        (``data.PromptDataset`` / ``data.TaskDataset``); reward_fns: see ``jaxrl_reason.rewards``."""
+        (``data.PromptDataset`` / ``tasks.TaskDataset``); reward_fns: see ``jaxrl_reason.rewards``."""
         self.config, self.tokenizer, self.dataset = config, tokenizer, dataset
         self.prompt_len = dataset.prompt_len
         tokenizer.check_model(model.cfg, self.prompt_len + config.max_new_tokens, "GRPOTrainer")
@@ -280,10 +280,10 @@ class GRPOTrainer:
     @classmethod
     def for_tasks(cls, config: GRPOConfig, model, tokenizer: Tokenizer, tasks: Sequence, prompt_len: int,
                   task_weights=None, fmt=None, **kw) -> "GRPOTrainer":
-        """The synthetic-task presets: ``data.TaskDataset`` prompts (``<bos>`` + problem text, or rendered
+        """The synthetic-task presets: ``tasks.TaskDataset`` prompts (``<bos>`` + problem text, or rendered
         with ``fmt``, e.g. a checkpoint's chat template; the problems drawn from default_rng([config.seed,
         step])) and the rewards of ``config.reward`` (``task_rewards``)."""
-        from jaxrl_reason.data import TaskDataset
+        from jaxrl_reason.tasks import TaskDataset
 
         tasks = list(tasks)
         if not tasks:

@@ -9,7 +9,7 @@ policy update from a ``Rollout``, built from a log-prob function, a loss and an 
                                                      (e.g. ``partial(rl.grpo.losses.grpo_loss, config=LossConfig())``)
 
 The update takes ``epochs`` passes over the rows, each a fresh shuffle split into ``minibatches`` gradient
-steps (``rl.grpo.update.minibatch_epochs``), or the steps of a custom ``batches(key, rows) -> idx [S, b]``.
+steps (``rl.update.minibatch_epochs``), or the steps of a custom ``batches(key, rows) -> idx [S, b]``.
 Old-policy log-probs (``UpdateConfig.old_logp``):
 
     "auto"       ``rollout.old_logp`` if given; else, with one epoch of one minibatch and a deterministic
@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_reason.rl.grpo.update import gradient_step, minibatch_epochs
 from jaxrl_reason.rl.lm.rollout import Rollout
+from jaxrl_reason.rl.update import gradient_step, minibatch_epochs
 from jaxrl_reason.utils.validation import at_least, check_hyperparameters, one_of
 
 OLD_LOGP = ("auto", "recompute", "sampler")

@@ -1,20 +1,9 @@
 """Multi-turn LM episodes on one text-environment protocol, ending in the learner core's ``Rollout``.
 
-The protocol (the ``envs.core`` conventions, in text: key first, a pure ``step``, the episode's state a pytree):
-
-    class MyEnv(TextEnv):                        # pure JAX: runs inside the jitted rollout
-        max_turns, prompt_tokens, obs_tokens = 4, 32, 8
-        def reset(self, key, data) -> (state, TextStep)              # obs [B, prompt_tokens]: the prompt
-        def step(self, key, state, turn, turn_len) -> (state, TextStep)   # turn [B, N]: the model's ids
-    class MyTool(HostTextEnv):                   # Python (a tool, a checker): runs on host threads
-        def reset(self, row) -> (episode, prompt_ids)
-        def step(self, episode, turn_ids) -> (episode, obs_ids, reward, done)
-
-``TextStep``: obs [B, O] int32 right-padded with obs_len [B], reward [B] float32, done [B] bool, info {name: [B, ...]},
-max_new [B] int32 or None: the token limit of the model's next turn (stop token included; None: the responder's N).
-An env that sets ``max_new`` sets it at reset and at every step; the rollouts hand it to the responder
-(``respond(..., live, max_new=...)``), which samples at most min(max_new, N) tokens for the row: turns of one
-episode may have different budgets (MemAgent's memory updates M + 1, its final answer A + 1) in one compiled scan.
+The protocol, ``TextEnv`` (batched, pure JAX), ``HostTextEnv`` (one episode at a time, in Python) and ``TextStep``,
+lives in ``envs.text`` (re-exported here); an env that sets ``TextStep.max_new`` has the rollouts hand it to the
+responder (``respond(..., live, max_new=...)``): turns of one episode may have different budgets (MemAgent's memory
+updates M + 1, its final answer A + 1) in one compiled scan.
 
 Turn keys: ``k_reset, k_play = split(key)``; turn t gets ``split(k_play, T)[t]``, or with ``env.chain_keys`` the
 keys are chained through the turns (``k_play, k_t = split(k_play)``: no [T] array of keys, so a rollout of
@@ -44,73 +33,20 @@ the jitted sampler; a row with ``live`` False samples nothing), called with ``ma
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_reason.envs.text import HostTextEnv, TextEnv, TextStep
 from jaxrl_reason.envs.wrappers import where_done
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.rl.lm.rollout import Rollout
-
-@flax.struct.dataclass
-class TextStep:
-    """What the model sees after ``reset`` / ``step`` of a batched ``TextEnv``."""
-
-    obs: jax.Array  # [B, O] int32 token ids, right-padded
-    obs_len: jax.Array  # [B] int32
-    reward: jax.Array  # [B] float32 (of the turn just taken; 0 at reset)
-    done: jax.Array  # [B] bool: the episode ended
-    info: dict = flax.struct.field(default_factory=dict)  # {name: [B, ...]} the env's own per-turn records
-    max_new: jax.Array | None = None  # [B] int32: the next turn's token limit (stop included); None: the responder's N
-
-
-class TextEnv(abc.ABC):
-    """A batched pure-JAX text environment (see the module docstring). Static attributes: ``max_turns`` (T, the
-    model's turns at most), ``prompt_tokens`` (P, the first observation's width), ``obs_tokens`` (O, every later
-    observation's width). ``reset``'s ``data`` is the episodes' per-row input ([B, ...] pytree: problems' arrays,
-    or ``jnp.arange(B)`` for an env that draws its own)."""
-
-    max_turns: int
-    prompt_tokens: int
-    obs_tokens: int
-    chain_keys: bool = False  # True: turn keys chained through the turns (no [T] key array; module docstring)
-
-    def split_key(self, key: jax.Array) -> tuple[jax.Array, Any]:
-        """A turn's key -> (the sampler's key, the key ``step`` gets). Default: ``jax.random.split(key)``."""
-        k_sample, k_env = jax.random.split(key)
-        return k_sample, k_env
-
-    @abc.abstractmethod
-    def reset(self, key: jax.Array, data) -> tuple[Any, TextStep]:
-        """Start B episodes: (state, TextStep with obs [B, P] = the prompts, reward 0)."""
-
-    @abc.abstractmethod
-    def step(self, key, state, turn: jax.Array, turn_len: jax.Array) -> tuple[Any, TextStep]:
-        """The model's turn (ids [B, N], lengths [B], stop token included) -> (state, TextStep with obs [B, O])."""
-
-
-class HostTextEnv(abc.ABC):
-    """A text environment stepped in Python, one episode at a time (a tool, a checker); the same static
-    attributes as ``TextEnv``. Methods must be thread-safe across episodes (``HostRollout`` runs them on a pool)."""
-
-    max_turns: int
-    prompt_tokens: int
-    obs_tokens: int
-
-    @abc.abstractmethod
-    def reset(self, row) -> tuple[Any, list[int]]:
-        """One episode from a data row -> (episode, the prompt's ids, at most ``prompt_tokens``)."""
-
-    @abc.abstractmethod
-    def step(self, episode, turn: list[int]) -> tuple[Any, list[int], float, bool]:
-        """The model's turn ids -> (episode, the next observation's ids (at most ``obs_tokens``), reward, done)."""
 
 
 def response_width(max_turns: int, turn_tokens: int, obs_tokens: int) -> int:

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_reason import envs
+from jaxrl_reason.rl.onpolicy import flat_obs  # noqa: F401 (re-exported: defined with the on-policy trainer)
 
 
 def global_state(ts: envs.TimeStep) -> jax.Array:
@@ -26,12 +27,6 @@ def with_agent_id(obs: jax.Array) -> jax.Array:
     A = obs.shape[-2]
     eye = jnp.broadcast_to(jnp.eye(A, dtype=jnp.float32), (*obs.shape[:-2], A, A))
     return jnp.concatenate([obs.astype(jnp.float32), eye], -1)
-
-
-def flat_obs(ts: envs.TimeStep) -> jax.Array:
-    """``[..., A, *obs_shape] -> [..., A, D]`` float32."""
-    lead = ts.legal_action_mask.shape[:-1]
-    return ts.obs.reshape(*lead, -1).astype(jnp.float32)
 
 
 def check_discrete_simultaneous(env: envs.Environment, algo: str) -> None:

@@ -1,4 +1,4 @@
-"""rl.grpo.update: one gradient step and minibatch epochs (every row visited; the wrap rule)."""
+"""rl.update: one gradient step and minibatch epochs (every row visited; the wrap rule)."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxrl_reason.rl.grpo.update import gradient_step, minibatch_epochs
+from jaxrl_reason.rl.update import gradient_step, minibatch_epochs
 
 
 def _seen_rows(n, minibatches, epochs, wrap, group=1):
