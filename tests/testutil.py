@@ -126,3 +126,38 @@ def smollm2_gguf():
         if os.environ.get("CI"):
             pytest.fail(f"needed in CI: {e}")
         pytest.skip(f"no real SmolLM2 checkpoint: {e}")
+
+
+# -- reference packages: skips on a developer's machine, failures in CI (tests/conftest.py's report hooks) ----------
+#: the reference packages the CI command installs (the hf, bench and test extras, the core's gguf): a skip of
+#: ``pytest.importorskip`` for one of them in CI means a broken install, not a test that does not apply
+REQUIRED_IN_CI = frozenset({"pgx", "jaxmarl", "transformers", "torch", "trl", "peft", "accelerate", "gguf",
+                            "tokenizers", "safetensors", "datasets", "wandb", "pyamg", "lineax"})
+
+
+def in_ci() -> bool:
+    """Whether the suite runs under CI (``CI`` set, and not to false / 0)."""
+    import os
+
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def missing_required(message: str) -> str | None:
+    """The package of a ``pytest.importorskip`` skip message when it is in ``REQUIRED_IN_CI``, else None."""
+    import re
+
+    match = re.search(r"could not import '([\w.]+)'|module '([\w.]+)' has __version__", message)
+    name = match and (match[1] or match[2]).split(".")[0]
+    return name if name in REQUIRED_IN_CI else None
+
+
+def fail_if_required(report) -> None:
+    """In CI, turn a skip ``report`` (a test's or a module's collection) for a missing required package into a
+    failure (a module's: a collection error, which stops the run); other skips (mkdocs, a device count) stay."""
+    if not (report.skipped and isinstance(report.longrepr, tuple) and in_ci()):
+        return
+    name = missing_required(report.longrepr[2])
+    if name is not None:
+        report.outcome = "failed"
+        report.longrepr = (f"{name} is required in CI (pip install -e '.[test,hf,bench]'); "
+                           f"outside CI this test skips: {report.longrepr[2]}")

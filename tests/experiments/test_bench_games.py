@@ -9,7 +9,7 @@ from jaxrl_reason.cli import run_experiment
 
 
 def test_kuhn_poker_both_samplers_report_finite_ratios(tmp_path):
-    pytest.importorskip("pgx")  # a failure in CI (tests/ci_packages.py)
+    pytest.importorskip("pgx")  # a failure in CI (testutil.fail_if_required)
     s = run_experiment("bench_games", ["--run-root", str(tmp_path), "--logger", "none", "--games", "kuhn_poker",
                                        "--sampler", "both", "--batch-size", "8", "--steps", "2", "--repeats", "1",
                                        "--search-batch", "2", "--num-simulations", "2"])

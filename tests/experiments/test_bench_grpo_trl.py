@@ -17,7 +17,7 @@ def _positive(v) -> bool:
 @pytest.mark.slow
 def test_tiny_run_reports_finite_ratios(tmp_path, monkeypatch):
     for package in ("torch", "transformers", "trl", "datasets"):
-        pytest.importorskip(package)  # a failure in CI (tests/ci_packages.py)
+        pytest.importorskip(package)  # a failure in CI (testutil.fail_if_required)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the tiny checkpoint and TRL's output dir (arms: subprocesses)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     main = runpy.run_path(str(available_experiments()["bench_grpo_trl"]))["main"]
