@@ -10,6 +10,8 @@ A record is ``docs/records/<claim>.json``::
 Commands write records (``jaxrl-reason run X --record PATH``, ``write_record``); pages quote them in generated
 blocks between ``<!-- records: claim_a claim_b -->`` and ``<!-- /records -->``, which
 ``python -m jaxrl_reason.utils.records docs/`` regenerates (``--check``: exit 1 when a page differs).
+``python -m jaxrl_reason.utils.records seeds OUT CLAIM FIGURE RUN.json ...`` writes one record of a figure over
+several seeds' records (each run's figure and their mean with its SE over seeds: ``over_seeds``).
 """
 
 from __future__ import annotations
@@ -161,9 +163,39 @@ def update_page(page_path: str | os.PathLike, records: dict[str, dict], check: b
     return new != text
 
 
+def over_seeds(runs: list[dict], figure: str) -> list[dict]:
+    """One figure of several runs (records of one command at different seeds) -> that figure per run (its own SE and
+    n) and their mean with its SE over runs (sample standard deviation / sqrt(k), n = k runs)."""
+    found = [[f for f in r["figures"] if f["name"] == figure] for r in runs]
+    if len(runs) < 2 or not all(found):
+        raise RecordError(f"over_seeds: needs >= 2 records that all hold the figure {figure!r}")
+    values = [f[0]["value"] for f in found]
+    k, mean = len(values), sum(values) / len(values)
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1) / k)
+    unit = {"unit": found[0][0]["unit"]} if found[0][0].get("unit") else {}
+    return [{**f[0], "name": f"{figure}, run {i}"} for i, f in enumerate(found)] + \
+        [{"name": f"mean {figure} over {k} runs", "value": round(mean, 6), "se": round(se, 6), "n": k, **unit}]
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["seeds"]:  # python -m jaxrl_reason.utils.records seeds OUT CLAIM FIGURE RUN.json ...
+        seeds = argparse.ArgumentParser(prog="python -m jaxrl_reason.utils.records seeds",
+                                        description="one record of a figure over several seeds' records")
+        seeds.add_argument("out")
+        seeds.add_argument("claim")
+        seeds.add_argument("figure", help="the figure's name in every run's record (e.g. 'gain')")
+        seeds.add_argument("runs", nargs="+", help="the runs' records, in seed order")
+        seeds.add_argument("--note", default="")
+        a = seeds.parse_args(argv[1:])
+        runs = [json.loads(pathlib.Path(p).read_text()) for p in a.runs]
+        commits = sorted({r["commit"] for r in runs})
+        write_record(a.out, a.claim, over_seeds(runs, a.figure), commit=", ".join(commits), machine=runs[0]["machine"],
+                     command=" ; ".join(r["command"] for r in runs), note=a.note)
+        return 0
     parser = argparse.ArgumentParser(prog="python -m jaxrl_reason.utils.records",
-                                     description="regenerate the records blocks of markdown pages")
+                                     description="regenerate the records blocks of markdown pages; "
+                                     "'seeds OUT CLAIM FIGURE RUN.json ...' combines seeds' records")
     parser.add_argument("paths", nargs="+", help="markdown files or folders (searched recursively)")
     parser.add_argument("--records", default="docs/records", help="the records folder (default docs/records)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page differs")

@@ -114,3 +114,20 @@ def test_cli_record_writes_the_summary_figures(tmp_path):
     assert rec["status"] == "current" and rec["commit"] and rec["machine"]
     figs = {f["name"]: f["value"] for f in rec["figures"]}
     assert figs["ppo_return"] == summary["ppo_return"] and figs["random_return"] == summary["random_return"]
+
+
+def test_seeds_combines_one_figure_of_several_runs(tmp_path):
+    runs = []
+    for seed, gain in enumerate((11.3, 7.2, 4.1)):
+        path = tmp_path / f"seed{seed}.json"
+        records.write_record(path, f"seed{seed}", [{"name": "gain", "value": gain, "se": 3.0, "n": 512,
+                                                   "unit": "points"}], command=f"run --seed {seed}", commit="abc",
+                             machine="m")
+        runs.append(str(path))
+    assert records.main(["seeds", str(tmp_path / "all.json"), "all", "gain", *runs]) == 0
+    figs = json.loads((tmp_path / "all.json").read_text())["figures"]
+    assert [f["name"] for f in figs] == ["gain, run 0", "gain, run 1", "gain, run 2", "mean gain over 3 runs"]
+    assert figs[-1]["value"] == pytest.approx(7.5333, abs=1e-3)
+    assert figs[-1]["se"] == pytest.approx(2.0851, abs=1e-3) and figs[-1]["n"] == 3  # sd (ddof 1) / sqrt(3)
+    with pytest.raises(records.RecordError, match="gain"):
+        records.over_seeds([json.loads(pathlib.Path(runs[0]).read_text())], "gain")
