@@ -12,8 +12,9 @@ in both arms (TRL gets conversational prompts); the reward functions are ours (`
 the same way in both. Matched settings: Adam (b2 0.999, TRL's), clip norm 1.0, constant learning rate,
 temperature, token-mean loss (TRL's "dapo"), group-std advantages, eps 0.2. TRL's gradient checkpointing is its
 default (on) unless ``--trl-no-gradient-checkpointing``; ours uses ``--remat`` (none / block / dots).
-Reported: median steady step time (the steps after warmup, median over rounds of each round's median), peak
-resident memory (``ru_maxrss`` of the arm's process), the ratio ours / TRL, and each arm's mean reward per step.
+Reported: median steady step time (the steps after warmup, median over rounds of each round's median), each
+round's own speed-up (the spread), peak resident memory (``ru_maxrss`` of the arm's process), the ratio ours / TRL,
+and each arm's mean reward per step.
 TRL and torch are benchmark dependencies only (``pip install trl``).
 """
 
@@ -222,6 +223,9 @@ def main(argv=None):
                         "peak_rss_gib": max(x["peak_rss"] for x in rs) / 2**30}
     summary["ratio_step_ours_over_trl"] = summary["ours"]["step_s"] / summary["trl"]["step_s"]
     summary["ratio_rss_ours_over_trl"] = summary["ours"]["peak_rss_gib"] / summary["trl"]["peak_rss_gib"]
+    # the spread: each round's speed-up (TRL's steady median / ours, the two arms of one round back to back)
+    summary["speedup_per_round"] = [statistics.median(t["step_s"][args.warmup:]) /
+                                    statistics.median(o["step_s"][args.warmup:]) for o, t in zip(runs["ours"], runs["trl"])]
     print(json.dumps(summary, indent=1))
     if args.record:
         from jaxrl_reason.utils.records import write_record
@@ -230,8 +234,15 @@ def main(argv=None):
         write_record(args.record, pathlib.Path(args.record).stem, [
             {"name": "speed-up (TRL step time / ours)", "value": 1 / summary["ratio_step_ours_over_trl"], "se": None,
              "n": steady, "unit": "x"},
+            {"name": "speed-up, slowest round", "value": min(summary["speedup_per_round"]), "se": None, "n": 1,
+             "unit": "x"},
+            {"name": "speed-up, fastest round", "value": max(summary["speedup_per_round"]), "se": None, "n": 1,
+             "unit": "x"},
             {"name": "peak RSS (ours / TRL)", "value": summary["ratio_rss_ours_over_trl"], "se": None, "n": args.rounds,
-             "unit": "x"}], note=f"{args.rounds} round(s) of {args.steps} steady steps per arm")
+             "unit": "x"}], note=f"{args.rounds} interleaved round(s) of {args.steps} steady steps per arm; speed-up: "
+            f"median over rounds of each arm's steady median (ours {summary['ours']['step_s']:.1f} s, TRL "
+            f"{summary['trl']['step_s']:.1f} s a step), with the slowest and fastest round's own ratio; memory: "
+            f"peak RSS {summary['ours']['peak_rss_gib']:.2f} / {summary['trl']['peak_rss_gib']:.2f} GiB")
     return summary
 
 

@@ -22,6 +22,7 @@ from jaxrl_reason.models.lm.hf_export import save_hf_model
 from jaxrl_reason.models.lm.sft import fit, sft_examples
 from jaxrl_reason.models.tokenizer import DEFAULT_SPECIAL, HFTokenizer
 from jaxrl_reason.tasks.base import response_ids, sample_problems
+from jaxrl_reason.tasks.dataset import task_rows
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.utils.validation import check_hyperparameters
 
