@@ -21,7 +21,7 @@ QUOTED = [
     ("README.md", "grpo_main_job", "start accuracy", "accuracy {v} ->"),
     ("README.md", "grpo_main_job", "final accuracy", "-> {v} ("),
     ("README.md", "grpo_main_job", "gain", "+{v} ± {se} points, n = 512"),
-    ("README.md", "grpo_main_job_seeds", "mean gain over seeds", "+{v} ± {se} over seeds 0-2"),
+    ("README.md", "grpo_main_job_seeds", "mean gain over seeds 0-2", "+{v} ± {se} over seeds 0-2"),
     ("README.md", "grpo_vs_trl", "speed-up (TRL step time / ours)", "is {v}x faster than TRL"),
     ("README.md", "grpo_vs_trl", "peak RSS (ours / TRL)", "at {v}x its memory"),
     ("README.md", "spiral_rae", "mean over seeds 0-3", "+{v} ± {se} (1,024 games each"),
