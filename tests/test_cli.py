@@ -189,11 +189,14 @@ def test_a_model_or_data_that_is_no_local_path_says_how_to_fetch_it(tmp_path, mo
         assert not (tmp_path / "runs").exists()
 
 
-def test_ctrl_c_stops_at_a_step_boundary_and_prints_how_to_resume(tmp_path, monkeypatch, capfd):
+def test_ctrl_c_stops_at_a_step_boundary_and_prints_how_to_resume(tmp_path, monkeypatch, capfd, request):
     """The console of a run (one line per evaluation; what the time before the first step goes to), and Ctrl-C: the
     step finishes and is checkpointed, the CLI prints the command that resumes it and exits 130; that command ends
     with the metrics of an uninterrupted run. A second Ctrl-C aborts at once (nothing kept before a step)."""
     run, exp, root = _tiny(tmp_path, monkeypatch)
+    # Python's Ctrl-C handler, as in a terminal (a worker started from a background job inherits SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     assert run(root=tmp_path / "full") == {"x": 4.0}
     out = capfd.readouterr()
     assert "[tiny] setting up: loading the model and data, building the trainer" in out.out
@@ -294,8 +297,15 @@ def test_kill_or_ctrl_c_and_resume_match_an_uninterrupted_run(tmp_path):
 
     # Ctrl-C (SIGINT) instead: the run stops after the step it is in, checkpoints it, exits 130 without a traceback
     # and prints the command that resumes it, which ends as the uninterrupted run did
-    proc = subprocess.Popen([sys.executable, script, "--run-root", str(tmp_path / "c"), *ARGS],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # a shell's background job (CI may start the suite as one) inherits SIGINT ignored, and Python then keeps it
+    # ignored: with a handler here the child starts with the default disposition (exec resets handled signals), as
+    # a terminal's foreground run does
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([sys.executable, script, "--run-root", str(tmp_path / "c"), *ARGS],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.time() + 240
     while time.time() < deadline and not list((tmp_path / "c").glob("ppo_catch/*/checkpoints/3")):
         time.sleep(0.05)

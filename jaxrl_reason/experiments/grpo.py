@@ -474,7 +474,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
               "held-out accuracy then measures those problems too")
     return _results(config, run_dir, model_dir, held_ds) | {
         "heldout_prompts_in_train": overlap, "dropped_train_prompts": train_ds.dropped, "hf": str(hf_dir),
-        "adapter": adapter_dir,
+        **({"adapter": adapter_dir} if adapter_dir else {}),  # LoRA runs: the PEFT adapter directory
         "correct_by": correct_by, "run_dir": str(run_dir.path)}
 
 
