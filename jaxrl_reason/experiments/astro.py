@@ -46,7 +46,7 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
 from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, SpelledTokenizer, Tokenizer, with_tokens
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.search.best_of_n import matched_best_of_n

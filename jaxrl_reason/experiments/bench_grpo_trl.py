@@ -117,7 +117,7 @@ def run_ours(args) -> dict:
 
     from jaxrl_reason.data import PromptDataset, PromptFormat
     from jaxrl_reason.models.lm import load_model, load_tokenizer
-    from jaxrl_reason.rl.grpo.losses import LossConfig
+    from jaxrl_reason.rl.lm.loss import LossConfig
     from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 
     tok = load_tokenizer(args.model)

@@ -70,7 +70,7 @@ from jaxrl_reason.rewards.evaluation import accuracy_rule, plot_eval, reward_eva
 from jaxrl_reason.rewards.user import required_fields
 from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks import RandomCalculation, task_rows

@@ -35,7 +35,7 @@ from jaxrl_reason.models.lm.lora import (
 from jaxrl_reason.models.lm.train import make_optimizer
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.models.lm.sft import fit
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks.base import sft_batch

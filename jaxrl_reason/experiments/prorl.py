@@ -16,7 +16,7 @@ from flax import nnx
 
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks import Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting
 from jaxrl_reason.tasks.evaluation import pass_at_k_eval

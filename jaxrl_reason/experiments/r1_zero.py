@@ -14,7 +14,7 @@ import tyro
 
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.tasks.evaluation import greedy_eval, pass_at_k_eval
 from jaxrl_reason.tasks.random_calculation import RandomCalculation

@@ -27,8 +27,8 @@ from flax import nnx
 from jaxrl_reason.models.lm import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.lm.sft import fit
-from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.advantages import ESTIMATORS, group_advantages
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
 from jaxrl_reason.rl.grpo.start import StartConfig, start_model_config
 from jaxrl_reason.rl.lm import UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.rl.lm.multiturn import HostRollout, lm_responder, response_width
@@ -77,8 +77,8 @@ class Config:
             raise ValueError("tool_use: steps, eval_every and log_every must be >= 0")
         if self.group_size < 2 or self.temperature <= 0 or self.lr <= 0:
             raise ValueError("tool_use: need group_size >= 2 (group advantages), temperature > 0 and lr > 0")
-        if not (0 <= self.sft_tool_fraction <= 1 and 0 <= self.sft_call_fraction <= 1) or self.advantage not in METHODS:
-            raise ValueError(f"tool_use: sft_tool_fraction and sft_call_fraction in [0, 1], advantage in {METHODS}")
+        if not (0 <= self.sft_tool_fraction <= 1 and 0 <= self.sft_call_fraction <= 1) or self.advantage not in ESTIMATORS:
+            raise ValueError(f"tool_use: sft_tool_fraction and sft_call_fraction in [0, 1], advantage in {tuple(ESTIMATORS)}")
 
 
 PRESETS = {

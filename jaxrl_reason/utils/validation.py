@@ -13,7 +13,7 @@ instead of its name's float range::
 
     CHECKS = (("group_size", at_least(2), "group-relative advantages need a group"),
               (("epochs", "minibatches"), at_least(1)),
-              ("advantage", one_of(METHODS)))
+              ("advantage", one_of(("grpo", "rloo"))))
     -> ValueError: GRPOConfig.group_size must be >= 2 (group-relative advantages need a group), got 1
 
 Rules between fields stay in ``__post_init__``, after the call, each one line: ``require(self, ok, message)``

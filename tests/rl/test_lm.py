@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.lm.loss import LossConfig
 
 PATH = pathlib.Path(__file__).parent / "lm" / "golden.json"
 
@@ -54,7 +54,7 @@ def _steps(trainer, state, n):
 def grpo(case: str, remat: str = "none", share_prompts: bool = True) -> dict:
     from jaxrl_reason.models.lm import LMConfig, Transformer
     from jaxrl_reason.models.tokenizer import CharTokenizer
-    from jaxrl_reason.rl.grpo.losses import LossConfig
+    from jaxrl_reason.rl.lm.loss import LossConfig
     from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
     from jaxrl_reason.tasks import RandomCalculation
     from jaxrl_reason.tasks.rewards import RewardConfig

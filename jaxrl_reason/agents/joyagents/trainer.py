@@ -12,7 +12,7 @@ without memory evolution; greedy evaluation per request type.
     evaluate(trainer, state, req_heldout) -> {"accuracy", "accuracy/<type>", "route_accuracy", ...}
 
 Plain joint GRPO (``mode="joint"``): each request is rolled out G times; the trajectory reward's
-group advantage (``rl.grpo.advantages.group_advantages``) is broadcast to every active node of the
+group advantage (``rl.lm.advantages.group_advantages``) is broadcast to every active node of the
 trajectory (``broadcast_advantages``), and all agents are updated from it.
 
 Node-wise Monte Carlo (``mode="nodewise"``): at the route node G fresh trajectories are sampled and
@@ -61,8 +61,8 @@ from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.lm.sft import SFTConfig, fit, sft_examples
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
-from jaxrl_reason.rl.grpo.advantages import METHODS, broadcast_advantages, group_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.advantages import REGISTERED, broadcast_advantages, group_advantages
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
 from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
@@ -142,7 +142,7 @@ class JoyConfig:
               ("memory_rate", Range(0.0, 1.0, low_open=True)),
               ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
               ("continuation", one_of(CONTINUATIONS)),
-              ("advantage", one_of(METHODS)))  # (utils.validation; lr and max_grad_norm: their names' ranges)
+              ("advantage", REGISTERED))  # (utils.validation; lr and max_grad_norm: their names' ranges)
 
     def __post_init__(self):
         check_hyperparameters(self)

@@ -46,8 +46,8 @@ from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, num_chunks, r
 from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
 from jaxrl_reason.models.lm.sft import SFTConfig, fit
 from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
-from jaxrl_reason.rl.grpo.advantages import METHODS, group_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.advantages import REGISTERED, group_advantages
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
 from jaxrl_reason.utils.validation import POSITIVE, at_least, check_hyperparameters, one_of
@@ -90,7 +90,7 @@ class MultiConvConfig:
     CHECKS = (("group_size", at_least(2), "group advantages need a group"),
               ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
               (("epochs", "minibatches", "logprob_chunk"), at_least(1)),
-              ("advantage", one_of(METHODS)))  # (utils.validation; lr and max_grad_norm: their names' ranges)
+              ("advantage", REGISTERED))  # (utils.validation; lr and max_grad_norm: their names' ranges)
 
     def __post_init__(self):
         check_hyperparameters(self)

@@ -22,8 +22,8 @@ from flax import nnx
 
 from jaxrl_reason.agents.rally import llm
 from jaxrl_reason.models.tokenizer import Tokenizer
-from jaxrl_reason.rl.grpo.advantages import grpo_advantages
-from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.advantages import grpo_advantages
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_optimizer, make_update
 from jaxrl_reason.utils.validation import check_hyperparameters
 

@@ -8,7 +8,7 @@ One step plays ``episodes_per_game`` games of every game in the config (each gam
 ``lax.scan`` over turns inside the same jitted program), computes per-episode advantages
 (``advantages.py``: RAE per (game, role), plain self-play, or a fixed opponent), gives every turn
 of a role its episode's advantage, puts the turns of all games in one batch (prompts right-padded
-to the longest game) and takes ``minibatches`` clipped policy-gradient steps (``rl/grpo/losses``,
+to the longest game) and takes ``minibatches`` clipped policy-gradient steps (``rl/lm/loss``,
 token-mean aggregation) on the stored per-turn token sequences: the turns are one ``rl.lm.Rollout``, the
 update the learner core's (``rl.lm.make_update``) with the sampler's log-probs as the old policy's. Metrics are
 global (``grad_norm``, ``loss``, ``entropy``, ...) and per game (``<game>/win0``, ``/draw``,
@@ -38,7 +38,7 @@ from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.mesh import data_mesh, replicate
-from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, trainable_rows_only
 from jaxrl_reason.rl.rae import init_baseline
 from jaxrl_reason.utils.validation import POSITIVE, Range, Rule, at_least, check_hyperparameters, one_of, require

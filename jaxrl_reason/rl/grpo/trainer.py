@@ -19,8 +19,8 @@ them with the reward functions in a thread pool (``rewards.RewardSuite``; weight
 advantage 0, no loss tokens; counted as ``reward/<name>/excluded`` and ``excluded``) while the device computes
 the old-policy and reference log-probs where they are needed; (4) in one jitted update (``rl.lm.make_update``): dynamic sampling (keep groups with non-zero
 reward variance first, then fill with the rest: static shapes, oversample-and-select), advantages
-(``rl.grpo.advantages.ESTIMATORS``), ``epochs`` x ``minibatches`` optimiser steps of the loss
-(``rl.grpo.losses``: objective clip / gspo / cispo), and the ProRL reference hard reset (reference <-
+(``rl.lm.advantages.ESTIMATORS``), ``epochs`` x ``minibatches`` optimiser steps of the loss
+(``rl.lm.loss``: objective clip / gspo / cispo), and the ProRL reference hard reset (reference <-
 policy and the optimiser state re-initialised every ``ref_reset_every`` steps). ``time_reward_idle_s``
 is the time the device waited for the host's rewards after its log-probs were done.
 
@@ -73,8 +73,8 @@ from jaxrl_reason.models.tokenizer import Tokenizer
 from jaxrl_reason.parallel.distributed import host_values, to_global
 from jaxrl_reason.parallel.mesh import config_mesh
 from jaxrl_reason.rewards import R1Format, RewardSuite, make_reward
-from jaxrl_reason.rl.grpo.advantages import METHODS, estimate
-from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.advantages import REGISTERED, estimate
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update, remat_graphdef
 from jaxrl_reason.rl.lm.logp import REMAT
 from jaxrl_reason.tasks.rewards import RewardConfig, task_rewards
@@ -125,7 +125,7 @@ class GRPOConfig:
     CHECKS = (("group_size", at_least(2), "group-relative advantages need a group"),
               (("prompts_per_step", "oversample", "epochs", "minibatches", "max_new_tokens"), at_least(1)),
               ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
-              ("advantage", one_of(METHODS)),
+              ("advantage", REGISTERED),
               ("ref_reset_every", or_none(at_least(1), "never")),
               ("remat", one_of(REMAT)),
               ("lr_schedule", one_of(LR_SCHEDULES)),

@@ -1,119 +1,539 @@
-"""The learner core of the LM RL trainers (GRPO, SPIRAL, MemAgent, JoyAgents, RALLY's intent model): one
-policy update from a ``Rollout``, built from a log-prob function, a loss and an optimiser.
+"""The one LM learner: every LM agent (GRPO, tool use, SPIRAL, MemAgent, JoyAgents, RALLY's intent model, ASTRO's
+RL stage, yours) is a rollout it trains.
 
-    update = make_update(logp_fn, loss_fn, optimizer, UpdateConfig(epochs=1, minibatches=1))
-    (params, opt_state), metrics = update(params, opt_state, rollout, key)      # pure: call it inside jit
+    learner = Learner(LearnerConfig(lr=1e-4, advantage="grpo"), model)      # or [model, ...]: one per agent role
+    agent = MyAgent(learner.graphdef, ...)              # anything with .rollout, or the rollout function itself
+    state = learner.init(jax.random.key(0), agent)
+    state, metrics = learner.step(state, agent, batch)
+    learner.evaluate(state, agent, batch); learner.save(state, dir); learner.restore(dir, agent); learner.export(...)
 
-    logp_fn(params, rows: Rollout) -> (logp [b, N], entropy [b, N] or None)     (e.g. ``rl.lm.logp.lm_logp_fn``)
-    loss_fn(logp, old_logp, advantages, mask, ref_logp, entropy) -> (loss, metrics)
-                                                     (e.g. ``partial(rl.grpo.losses.grpo_loss, config=LossConfig())``)
+The rollout: ``rollout(policy, key, batch) -> (Rollout, metrics)``; ``policy`` is the model's whole ``nnx.State``
+(trained and frozen parts merged: ``nnx.merge(learner.graphdef, policy)`` is the model), a tuple of them for
+several models. The ``Rollout`` (``rl.lm.rollout``) carries advantages of its own, or rewards and groups for the
+estimator ``LearnerConfig.advantage`` (any name in ``rl.lm.advantages.ESTIMATORS``). One step: the rollout, the
+advantages, the old-policy and reference log-probs where needed, ``epochs`` x ``minibatches`` optimiser steps of
+the objective ``loss.objective`` (``rl.lm.loss.OBJECTIVES``) through ``rl.lm.update.make_update``, the ProRL
+reference reset. A pure rollout runs with all of that in one jitted program; a host rollout (``host = True``:
+decoding, reward functions, a ``HostTextEnv``) runs in Python, then one jitted update.
 
-The update takes ``epochs`` passes over the rows, each a fresh shuffle split into ``minibatches`` gradient
-steps (``rl.update.minibatch_epochs``), or the steps of a custom ``batches(key, rows) -> idx [S, b]``.
-Old-policy log-probs (``UpdateConfig.old_logp``):
+Optional hooks of an agent (attributes; a plain function has none):
 
-    "auto"       ``rollout.old_logp`` if given; else, with one epoch of one minibatch and a deterministic
-                 ``logp_fn`` (no dropout), the loss forward's own log-probs under ``stop_gradient`` (the
-                 ratio is 1 with its true gradient; no extra forward pass); else "recompute"
-    "recompute"  ``rollout.old_logp`` if given, else one forward pass of ``params`` over every row first
-    "sampler"    ``rollout.sample_logp``: the log-probs the tokens were sampled with (SPIRAL)
+    host: bool                              the rollout runs host code (called outside jit)
+    score(rollout) -> (rollout, metrics)    host agents: the rewards, called after the learner dispatched its
+                                            old / reference log-prob passes, so they overlap the host's scoring
+    keys(key, step) -> (k_roll, k_update)   the step's keys (default ``split(fold_in(key, step))``)
+    num_groups: int                         the groups of a stateful estimator's carry (the RAE baselines)
+    init_carry() -> carry                   the agent's own state across steps (JoyAgents' memory); the rollout
+                                            is then ``rollout(policy, key, batch, carry) -> (Rollout, metrics, carry)``
+    logp(model, rows) -> (logp, entropy)    its own log-probs [B, N] (RALLY's letter softmax; entropy may be None);
+                                            default: the tempered response log-probs of the LM (``rl.lm.logp``)
+    batches(key, rows) -> idx [S, b]        its own minibatches (default: epochs x minibatches shuffles)
+    metrics(state) -> dict                  metrics of the state after the update (jitted with the step)
+    evaluate(policy, key, batch) -> dict    ``learner.evaluate``'s numbers (default: the rollout's mean reward,
+                                            its standard error and n)
 
-``metrics``: the loss's metrics and ``grad_norm`` stacked over the steps ([E, M], or [S]), plus
-``logp_mismatch`` (mean |old - sampler log-prob| over trained tokens, when both are known) and
-``sample_entropy`` (token-mean entropy of the old policy, when known), scalars.
+Programs are cached by (model structure, config, agent): runs of a study with equal agents share them. Device
+placement is done here, once, for every agent: without a mesh every leaf is committed to the parameters' device;
+with ``mesh`` (``parallel.mesh.make_mesh`` spec; in a multi-process run ``None`` means data over all devices) the
+parameters are sharded by the LM partition rules (FSDP / tensor axes where the mesh has them) and the rest of the
+state is replicated; a pure rollout's batch is replicated and split by the agent over the data axis.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import functools
+import time
+from typing import Any, Callable, NamedTuple, Sequence
 
+import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from flax import nnx
 
+from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_lora, lora_off
+from jaxrl_reason.parallel.distributed import to_global
+from jaxrl_reason.parallel.mesh import config_mesh, replicate
+from jaxrl_reason.rl.lm.advantages import REGISTERED, check_estimator, estimate, init_carry, select_groups
+from jaxrl_reason.rl.lm.logp import REMAT, lm_logp_fn, remat_graphdef, trainable_rows_only
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
+from jaxrl_reason.rl.lm.optim import ADAM_B2, lm_optimizer
 from jaxrl_reason.rl.lm.rollout import Rollout
-from jaxrl_reason.rl.update import gradient_step, minibatch_epochs
-from jaxrl_reason.utils.validation import at_least, check_hyperparameters, one_of
+from jaxrl_reason.rl.lm.update import OLD_LOGP, UpdateConfig, make_update
+from jaxrl_reason.utils.validation import NONNEGATIVE, POSITIVE, at_least, check_hyperparameters, one_of, or_none, require
 
-OLD_LOGP = ("auto", "recompute", "sampler")
+LR_SCHEDULES = ("constant", "cosine", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
-class UpdateConfig:
+class LearnerConfig:
+    lr: float = 1e-4
+    max_grad_norm: float = 1.0
+    adam_b2: float = ADAM_B2
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay on matrices (ndim >= 2; not norms or biases)
+    lr_schedule: str = "constant"  # constant | cosine | linear (decay to 0 at schedule_steps)
+    warmup_steps: int = 0  # linear warmup from 0 over these steps
+    schedule_steps: int = 0  # the steps cosine / linear decay over
+    advantage: str = "grpo"  # a registered estimator (rl.lm.advantages.ESTIMATORS)
+    loss: LossConfig = LossConfig()  # its objective: a registered one (rl.lm.loss.OBJECTIVES)
+    dynamic_sampling: bool = False  # with Rollout.keep: the informative groups first (DAPO)
     epochs: int = 1
     minibatches: int = 1
     wrap: bool = False  # rows need not divide into minibatches (the last rows of an epoch repeat a few)
-    old_logp: str = "auto"  # auto | recompute | sampler (module docstring)
-    group: int = 1  # rows come in groups of this many consecutive rows that minibatches keep whole (GRPO's
-    # samples of one prompt, for a logp_fn that runs each group's prompt once: ``lm_logp_fn(..., group=)``)
+    old_logp: str = "auto"  # auto | recompute | sampler (rl.lm.update)
+    prompt_group: int = 1  # rows per shared prompt in the log-prob passes (GRPO's group; rl.lm.logp)
+    temperature: float = 1.0  # the policy trained is the tempered one (as sampled)
+    logprob_chunk: int = 64
+    remat: str = "none"  # the loss forward's rematerialisation: none | block | dots (rl.lm.logp)
+    update_rows: int = 0  # > 0: rows per log-prob pass, passes without a trained row skipped (multi-turn padding)
+    lora: LoRAConfig | None = None  # train LoRA adapters only: params = adapters, the base frozen in rest
+    log_kl: bool = False  # reference log-probs without a KL term, for the kl / kl_ref metrics
+    ref_reset_every: int | None = None  # ProRL: reference <- policy and a fresh optimiser every N steps
+    mesh: str | None = None  # e.g. "data=8" or "data=2,fsdp=4" (parallel.mesh.make_mesh)
 
-    CHECKS = ((("epochs", "minibatches", "group"), at_least(1)), ("old_logp", one_of(OLD_LOGP)))  # utils.validation
+    CHECKS = (("advantage", REGISTERED),
+              (("epochs", "minibatches", "prompt_group", "logprob_chunk"), at_least(1)),
+              (("warmup_steps", "schedule_steps", "update_rows"), at_least(0)),
+              ("temperature", POSITIVE, "RL trains on the sampler's log-probs"),
+              ("old_logp", one_of(OLD_LOGP)),
+              ("remat", one_of(REMAT)),
+              ("lr_schedule", one_of(LR_SCHEDULES)),
+              ("weight_decay", NONNEGATIVE),
+              ("ref_reset_every", or_none(at_least(1), "never")))  # (utils.validation; lr, max_grad_norm: by name)
 
     def __post_init__(self):
         check_hyperparameters(self)
+        fits = not self.schedule_steps or self.schedule_steps > self.warmup_steps
+        require(self, self.lr_schedule == "constant" or fits,
+                f"lr_schedule {self.lr_schedule!r} needs schedule_steps ({self.schedule_steps}) > warmup_steps "
+                f"({self.warmup_steps})")
+        require(self, not (self.scheduled and self.ref_reset_every), "a learning-rate schedule or warmup restarts at "
+                "every reference reset (the optimiser is re-initialised): use one or the other")
 
-    def fused(self, deterministic: bool = True, custom_batches: bool = False) -> bool:
-        """Whether the old log-probs are the loss forward's own (no pass of their own)."""
-        return (self.old_logp == "auto" and self.epochs == 1 and self.minibatches == 1 and deterministic
-                and not custom_batches)
+    @property
+    def scheduled(self) -> bool:
+        """Whether the learning rate changes over the run (a schedule or warmup)."""
+        return self.lr_schedule != "constant" or self.warmup_steps > 0
 
-    def needs_old_pass(self, deterministic: bool = True, custom_batches: bool = False) -> bool:
-        """Whether old log-probs must come from a forward pass of their own (ahead, or inside the update)."""
-        return self.old_logp != "sampler" and not self.fused(deterministic, custom_batches)
+    def learning_rate(self) -> optax.Schedule:
+        """Step -> lr: linear warmup over ``warmup_steps``, then constant / cosine / linear decay to 0 at
+        ``schedule_steps``."""
+        if self.lr_schedule != "constant" and not self.schedule_steps:
+            raise ValueError(f"LearnerConfig: lr_schedule {self.lr_schedule!r} needs schedule_steps (the run's length)")
+        decay = self.schedule_steps - self.warmup_steps
+        after = {"constant": optax.constant_schedule(self.lr),
+                 "cosine": optax.cosine_decay_schedule(self.lr, max(decay, 1)),
+                 "linear": optax.linear_schedule(self.lr, 0.0, max(decay, 1))}[self.lr_schedule]
+        if not self.warmup_steps:
+            return after
+        return optax.join_schedules([optax.linear_schedule(0.0, self.lr, self.warmup_steps), after],
+                                    [self.warmup_steps])
+
+    @property
+    def needs_ref(self) -> bool:
+        """Whether the reference policy (its params and log-probs) is kept: a KL term or KL metrics."""
+        return self.loss.kl_coef > 0 or self.log_kl
+
+    @property
+    def dropout(self) -> bool:
+        return self.lora is not None and self.lora.dropout > 0
+
+    @property
+    def update_config(self) -> UpdateConfig:
+        return UpdateConfig(epochs=self.epochs, minibatches=self.minibatches, wrap=self.wrap, old_logp=self.old_logp,
+                            group=self.prompt_group)
+
+    def needs_old_pass(self, custom_batches: bool = False) -> bool:
+        """Whether old log-probs take a forward pass of their own (several steps per batch, or dropout)."""
+        return self.update_config.needs_old_pass(not self.dropout, custom_batches)
+
+    def optimizer(self) -> optax.GradientTransformation:
+        """``rl.lm.lm_optimizer`` with this learning rate (a schedule of steps when ``scheduled``: optax counts
+        optimiser updates, ``epochs * minibatches`` per step)."""
+        per_step, updates = self.learning_rate(), self.epochs * self.minibatches
+        lr = (lambda count: per_step(count // updates)) if self.scheduled else self.lr
+        return lm_optimizer(lr, self.max_grad_norm, self.adam_b2, self.weight_decay)
 
 
-def _masked_mean(x, mask):
-    return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+@flax.struct.dataclass
+class LearnerState:
+    params: Any  # trained: nnx.Param leaves, or (LoRA) the adapters only; a tuple of them for several models
+    rest: Any  # everything else (with LoRA the frozen base), not trained
+    ref_params: Any  # the reference's params (LoRA: the adapters with B zeroed); None without a KL term / KL metrics
+    opt_state: optax.OptState
+    step: jax.Array  # int32 []
+    key: jax.Array  # step s uses fold_in(key, s)
+    advantage_carry: Any = None  # a stateful estimator's state (the RAE baselines)
+    agent_carry: Any = None  # the agent's own state (``init_carry``)
 
 
-def make_update(logp_fn: Callable, loss_fn: Callable, optimizer: optax.GradientTransformation,
-                config: UpdateConfig = UpdateConfig(), *, deterministic: bool = True,
-                batches: Callable | None = None) -> Callable:
-    """-> ``update(params, opt_state, rollout, key) -> ((params, opt_state), metrics)`` (module docstring).
-    ``deterministic``: False when ``logp_fn`` draws dropout (then old log-probs are never fused)."""
-    fused = config.fused(deterministic, batches is not None)
+def _rollout_fn(agent) -> Callable:
+    return getattr(agent, "rollout", agent)
 
-    def update(params, opt_state, rollout: Rollout, key):
-        extras = {}
-        if config.old_logp == "sampler":
-            if rollout.sample_logp is None:
-                raise ValueError("UpdateConfig(old_logp='sampler') needs rollout.sample_logp")
-            rollout = rollout.replace(old_logp=rollout.sample_logp)
-        elif rollout.old_logp is None and not fused:
-            old, ent = jax.lax.stop_gradient(logp_fn(params, rollout))
-            rollout = rollout.replace(old_logp=old, old_entropy=rollout.old_entropy if ent is None else ent)
-        mask = rollout.token_mask
-        if not fused:
-            if rollout.sample_logp is not None and config.old_logp != "sampler":
-                extras["logp_mismatch"] = _masked_mean(jnp.abs(rollout.old_logp - rollout.sample_logp), mask)
-            if rollout.old_entropy is not None:
-                extras["sample_entropy"] = _masked_mean(rollout.old_entropy, mask)
 
-        def loss(params, rows: Rollout):
-            logp, ent = logp_fn(params, rows)
-            m = rows.token_mask
-            old = jax.lax.stop_gradient(logp) if fused else rows.old_logp
-            value, metrics = loss_fn(logp, old, rows.advantages, m, rows.ref_logp, ent)
-            if fused:  # one step over every row: the old policy's statistics come with the loss forward
-                if rows.sample_logp is not None:
-                    metrics = {**metrics, "logp_mismatch": _masked_mean(jnp.abs(old - rows.sample_logp), m)}
-                if ent is not None:
-                    metrics = {**metrics, "sample_entropy": _masked_mean(jax.lax.stop_gradient(ent), m)}
-            return value, metrics
+def default_keys(key, step):
+    """The step's (rollout key, update key): ``split(fold_in(key, step))``."""
+    return tuple(jax.random.split(jax.random.fold_in(key, step)))
 
-        if batches is None:
-            (params, opt_state), m = minibatch_epochs(loss, optimizer, params, opt_state, rollout, key, config.epochs,
-                                                      config.minibatches, wrap=config.wrap, group=config.group)
+
+def _merged(params, rest, multi: bool):
+    if multi:
+        return tuple(nnx.merge_state(p, r) for p, r in zip(params, rest))
+    return nnx.merge_state(params, rest)
+
+
+class Learner:
+    """The LM learner (module docstring). ``model``: an ``nnx`` LM, or a sequence of LMs of one structure (one per
+    agent role, each trained; rows pick theirs with ``rows.extra["model"]``)."""
+
+    def __init__(self, config: LearnerConfig, model: nnx.Module | Sequence[nnx.Module]):
+        self.config = config
+        self.multi = isinstance(model, (list, tuple))
+        models = list(model) if self.multi else [model]
+        if not models:
+            raise ValueError("Learner: no model")
+        if config.lora is not None:
+            models = [m if has_lora(m) else apply_lora(m, config.lora) for m in models]
+        kind = LoRAParam if config.lora is not None else nnx.Param
+        splits = [nnx.split(m, kind, ...) for m in models]
+        if any(s[0] != splits[0][0] for s in splits):
+            raise ValueError("Learner: the models must share one structure (graphdef)")
+        self.graphdef = splits[0][0]
+        pick = (lambda i: tuple(s[i] for s in splits)) if self.multi else (lambda i: splits[0][i])
+        self._params, self._rest = pick(1), pick(2)
+        self.optimizer = config.optimizer()
+        self.mesh = config_mesh(config.mesh)
+        self.loss_graphdef = remat_graphdef(self.graphdef, splits[0][1], splits[0][2], remat=config.remat)
+        # the programs depend on the config but not on the schedule of resets or the mesh (their shardings come in)
+        self._key_config = dataclasses.replace(config, ref_reset_every=None, mesh=None)
+        self._keep: dict = {}  # agents whose programs are cached by identity (kept alive)
+
+    # ----------------------------------------------------------------- state
+    def init(self, key: jax.Array, agent=None, params=None) -> LearnerState:
+        """The step-0 state: ``params`` (default: the model's) copied (updates are donated) and placed."""
+        cfg = self.config
+        check_estimator(cfg.advantage, "LearnerConfig.advantage")
+        params = jax.tree.map(jnp.array, self._params if params is None else params)
+        rest = jax.tree.map(jnp.array, self._rest)  # (with LoRA the base weights, still the model's arrays)
+        if self.mesh is not None:
+            from jaxrl_reason.models.lm.sharding import shard_state
+
+            params, rest = shard_state(params, self.mesh), shard_state(rest, self.mesh)
+        state = self.new_state(params, rest, key, agent)
+        leaf = jax.tree.leaves(params)[0]
+        if isinstance(leaf, jax.core.Tracer):
+            return state
+        if self.mesh is None:  # every leaf committed where the step leaves it (scalars too): no second compile
+            return jax.device_put(state, leaf.sharding)
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        on_mesh = lambda x: isinstance(getattr(x, "sharding", None), NamedSharding) and x.sharding.mesh == self.mesh
+        return jax.tree.map(lambda x: x if on_mesh(x) else to_global(x, replicated), state)
+
+    def new_state(self, params, rest, key, agent=None) -> LearnerState:
+        """The step-0 state of these params (pure: ``jax.eval_shape`` of it is the state's shapes)."""
+        cfg = self.config
+        ref = None
+        if cfg.needs_ref:
+            ref = jax.tree.map(jnp.copy, params)
+            if cfg.lora is not None:
+                ref = lora_off(ref)  # the base model: no copy of its weights
+        carry = init_carry(cfg.advantage, getattr(agent, "num_groups", 0) or 0)
+        if carry is not None and not getattr(agent, "num_groups", 0):
+            raise ValueError(f"advantage estimator {cfg.advantage!r} keeps a state per group: the agent must say its "
+                             "num_groups")
+        agent_carry = agent.init_carry() if hasattr(agent, "init_carry") else None
+        return LearnerState(params=params, rest=rest, ref_params=ref, opt_state=self.optimizer.init(params),
+                            step=jnp.int32(0), key=key, advantage_carry=carry, agent_carry=agent_carry)
+
+    def policy(self, state: LearnerState):
+        """The model's whole state (a tuple of them for several models): what a rollout samples with."""
+        return _merged(state.params, state.rest, self.multi)
+
+    def model(self, state: LearnerState, index: int = 0) -> nnx.Module:
+        """The (``index``-th) model with the state's weights (LoRA: the adapters on the frozen base)."""
+        if self.multi:
+            return nnx.merge(self.graphdef, state.params[index], state.rest[index])
+        return nnx.merge(self.graphdef, state.params, state.rest)
+
+    # ----------------------------------------------------------------- step
+    def step(self, state: LearnerState, agent, batch=None) -> tuple[LearnerState, dict]:
+        """One step of ``agent`` (a rollout function or an object with ``.rollout``) on ``batch``."""
+        if getattr(agent, "host", False):
+            return self._host_step(state, agent, batch)
+        return self._program("step", agent)(state, replicate(batch, self.mesh), self._reset_every)
+
+    def step_fn(self, agent, data: Callable[[int], Any] | None = None) -> Callable:
+        """``state -> (state, metrics)``: ``step`` on ``data(step)`` (default ``agent.batch(step)``, else None), the
+        shape ``rl.base.run_steps`` drives (a resumed run draws the batch of its step)."""
+        data = data or getattr(agent, "batch", None) or (lambda step: None)
+        return lambda state: self.step(state, agent, data(int(state.step)))
+
+    def _host_step(self, state, agent, batch):
+        cfg, step = self.config, int(state.step)
+        t0 = time.perf_counter()
+        k_roll, k_update = getattr(agent, "keys", default_keys)(state.key, step)
+        if hasattr(agent, "init_carry"):
+            rollout, metrics, agent_carry = _rollout_fn(agent)(self.policy(state), k_roll, batch, state.agent_carry)
+            state = state.replace(agent_carry=agent_carry)
         else:
-            idx = batches(key, rollout)
-            step = gradient_step(loss, optimizer)
-            (params, opt_state), m = jax.lax.scan(lambda c, i: step(c, rollout.take(i)), (params, opt_state), idx)
-        if fused:
-            extras.update({k: m.pop(k).mean() for k in ("logp_mismatch", "sample_entropy") if k in m})
-        return (params, opt_state), {**m, **extras}
+            rollout, metrics = _rollout_fn(agent)(self.policy(state), k_roll, batch)
+        t1 = time.perf_counter()
+        passes = self._program("passes", agent)
+        logps = {} if passes is None else passes(state, rollout.rows_only())  # dispatched: runs while the host scores
+        jax.block_until_ready(logps)
+        t2 = time.perf_counter()
+        if hasattr(agent, "score"):
+            rollout, scored = agent.score(rollout)
+            metrics = {**metrics, **scored}
+        t3 = time.perf_counter()
+        state, m = self._program("update", agent)(state, rollout, logps, k_update, self._reset_every)
+        jax.block_until_ready(state.params)
+        return state, {**m, **metrics, "time_sample_s": t1 - t0, "time_reward_idle_s": t3 - t2,
+                       "time_update_s": time.perf_counter() - t1 - (t3 - t2)}
 
-    return update
+    @property
+    def _reset_every(self) -> jax.Array:
+        return jnp.int32(self.config.ref_reset_every or 0)
+
+    def _program(self, kind: str, agent):
+        """The cached jitted program ``kind`` (step | passes | update) of ``agent``: a step holds the agent's
+        rollout; passes and updates only its hooks, so host agents with equal hooks share them."""
+        key = agent if kind == "step" else _Hooks.of(agent)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable agent: its own programs
+            key = _ByIdentity(key)
+        return _programs(self.graphdef, self.loss_graphdef, self._key_config, self.multi, kind, key)
+
+    # ----------------------------------------------------------------- evaluation, plan, checkpoints, export
+    def evaluate(self, state: LearnerState, agent, batch=None, key: jax.Array | None = None) -> dict:
+        """``agent.evaluate(policy, key, batch)``, or the rollout's mean reward with its standard error and n."""
+        key = jax.random.key(0) if key is None else key
+        if hasattr(agent, "evaluate"):
+            return agent.evaluate(self.policy(state), key, batch)
+        out = _rollout_fn(agent)(self.policy(state), key, batch, *((state.agent_carry,) if
+                                                                     hasattr(agent, "init_carry") else ()))
+        rollout = out[0]
+        if hasattr(agent, "score"):
+            rollout = agent.score(rollout)[0]
+        r = np.asarray(rollout.rewards, np.float64)
+        if rollout.valid is not None:
+            r = r[np.asarray(rollout.valid) > 0]
+        return {"reward": float(r.mean()), "reward_se": float(r.std(ddof=1) / np.sqrt(len(r))) if len(r) > 1 else 0.0,
+                "n": int(len(r))}
+
+    def plan(self, agent, batch=None, **kw):
+        """This run's memory and FLOPs per device from its compiled programs, without running them
+        (``rl.lm.plan``; ``.summary()``, ``.check()`` refuses one that does not fit)."""
+        from jaxrl_reason.rl.lm.plan import plan_step
+
+        return plan_step(self, agent, batch, **kw)
+
+    def save(self, state: LearnerState, directory, max_to_keep: int = 3) -> None:
+        """Write ``state`` as checkpoint ``state.step`` under ``directory`` (``utils.checkpoint``)."""
+        from jaxrl_reason.utils.checkpoint import Checkpointer
+
+        with Checkpointer(directory, max_to_keep=max_to_keep) as ckpt:
+            ckpt.save(int(state.step), state, force=True)
+
+    def restore(self, directory, agent=None, step: int | None = None, key: jax.Array | None = None) -> LearnerState:
+        """The state of checkpoint ``step`` (default the latest) under ``directory``, placed as ``init`` places."""
+        from jaxrl_reason.utils.checkpoint import Checkpointer
+
+        template = self.init(jax.random.key(0) if key is None else key, agent)
+        with Checkpointer(directory) as ckpt:
+            return ckpt.restore(template, step)[1]
+
+    def export(self, state: LearnerState, path, tokenizer=None, *, source=None, dtype: str | None = None,
+               adapter_path=None, index: int = 0) -> dict:
+        """The trained model as a HF directory at ``path`` (``models.lm.save_hf_model``; LoRA: the adapters merged)
+        and, for LoRA, a PEFT adapter at ``adapter_path`` (``models.lm.save_peft_adapter``; None where peft cannot
+        name them). Process 0 writes. -> {"hf": path, "adapter": path or None}."""
+        from jaxrl_reason.models.lm import save_hf_model, save_peft_adapter
+        from jaxrl_reason.parallel.distributed import gathered, on_primary
+
+        graphdef, weights = nnx.split(self.model(state, index))
+        policy = nnx.merge(graphdef, gathered(weights))  # multi-process: the whole policy on every host
+        hf = on_primary(lambda: str(save_hf_model(policy, path, tokenizer, source=source, dtype=dtype,
+                                                  overwrite=True)), errors=(ValueError, OSError))
+        adapter = None
+        if self.config.lora is not None and adapter_path is not None:
+            try:
+                adapter = on_primary(lambda: str(save_peft_adapter(policy, adapter_path, base_model=source,
+                                                                   overwrite=True)), errors=(ValueError, OSError))
+            except ValueError as e:
+                print(f"note: no PEFT adapter written ({e}); {path} holds the adapters merged", flush=True)
+        return {"hf": hf, "adapter": adapter}
 
 
-__all__ = ["OLD_LOGP", "UpdateConfig", "make_update"]
+# --------------------------------------------------------------------------------------------- the programs
+class _Hooks(NamedTuple):
+    """The hooks of an agent that its update programs call (module docstring)."""
+
+    logp: Callable | None
+    batches: Callable | None
+    metrics: Callable | None
+
+    @staticmethod
+    def of(agent) -> "_Hooks":
+        return _Hooks(*(getattr(agent, name, None) for name in _Hooks._fields))
+
+
+class _ByIdentity:
+    """A cache key of an unhashable object: the object itself (kept alive by the cache)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return isinstance(other, _ByIdentity) and other.obj is self.obj
+
+
+@functools.lru_cache(maxsize=None)
+def _programs(graphdef, loss_graphdef, cfg: LearnerConfig, multi: bool, kind: str, key):
+    key = key.obj if isinstance(key, _ByIdentity) else key
+    hooks = _Hooks.of(key) if kind == "step" else key
+    if kind == "passes":
+        return _passes(graphdef, cfg, multi, hooks)
+    learn = functools.partial(_learn, graphdef, loss_graphdef, cfg, multi, hooks)
+    if kind == "update":
+        return jax.jit(learn, donate_argnums=0)
+    agent = key
+    keys = getattr(agent, "keys", default_keys)
+    rollout_fn, carried = _rollout_fn(agent), hasattr(agent, "init_carry")
+
+    def step(state: LearnerState, batch, reset_every):
+        k_roll, k_update = keys(state.key, state.step)
+        policy = _merged(state.params, state.rest, multi)
+        if carried:
+            rollout, metrics, agent_carry = rollout_fn(policy, k_roll, batch, state.agent_carry)
+            state = state.replace(agent_carry=agent_carry)
+        else:
+            rollout, metrics = rollout_fn(policy, k_roll, batch)
+        state, m = learn(state, rollout, {}, k_update, reset_every)
+        return state, {**m, **metrics}
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def _logp_fn(graphdef, cfg: LearnerConfig, multi: bool, hooks: _Hooks, n: int, remat: str):
+    """(params, rest, rows) -> (logp [B, n], entropy [B, n] or None): the agent's ``logp`` or the LM's tempered
+    response log-probs; several models: each row under ``rows.extra["model"]``'s."""
+    own = hooks.logp
+    if own is not None:
+        one = lambda params, rest, rows: own(nnx.merge(graphdef, params, rest), rows)
+    else:
+        one = lm_logp_fn(graphdef, n, cfg.temperature, cfg.logprob_chunk, remat, cfg.prompt_group)
+    if cfg.update_rows:
+        one = trainable_rows_only(one, cfg.update_rows)
+    if not multi:
+        return one
+
+    def each(params, rest, rows):
+        out = [one(p, r, rows) for p, r in zip(params, rest)]
+        if len(out) == 1:
+            return out[0]
+        pick = lambda xs: jnp.choose(rows.extra["model"][:, None], xs, mode="clip")
+        return pick([o[0] for o in out]), (None if out[0][1] is None else pick([o[1] for o in out]))
+
+    return each
+
+
+def _passes(graphdef, cfg: LearnerConfig, multi: bool, hooks: _Hooks):
+    """Jitted: (state, rows) -> {"old", "old_entropy"} (when the update needs a pass of its own) and {"ref"} (with a
+    reference), each [B, N], over every row a host rollout gave; None when neither is needed."""
+    old = cfg.needs_old_pass(hooks.batches is not None)
+    if not (old or cfg.needs_ref):
+        return None
+
+    def run(state: LearnerState, rows: Rollout):
+        logp = _logp_fn(graphdef, cfg, multi, hooks, rows.mask.shape[1], "none")
+        out = {}
+        if old:
+            out["old"], out["old_entropy"] = logp(state.params, state.rest, rows)
+        if cfg.needs_ref:
+            out["ref"] = logp(state.ref_params, state.rest, rows)[0]
+        return {k: v for k, v in out.items() if v is not None}
+
+    return jax.jit(run)
+
+
+def _mean(x, w=None):
+    return x.mean() if w is None else (x * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+
+def _learn(graphdef, loss_graphdef, cfg: LearnerConfig, multi: bool, hooks: _Hooks, state: LearnerState,
+           rollout: Rollout, logps: dict, key, reset_every):
+    """The update of one step (pure): advantages, reference log-probs, the optimiser steps, the reference reset."""
+    r, metrics, carry = rollout, {}, state.advantage_carry
+    rows = None  # the kept rows (Rollout.keep), when groups are selected
+    valid = None if r.valid is None else jnp.asarray(r.valid, jnp.float32)
+    if r.rewards is not None:
+        rewards = jnp.asarray(r.rewards, jnp.float32)
+        metrics["reward"] = _mean(rewards, valid)
+    if r.advantages is None:
+        if r.rewards is None:
+            raise ValueError("the rollout gave neither advantages nor rewards")
+        if r.keep:  # rows are samples, in num_groups equal consecutive groups: train on ``keep`` of them
+            q = r.num_groups or rewards.shape[0]
+            g = rewards.shape[0] // q
+            grouped, gvalid = rewards.reshape(q, g), None if valid is None else valid.reshape(q, g)
+            sel, metrics["frac_filtered"] = select_groups(grouped, r.keep, cfg.dynamic_sampling, gvalid)
+            metrics["reward_selected"] = _mean(grouped[sel], None if gvalid is None else gvalid[sel])
+            rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
+            kept = None if valid is None else valid[rows]
+            adv, carry = estimate(cfg.advantage, rewards[rows], jnp.repeat(jnp.arange(r.keep), g), r.keep,
+                                  None if kept is None else kept > 0, carry)
+            r = r.take(rows).replace(advantages=adv)
+            valid = kept
+        else:
+            groups = jnp.zeros(rewards.shape, jnp.int32) if r.groups is None else r.groups
+            adv, carry = estimate(cfg.advantage, rewards, groups, r.num_groups or rewards.shape[0],
+                                  None if valid is None else valid > 0, carry)
+            r = r.replace(advantages=adv if r.sample is None else adv[r.sample])
+    metrics["response_length"] = r.mask.sum(-1).mean()
+    if valid is not None:  # excluded samples add no loss
+        row_valid = valid if r.sample is None else valid[r.sample]
+        r = r.replace(mask=r.mask * row_valid[:, None])
+    pick = lambda k: None if k not in logps else (logps[k] if rows is None else logps[k][rows])
+    r = r.rows_only().replace(ref_logp=r.ref_logp if pick("ref") is None else pick("ref"),
+                              old_logp=r.old_logp if pick("old") is None else pick("old"),
+                              old_entropy=r.old_entropy if pick("old_entropy") is None else pick("old_entropy"))
+    n = r.mask.shape[1]
+    if cfg.needs_ref and r.ref_logp is None:  # a pure rollout: the reference pass here, on the trained rows
+        ref = _logp_fn(graphdef, cfg, multi, hooks, n, "none")(state.ref_params, state.rest, r)[0]
+        r = r.replace(ref_logp=jax.lax.stop_gradient(ref))
+    if cfg.dropout:  # one seed per row; a minibatch uses its first row's
+        key, k_drop = jax.random.split(key)
+        r = r.replace(extra={**r.extra, "dropout_seed": jax.random.randint(k_drop, (len(r),), 0,
+                                                                           jnp.iinfo(jnp.int32).max)})
+    optimizer = cfg.optimizer()
+    logp_fn = _logp_fn(loss_graphdef, cfg, multi, hooks, n, cfg.remat)
+    learn = make_update(lambda p, rows: logp_fn(p, state.rest, rows), make_loss(cfg.loss), optimizer,
+                        cfg.update_config, deterministic=not cfg.dropout, batches=hooks.batches)
+    (params, opt_state), m = learn(state.params, state.opt_state, r, key)
+    step = state.step + 1
+    reset = (reset_every > 0) & (step % jnp.maximum(reset_every, 1) == 0)
+    keep_or = lambda a, b: jax.tree.map(lambda x, y: jnp.where(reset, x, y), a, b)
+    ref_params = None if state.ref_params is None else keep_or(params, state.ref_params)
+    opt_state = keep_or(optimizer.init(params), opt_state)
+    metrics.update({k: v.mean() for k, v in m.items()})
+    metrics["ref_reset"] = reset.astype(jnp.float32)
+    if "kl" in m:
+        metrics["kl_ref"] = m["kl"].reshape(-1)[0]
+    if cfg.scheduled:
+        metrics["lr"] = jnp.asarray(cfg.learning_rate()(state.step), jnp.float32)
+    new = state.replace(params=params, ref_params=ref_params, opt_state=opt_state, step=step, advantage_carry=carry)
+    if hooks.metrics is not None:
+        metrics.update(hooks.metrics(new))
+    return new, metrics
+
+
+__all__ = ["LR_SCHEDULES", "Learner", "LearnerConfig", "LearnerState", "default_keys"]

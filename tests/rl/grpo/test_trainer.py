@@ -380,7 +380,7 @@ def test_a_sample_a_reward_excludes_adds_nothing_to_the_update(bpe, jsonl_datase
     """The jitted update with sample 1 excluded (valid 0): its advantage is 0 and the others' are their group's
     without it; the updated params do not depend on its tokens or reward (token-mean loss: the same update as
     the batch without it), while changing a kept sample's tokens changes them (the check can fail)."""
-    from jaxrl_reason.rl.grpo.advantages import estimate, grpo_advantages
+    from jaxrl_reason.rl.lm.advantages import estimate, grpo_advantages
 
     cfg = dataclasses.replace(DATA_CFG, group_size=4, prompts_per_step=2)
     trainer = GRPOTrainer(cfg, bpe_model, bpe, jsonl_dataset, [make_reward("exact_match")])

@@ -17,7 +17,7 @@ from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer
-from jaxrl_reason.rl.grpo.losses import LossConfig
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
 from jaxrl_reason.rl.lm.plan import PlanError, plan_grpo
 from jaxrl_reason.tasks import RandomCalculation

@@ -1,4 +1,4 @@
-"""rl.lm.learner on a toy policy (logits = features @ w, no LM): the fused old log-probs give the update a separate
+"""rl.lm.update on a toy policy (logits = features @ w, no LM): the fused old log-probs give the update a separate
 old pass gives; the sampler's log-probs as the old policy's; loss_mask removes tokens from the loss; custom
 minibatch draws; config errors."""
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_reason.rl.grpo.losses import LossConfig, make_loss
+from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
 from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_optimizer, make_update
 
 B, N, V, D = 6, 4, 5, 3

@@ -5,9 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_reason.rl.grpo.advantages import (broadcast_advantages, dr_grpo_advantages, group_advantages,
+from jaxrl_reason.rl.lm.advantages import (broadcast_advantages, dr_grpo_advantages, group_advantages,
                                              grpo_advantages, rloo_advantages, segment_advantages)
-from jaxrl_reason.rl.grpo.losses import LossConfig, aggregate, grpo_loss, kl_estimate
+from jaxrl_reason.rl.lm.advantages import ESTIMATORS
+from jaxrl_reason.rl.lm.loss import LossConfig, aggregate, grpo_loss, kl_estimate
 from jaxrl_reason.rewards import Overlong
 
 R = jnp.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
@@ -21,8 +22,15 @@ def test_group_advantages_by_hand():
     np.testing.assert_allclose(group_advantages(R, "rloo"), rloo_advantages(R))
     with pytest.raises(ValueError, match="group_size >= 2"):
         grpo_advantages(jnp.ones((3, 1)))
-    with pytest.raises(ValueError, match="advantage method"):
+    with pytest.raises(ValueError, match="registered advantage estimator"):
         group_advantages(R, "ppo")
+    with pytest.raises(ValueError, match="keeps state between steps"):
+        group_advantages(R, "rae")
+    # "none" is A = r (SPIRAL's w/o RAE); its carry, the RAE baselines, is a diagnostic only
+    adv, base = ESTIMATORS["none"](R.reshape(-1), jnp.repeat(jnp.arange(2), 4), 2, None, jnp.zeros(2))
+    np.testing.assert_allclose(adv, R.reshape(-1))
+    np.testing.assert_allclose(base, ESTIMATORS["rae"](R.reshape(-1), jnp.repeat(jnp.arange(2), 4), 2, None,
+                                                       jnp.zeros(2))[1])
 
 
 def test_segment_and_broadcast_advantages_by_hand():
@@ -139,15 +147,15 @@ def test_cispo_clipped_stopped_weights_by_hand():
 
 
 def test_registries_are_open_and_checked():
-    from jaxrl_reason.rl.grpo import losses
-    from jaxrl_reason.rl.grpo.advantages import ESTIMATORS, estimate, register_estimator
+    from jaxrl_reason.rl.lm import loss as losses
+    from jaxrl_reason.rl.lm.advantages import ESTIMATORS, estimate, register_estimator
 
     assert {"clip", "gspo", "cispo"} <= set(losses.OBJECTIVES) and {"grpo", "dr_grpo", "rloo", "rae"} <= set(ESTIMATORS)
     with pytest.raises(ValueError, match="objective must be one of"):
         LossConfig(objective="ppo2")
     with pytest.raises(ValueError, match="already registered"):
         losses.register_objective("clip")(lambda *a: None)
-    with pytest.raises(ValueError, match="estimator must be one of"):
+    with pytest.raises(ValueError, match="registered advantage estimator"):
         estimate("gae", R.reshape(-1), jnp.repeat(jnp.arange(2), 4), 2)
 
     @register_estimator("_test_max_baseline")
@@ -163,7 +171,7 @@ def test_registries_are_open_and_checked():
 
 
 def test_estimators_by_hand_and_rae_is_spirals():
-    from jaxrl_reason.rl.grpo.advantages import estimate
+    from jaxrl_reason.rl.lm.advantages import estimate
     from jaxrl_reason.rl.rae import rae_advantages
 
     ids = jnp.repeat(jnp.arange(2), 4)
@@ -175,7 +183,7 @@ def test_estimators_by_hand_and_rae_is_spirals():
                                [2 / 3, -1 / 3, -1 / 3, 0, 0, 0, 0, 0], atol=1e-6)
     # RAE (SPIRAL's EMA per group, alpha 0.05, read before the update): group 0 sees 1 then 0, group 1 sees 3:
     # advantages 1 - 0, 3 - 0, 0 - 0.05; baselines 0.95 * 0.05 = 0.0475 and 0.15; the same as rl.rae's
-    from jaxrl_reason.rl.grpo.advantages import ESTIMATORS
+    from jaxrl_reason.rl.lm.advantages import ESTIMATORS
 
     r, g = jnp.array([1.0, 3.0, 0.0]), jnp.array([0, 1, 0])
     adv, base = ESTIMATORS["rae"](r, g, 2, None, jnp.zeros(2))
