@@ -50,12 +50,23 @@ def _steps(trainer, state, n):
     return _record(p0, jax.tree.map(np.asarray, state.params), m)
 
 
+def learner_steps(learner, agent, key, n, data=None) -> dict:
+    """``n`` learner steps of ``agent`` from ``learner.init(key, agent)`` on ``data(step)`` (default
+    ``agent.batch(step)``, else None) -> the record."""
+    state = learner.init(key, agent)
+    p0 = jax.tree.map(np.asarray, state.params)
+    step = learner.step_fn(agent, data)
+    for _ in range(n):
+        state, m = step(state)
+    return _record(p0, jax.tree.map(np.asarray, state.params), m)
+
+
 # ---------------------------------------------------------------------------------------- GRPO
 def grpo(case: str, remat: str = "none", share_prompts: bool = True) -> dict:
     from jaxrl_reason.models.lm import LMConfig, Transformer
     from jaxrl_reason.models.tokenizer import CharTokenizer
     from jaxrl_reason.rl.lm.loss import LossConfig
-    from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+    from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
     from jaxrl_reason.tasks import RandomCalculation
     from jaxrl_reason.tasks.rewards import RewardConfig
 
@@ -77,8 +88,8 @@ def grpo(case: str, remat: str = "none", share_prompts: bool = True) -> dict:
         cfg = dataclasses.replace(cfg, remat=remat)
     if not share_prompts:
         cfg = dataclasses.replace(cfg, share_prompts=False)
-    trainer = GRPOTrainer.for_tasks(cfg, model, tok, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=12)
-    return _steps(trainer, trainer.init(jax.random.key(0)), 2)
+    learner, agent = grpo_for_tasks(cfg, model, tok, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=12)
+    return learner_steps(learner, agent, jax.random.key(0), 2)
 
 
 # ---------------------------------------------------------------------------------------- agents

@@ -327,8 +327,11 @@ class Learner:
                 "n": int(len(r))}
 
     def plan(self, agent, batch=None, **kw):
-        """This run's memory and FLOPs per device from its compiled programs, without running them
-        (``rl.lm.plan``; ``.summary()``, ``.check()`` refuses one that does not fit)."""
+        """This run's memory and FLOPs per device from its compiled programs, without running them: the agent's
+        own ``plan(learner, **kw)`` (GRPO's) or ``rl.lm.plan.plan_step`` (``.summary()``, ``.check()`` refuses one
+        that does not fit)."""
+        if hasattr(agent, "plan"):
+            return agent.plan(self, **kw)
         from jaxrl_reason.rl.lm.plan import plan_step
 
         return plan_step(self, agent, batch, **kw)

@@ -1,13 +1,14 @@
-"""Know before you launch: compile a GRPO run's programs for its configured shapes without running them and
-report, per device, what its memory holds and what a step costs; refuse a plan that does not fit.
+"""Know before you launch: compile a learner's programs for an agent's shapes without running them and report,
+per device, what its memory holds and what a step costs; refuse a plan that does not fit.
 
-    p = plan_grpo(trainer)                  # GRPOTrainer: config, model, tokenizer, dataset shapes
+    p = learner.plan(agent, batch)          # the agent's own plan (GRPO's: plan_grpo), else plan_step
     print(p.summary())
     p.check()                               # PlanError (one line: the largest term and what to change)
-    p = plan_grpo(trainer, device_memory=8 << 30, flops_per_s=50e12)
+    p = plan_grpo(learner, agent, device_memory_bytes=8 << 30, flops_per_s=50e12)
 
-Nothing is allocated: the state is abstract (``jax.eval_shape`` of ``trainer.new_state``) and each program
-(sampling, the old / reference log-prob pass where one is needed, the update) is lowered and compiled
+Nothing is allocated: the state is abstract (``jax.eval_shape`` of ``learner.new_state``) and each program
+(GRPO: sampling, the old / reference log-prob pass where one is needed, the update; a pure agent: its one step
+program, whose FLOPs are XLA's count) is lowered and compiled
 (``jit(...).lower(...).compile()``); ``memory_analysis()`` gives its arguments, outputs, donated aliases and
 temporaries. Memory terms (bytes per device):
 
@@ -204,62 +205,81 @@ def logp_flops(model_cfg, matmul_params: int, rows: int, prompt: int, new: int, 
     return float(blocks + rows * new * 2 * head)
 
 
-def plan_grpo(trainer, *, device_memory_bytes: int | None = None, flops_per_s: float | None = None) -> Plan:
-    """Compile ``trainer``'s (a ``GRPOTrainer``) sampling, log-prob and update programs for its shapes, without
-    running them, and return their ``Plan`` (single process; per device with a mesh)."""
-    cfg, tr = trainer.config, trainer
-    state = jax.eval_shape(tr.new_state, tr._init_params, tr._rest, jax.random.key(0))
-    b, p, n = cfg.groups_sampled * cfg.group_size, tr.prompt_len, cfg.max_new_tokens
+def _abstract_state(learner, agent):
+    key = jax.random.key(0)
+    return jax.eval_shape(lambda p, r: learner.new_state(p, r, key, agent), learner._params, learner._rest)
+
+
+def _plan(learner, state, programs: dict, flops: dict, kv: int, device_memory_bytes, flops_per_s) -> Plan:
+    dev = jax.devices()[0]
+    return Plan(device=f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
+                device_memory=device_memory(dev) if device_memory_bytes is None else device_memory_bytes,
+                params=_bytes(state.params), rest=_bytes(state.rest), optimizer_state=_bytes(state.opt_state),
+                reference=_bytes(state.ref_params), kv_cache=kv, programs=programs, flops=flops,
+                flops_per_s=flops_per_s or measured_flops_per_s(dev))
+
+
+def plan_step(learner, agent, batch=None, *, device_memory_bytes: int | None = None,
+              flops_per_s: float | None = None) -> Plan:
+    """A pure agent's plan: its one jitted step program (rollout + update) compiled for ``batch`` (single
+    process; per device with a mesh). Its FLOPs are XLA's count (loop bodies once: a lower bound)."""
+    if getattr(agent, "host", False):
+        raise ValueError("plan_step: a host agent's rollout is not one program; give it a plan(learner) of its own")
+    state = _abstract_state(learner, agent)
+    compiled = learner._program("step", agent).lower(state, batch, jax.ShapeDtypeStruct((), jnp.int32)).compile()
+    update = ProgramPlan.of(compiled, _bytes(state))
+    return _plan(learner, state, {"update": update}, {"update": update.flops_xla}, 0, device_memory_bytes,
+                 flops_per_s)
+
+
+def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_per_s: float | None = None) -> Plan:
+    """Compile GRPO's (``rl.grpo.GRPOAgent`` on ``learner``) sampling, log-prob and update programs for its shapes,
+    without running them, and return their ``Plan`` (single process; per device with a mesh)."""
+    from jaxrl_reason.models.lm.sampler import generate
+    from jaxrl_reason.rl.lm.rollout import Rollout
+
+    cfg, lcfg = agent.config, learner.config
+    state = _abstract_state(learner, agent)
+    b, p, n = cfg.groups_sampled * cfg.group_size, agent.prompt_len, cfg.max_new_tokens
     i32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)
     f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)
     key = jax.eval_shape(lambda: jax.random.key(0))
-    model_state = jax.eval_shape(lambda s: nnx.merge_state(s.params, s.rest), state)
-    stops = i32(b, *np.shape(tr.stop_tokens))
-    seqs = None if tr.stop_sequences is None else i32(b, *np.shape(tr.stop_sequences))
-    from jaxrl_reason.models.lm.sampler import generate
-
-    sample = generate.lower(tr.graphdef, model_state, i32(b, p), i32(b), key, stops, i32(b), seqs,
-                            config=tr.sampler_config).compile()
+    model_state = jax.eval_shape(learner.policy, state)
+    stops = i32(b, *np.shape(agent.stop_tokens))
+    seqs = None if agent.stop_sequences is None else i32(b, *np.shape(agent.stop_sequences))
+    sample = generate.lower(learner.graphdef, model_state, i32(b, p), i32(b), key, stops, i32(b), seqs,
+                            config=agent.sampler_config).compile()
     params_b, rest_b = _bytes(state.params), _bytes(state.rest)
-    opt_b, ref_b = _bytes(state.opt_state), _bytes(state.ref_params)
     programs = {"sample": ProgramPlan.of(sample, params_b + rest_b)}
-    logps = {}
-    if tr._logprobs is not None:
-        lp = tr._logprobs.lower(state, i32(b, p), i32(b), i32(b, n)).compile()
-        programs["logprobs"] = ProgramPlan.of(lp, _bytes(state))
-        logps = jax.eval_shape(tr._logprobs, state, i32(b, p), i32(b), i32(b, n))
-    update = tr._update.lower(state, key, i32(b, p), i32(b), i32(b, n), i32(b), f32(b, n), logps,
-                              f32(cfg.groups_sampled, cfg.group_size), i32()).compile()
+    rows = Rollout(i32(b, p + n), i32(b), f32(b, n), sample_logp=f32(b, n), num_groups=cfg.groups_sampled,
+                   keep=cfg.prompts_per_step)
+    passes, logps = learner._program("passes", agent), {}
+    if passes is not None:
+        programs["logprobs"] = ProgramPlan.of(passes.lower(state, rows).compile(), _bytes(state))
+        logps = jax.eval_shape(passes, state, rows)
+    scored = rows.replace(rewards=f32(b), valid=f32(b))
+    update = learner._program("update", agent).lower(state, scored, logps, key, i32()).compile()
     programs["update"] = ProgramPlan.of(update, _bytes(state))
 
-    model_cfg = _model_cfg(tr)
+    model_cfg = nnx.merge(learner.graphdef, learner._params, learner._rest).cfg
     from jaxrl_reason.models.lm.model import init_cache
 
     kv = _bytes(jax.eval_shape(lambda: init_cache(model_cfg, b, p + n)))
     embed = model_cfg.vocab_size * model_cfg.d_model  # a lookup, not a matmul (unless it is the tied head)
-    matmul = _count(tr._init_params) + _count(tr._rest) - (0 if model_cfg.tie_embeddings else embed)
-    rows = cfg.prompts_per_step * cfg.group_size
-    fwd = logp_flops(model_cfg, matmul, rows, p, n, cfg.prompt_group)
-    passes = 3 + (cfg.remat == "block")  # forward + backward (2 x), + the blocks' recomputation
-    flops = {"sample": forward_flops(model_cfg, matmul, b, p + n, p + n),
-             "update": passes * fwd * cfg.epochs}
-    if tr._logprobs is not None:
-        flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * (cfg.needs_old_pass
-                                                                                        + cfg.needs_ref)
-    dev = jax.devices()[0]
-    return Plan(device=f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
-                device_memory=device_memory(dev) if device_memory_bytes is None else device_memory_bytes,
-                params=params_b, rest=rest_b, optimizer_state=opt_b, reference=ref_b, kv_cache=kv, programs=programs,
-                flops=flops, flops_per_s=flops_per_s or measured_flops_per_s(dev))
+    matmul = _count(learner._params) + _count(learner._rest) - (0 if model_cfg.tie_embeddings else embed)
+    rows_trained = cfg.prompts_per_step * cfg.group_size
+    fwd = logp_flops(model_cfg, matmul, rows_trained, p, n, cfg.prompt_group)
+    passes_n = 3 + (cfg.remat == "block")  # forward + backward (2 x), + the blocks' recomputation
+    flops = {"sample": forward_flops(model_cfg, matmul, b, p + n, p + n), "update": passes_n * fwd * cfg.epochs}
+    if passes is not None:
+        flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * (lcfg.needs_old_pass()
+                                                                                        + lcfg.needs_ref)
+    return _plan(learner, state, programs, flops, kv, device_memory_bytes, flops_per_s)
 
 
 def _count(tree) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)))
 
 
-def _model_cfg(trainer):
-    return nnx.merge(trainer.graphdef, trainer._init_params, trainer._rest).cfg
-
-
 __all__ = ["ADVICE", "Plan", "PlanError", "ProgramPlan", "device_memory", "forward_flops", "measured_flops_per_s",
-           "plan_grpo"]
+           "plan_grpo", "plan_step"]
