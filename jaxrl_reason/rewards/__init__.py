@@ -25,8 +25,10 @@ Answer rewards score the completion's final answer only (``final_answer``: ``req
 "boxed"``; thinking spans, restatements of the prompt and hedges between several answers score 0).
 Built-ins (``REWARDS`` / ``make_reward``): exact_match, math_verify, r1_format, overlong, random,
 wrong_label; in code: ``TaskCorrect`` (the synthetic tasks of ``jaxrl_reason.tasks``), ``Inverted`` and
-``WithMalformedPenalty`` (spurious-reward variants). Your own by reference (the CLI's ``--reward-fn``):
-``load_reward_fn("my_rewards.py:brevity")``, signature-checked (``rewards.user``).
+``WithMalformedPenalty`` (spurious-reward variants; the synthetic tasks' presets, ``tasks.rewards.task_rewards``,
+are lists of these). Your own by reference (the CLI's ``--reward-fn``): ``load_reward_fn("my_rewards.py:brevity")``,
+signature-checked (``rewards.user``). Evaluation with reward functions, of your data and of the synthetic tasks:
+``rewards.evaluation``. Not reward functions: the in-jit verifiers of token ids for search (``tasks.verify``).
 """
 
 from jaxrl_reason.rewards.answers import MAX_ANSWER_CHARS, REQUIRE, answers_match, final_answer, normalize_answer

@@ -1,5 +1,9 @@
-"""Evaluation of a policy LM on held-out rows of your data with your reward functions: greedy accuracy, pass@k and
-mean@n of sampled completions, each reward's mean, response length, all with SE and n; a plot of them over a run.
+"""Evaluation of a policy LM, one module for your data and the synthetic tasks: greedy accuracy, pass@k and mean@n
+of sampled completions, each reward's mean, response length, all with SE and n; a plot of them over a run; the
+partial-prompt contamination probe.
+
+Your data (rows of a ``data.PromptDataset`` or an eval file) with your reward functions (the reward protocol of
+``jaxrl_reason.rewards``):
 
     res = reward_eval(model, tok, prompt_dataset, suite, max_new_tokens, n_samples=8)
         -> {"accuracy", "se", "n", "excluded", "reward/<name>" (+ "_se", "_n"), "response_length" (+ "_se"),
@@ -8,20 +12,31 @@ mean@n of sampled completions, each reward's mean, response length, all with SE 
     ev = FileEval(tok, "heldout.jsonl", [fn], max_new_tokens); ev(model)   # the file prepared once, then each eval
     rule, words = accuracy_rule(rows, suite.names)   # what counts correct: "strict" where rows have answers
     plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png")   # the "eval/" metrics over the run's steps
-    pass_at_k(n, c, k)   # the unbiased estimator (the synthetic tasks' ``tasks.evaluation`` uses it too)
+    pass_at_k(n, c, k)   # the unbiased estimator (both halves use it)
 
-A row (and each sampled completion) is correct by the strict answer match (``rewards.answers``: the extracted final
-answer against the row's answer field) whenever every row has that field, whatever the rewards are (a shaped reward
-such as 0.5 x correct + 0.5 x short is reported as a reward: its mean with SE); without answers, when the reward named
-``accuracy`` (default: the first) is ``>= threshold``. ``accuracy_rule`` says which, in words, for a run to log once
-(metrics hold scalars only).
+The synthetic tasks' held-out problems (a ``tasks.ProblemBatch`` made with ``tok``, whose R1 tags are single
+tokens; correct by the task's own check, ``rewards.TaskCorrect``, the GRPO presets' reward):
+
+    greedy_eval(model, tasks, batch, max_new_tokens, tok)          -> {"accuracy", "format_rate", "by_difficulty", ...}
+    pass_at_k_eval(model, tasks, batch, tok, n=64, ks=(1, 8, 64))  -> {"pass@1": .., "pass@8": .., per task}
+    contamination_probe(model, problems, tok, fraction=0.6)        -> {"completion_exact", "answer_accuracy"}
+
+A row (and each sampled completion) of your data is correct by the strict answer match (``rewards.answers``: the
+extracted final answer against the row's answer field) whenever every row has that field, whatever the rewards are (a
+shaped reward such as 0.5 x correct + 0.5 x short is reported as a reward: its mean with SE); without answers, when
+the reward named ``accuracy`` (default: the first) is ``>= threshold``. ``accuracy_rule`` says which, in words, for a
+run to log once (metrics hold scalars only).
 
 pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are correct,
-pass@k = 1 - C(n-c, k) / C(n, k), computed as a stable product; it is reported for k = 1, 2, 4, ..., n.
+pass@k = 1 - C(n-c, k) / C(n, k), computed as a stable product; ``reward_eval`` reports it for k = 1, 2, 4, ..., n.
 mean@n is the mean correctness of the n samples (c / n): it is also the unbiased estimate of the expected
 accuracy of k samples for every k <= n, so one number stands for all of them. A sample a reward excludes (None)
 counts in neither: accuracy and its SE are over the rows the accuracy reward scored (``n``; ``excluded`` the
 rest), pass@k over each row's scored samples (rows with fewer than k of them left out: ``pass@k_n`` rows).
+
+The contamination probe ("Reasoning or Memorization?", arXiv 2507.10532) gives the model the first ``fraction`` of
+a problem's text and greedy-decodes: a model that saw the test problems verbatim completes the rest exactly (and then
+answers correctly); a clean model cannot, since the rest is random digits and operators.
 """
 
 from __future__ import annotations
@@ -30,11 +45,13 @@ import logging
 from typing import Callable, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_reason.data import PromptDataset, load_rows
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
 from jaxrl_reason.models.tokenizer import Tokenizer
+from jaxrl_reason.rewards.builtin import R1Format, TaskCorrect, extract_answer
 from jaxrl_reason.rewards.suite import RewardSuite
 
 log = logging.getLogger(__name__)
@@ -332,3 +349,90 @@ def plot_eval(rows: Sequence[Mapping], path, prefix: str = "eval/", title: str =
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+# ------------------------------------------------------------------------------ the synthetic tasks
+def answer_stops(tokenizer: Tokenizer) -> jax.Array:
+    """The stop tokens of an R1 response: ``</answer>`` and eos, int32 [2]."""
+    return jnp.array([tokenizer.tag_ids().answer_end, tokenizer.eos_id], jnp.int32)
+
+
+def task_scores(tasks: Sequence, batch, completions: Sequence[str], tokenizer: Tokenizer) -> dict:
+    """Text-level scores of completions of ``batch``'s problems (a ``tasks.ProblemBatch``), the GRPO trainer's
+    rewards: {"correct", "formatted"} [B] bool (``rewards.TaskCorrect``, ``rewards.R1Format``)."""
+    prompts = tokenizer.decode_batch(np.asarray(batch.prompts), np.asarray(batch.prompt_lens), skip_special=False)
+    fields = {"task": [p.task for p in batch.problems], "problem": list(batch.problems)}
+    return {"correct": np.asarray(TaskCorrect(tuple(tasks))(prompts, completions, **fields)) == 1.0,
+            "formatted": np.asarray(R1Format()(prompts, completions)) == 1.0}
+
+
+def _breakdown(values: np.ndarray, labels: np.ndarray) -> dict:
+    return {int(l): float(values[labels == l].mean()) for l in np.unique(labels)}
+
+
+def greedy_eval(model, tasks: Sequence, batch, max_new_tokens: int, tokenizer: Tokenizer) -> dict:
+    """Greedy decode of ``batch`` (a ``tasks.ProblemBatch`` of ``tasks``' problems) -> {"accuracy", "format_rate",
+    "response_length", "by_difficulty" {difficulty: accuracy}, "by_task" {name: accuracy}}."""
+    _, lengths, completions = generate_completions(model, batch.prompts, batch.prompt_lens, tokenizer,
+                                                   jax.random.key(0), 0.0, max_new_tokens)
+    s = task_scores(tasks, batch, completions, tokenizer)
+    c = s["correct"].astype(np.float64)
+    return {
+        "accuracy": float(c.mean()),
+        "format_rate": float(s["formatted"].mean()),
+        "response_length": float(lengths.mean()),
+        "by_difficulty": _breakdown(c, np.asarray(batch.difficulty)),
+        "by_task": {tasks[t].name: v for t, v in _breakdown(c, np.asarray(batch.task_id)).items()},
+    }
+
+
+def pass_at_k_eval(model, tasks: Sequence, batch, tokenizer: Tokenizer, n: int = 64,
+                   ks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), temperature: float = 1.0, max_new_tokens: int = 32,
+                   key=None, rows_per_call: int = 2048) -> dict:
+    """n samples per problem of ``batch`` (a ``tasks.ProblemBatch``); returns mean pass@k overall and per task
+    ("pass@k", "by_task")."""
+    if any(not 1 <= k <= n for k in ks):
+        raise ValueError(f"every k must be in [1, n={n}], got {tuple(ks)}")
+    key = jax.random.key(0) if key is None else key
+    reps = max(1, min(n, rows_per_call // max(len(batch), 1)))
+    rep_batch = batch.repeat(reps)  # [len*reps], problem-major
+    counts = np.zeros(len(batch), np.int64)
+    done = 0
+    while done < n:
+        key, sub = jax.random.split(key)
+        *_, completions = generate_completions(model, rep_batch.prompts, rep_batch.prompt_lens, tokenizer, sub,
+                                               temperature, max_new_tokens)
+        ok = task_scores(tasks, rep_batch, completions, tokenizer)["correct"].reshape(len(batch), reps)
+        take = min(reps, n - done)
+        counts += ok[:, :take].sum(1)
+        done += take
+    res = {f"pass@{k}": float(pass_at_k(n, counts, k).mean()) for k in ks}
+    tid = np.asarray(batch.task_id)
+    res["by_task"] = {tasks[t].name: {f"pass@{k}": float(pass_at_k(n, counts[tid == t], k).mean()) for k in ks}
+                      for t in np.unique(tid)}
+    return res
+
+
+def contamination_probe(model, problems: Sequence, tokenizer: Tokenizer, fraction: float = 0.6,
+                        answer_budget: int = 32, prompt_len: int | None = None) -> dict:
+    """Give the first ``fraction`` of each problem's text (``problems``: ``tasks.Problem`` objects); greedy-complete
+    it.
+
+    Returns completion_exact (fraction whose remaining text is reproduced exactly) and
+    answer_accuracy (the exact answer appears in the <answer> span of the continuation).
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"contamination_probe: fraction must be in (0, 1), got {fraction}")
+    heads, rests = [], []
+    for p in problems:
+        cut = max(1, int(round(fraction * len(p.prompt))))
+        heads.append([tokenizer.bos_id] + tokenizer.encode(p.prompt[:cut]))
+        rests.append(tokenizer.encode(p.prompt[cut:]))
+    plen = prompt_len or max(map(len, heads))
+    rlen = max(map(len, rests))
+    prompts, plens = tokenizer.pad_batch(heads, plen)
+    toks, _, completions = generate_completions(model, prompts, plens, tokenizer, jax.random.key(0), 0.0,
+                                                rlen + answer_budget)
+    completed = np.array([toks[i, : len(r)].tolist() == r for i, r in enumerate(rests)])
+    correct = np.array([extract_answer(c) == p.answer for c, p in zip(completions, problems)])
+    return {"completion_exact": float(completed.mean()), "answer_accuracy": float(correct.mean()), "fraction": fraction}

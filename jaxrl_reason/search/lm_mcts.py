@@ -18,7 +18,7 @@ the ``branching`` candidate next steps that were sampled when the node was expan
   equal to an earlier one of the same node gets zero prior (``dedupe_candidates``), and so does one
   that an optional local step check rejects (``step_is_wrong``, a process verifier);
 - value: the fraction of the rollouts whose answer passes the verifier (``verify``: exact match by
-  default, or ``tasks.rewards.answer_verifier(task, tokenizer)`` for a task with many valid answers); optionally
+  default, or ``tasks.verify.answer_verifier(task, tokenizer)`` for a task with many valid answers); optionally
   (``value_check``) graded by a process check: unverified rollouts count ``process_weight`` x the
   fraction of their steps before the first false one (``steps_before_first_wrong``);
 - a step that closes ``</think>`` makes a terminal node: its edge reward is ``2 * value - 1``, so a
@@ -48,7 +48,7 @@ from flax import struct
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
 from jaxrl_reason.models.tokenizer import R1_TAGS, Tokenizer
 from jaxrl_reason.models.lm.sequences import join
-from jaxrl_reason.tasks.rewards import verify_exact
+from jaxrl_reason.tasks.verify import verify_exact
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
@@ -80,7 +80,7 @@ def step_ids(tokenizer: Tokenizer) -> StepIds:
 
 @functools.lru_cache(maxsize=16)
 def exact_verifier(tokenizer: Tokenizer):
-    """The default ``verify``: exact match of the answer span (``tasks.rewards.verify_exact``) with
+    """The default ``verify``: exact match of the answer span (``tasks.verify.verify_exact``) with
     ``tokenizer``'s tags; one function object per tokenizer."""
     return functools.partial(verify_exact, tags=tokenizer.tag_ids())
 
@@ -259,7 +259,7 @@ def make_step_search(graphdef, cfg: StepSearchConfig, step_is_wrong=None, value_
     ``value_check`` (optional, same signature): the process check grades open nodes instead of pruning:
     a node whose rollouts go further before their first rejected step is worth more
     (``StepSearchConfig.process_weight``; a verified rollout still counts 1).
-    ``verify``: the answer verifier of the task (``tasks.rewards.answer_verifier(task, tokenizer)``; default
+    ``verify``: the answer verifier of the task (``tasks.verify.answer_verifier(task, tokenizer)``; default
     ``None``: exact match, ``exact_verifier(tokenizer)``).
     """
     ids = step_ids(tokenizer)

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_reason.models.tokenizer import Tokenizer
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import UNIT, Range, Rule, at_least, check_hyperparameters, one_of, or_none, require
 
 KINDS = ("needle", "multihop")
 HAYSTACKS = ("facts", "noise")
@@ -133,26 +133,20 @@ class LongContextTask:
     p_no_answer: float = 0.0
     no_answer: str = "none"
 
+    # rules of one field (utils.validation; p_no_answer: its name's range [0, 1]); between fields, in __post_init__
+    CHECKS = (("kind", one_of(KINDS)),
+              ("haystack", one_of(HAYSTACKS)),
+              ("num_facts", at_least(0), "0 = empty document"),
+              ("facts_per_chunk", at_least(1)),
+              ("key_len", Range(1, 3)),
+              ("value_len", Range(1, 6)),
+              ("answer_position", or_none(UNIT, "uniform")),
+              ("no_answer", Rule(lambda s: bool(s) and not any(c.isdigit() for c in s), "non-empty, without digits")))
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(f"LongContextTask: {msg}")
-
-        need(self.kind in KINDS, f"kind must be one of {KINDS}, got {self.kind!r}")
-        need(self.haystack in HAYSTACKS, f"haystack must be one of {HAYSTACKS}, got {self.haystack!r}")
-        need(self.num_facts >= 0, f"num_facts must be >= 0 (0 = empty document), got {self.num_facts}")
-        need(self.facts_per_chunk >= 1, f"facts_per_chunk must be >= 1, got {self.facts_per_chunk}")
-        need(1 <= self.key_len <= 3, f"key_len must be in [1, 3], got {self.key_len}")
-        need(1 <= self.value_len <= 6, f"value_len must be in [1, 6], got {self.value_len}")
-        need(26**self.key_len >= 8, "key_len too small")
-        need(self.answer_position is None or 0.0 <= self.answer_position <= 1.0,
-             f"answer_position must be None or in [0, 1], got {self.answer_position}")
-        need(0.0 <= self.p_no_answer <= 1.0, f"p_no_answer must be in [0, 1], got {self.p_no_answer}")
-        need(self.kind == "needle" or self.num_facts != 1,
-             "a multi-hop document needs >= 2 fact slots (link + value), or 0 (empty)")
-        need(self.no_answer and not any(c.isdigit() for c in self.no_answer), "no_answer must be non-empty, no digits")
+        require(self, self.kind == "needle" or self.num_facts != 1,
+                "a multi-hop document needs >= 2 fact slots (link + value), or 0 (empty)")
 
     # ------------------------------------------------------------------ sizes
     @property

@@ -9,7 +9,7 @@ from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.search.best_of_n import matched_best_of_n, take_matched
 from jaxrl_reason.tasks.base import make_batch
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
-from jaxrl_reason.tasks.rewards import answer_verifier
+from jaxrl_reason.tasks.verify import answer_verifier
 
 TOK = CharTokenizer()
 

@@ -141,7 +141,7 @@ def test_graded_process_value_counts_steps_before_the_first_false_one(searched):
 def test_countdown_verifier_runs_the_task_check_inside_jit_and_the_search(searched):
     """A task with many valid answers: the search and best-of-N verify with ``task.check`` (host callback)."""
     from jaxrl_reason.tasks.countdown import Countdown
-    from jaxrl_reason.tasks.rewards import answer_verifier, verify_exact
+    from jaxrl_reason.tasks.verify import answer_verifier, verify_exact
 
     task = Countdown(max_difficulty=2)
     assert answer_verifier(RandomCalculation(), TOK) is answer_verifier(RandomCalculation(), TOK)

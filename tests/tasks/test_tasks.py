@@ -1,5 +1,5 @@
-"""Tasks (determinism, correct answers, verifiers), rewards on token ids (malformed outputs) and the reward
-variants of the GRPO presets (``task_rewards`` run by a ``RewardSuite`` on decoded text)."""
+"""Tasks (determinism, correct answers, verifiers), verifiers on token ids (``tasks.verify``: malformed outputs) and
+the reward variants of the GRPO presets (``task_rewards`` run by a ``RewardSuite`` on decoded text)."""
 
 import re
 from fractions import Fraction
@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxrl_reason.models.tokenizer import CharTokenizer
-from jaxrl_reason.rewards import R1Format, RewardSuite, TaskCorrect
+from jaxrl_reason.rewards import R1Format, RewardSuite, TaskCorrect, check_reward_signature
 from jaxrl_reason.tasks import (Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting, TaskDataset, make_batch,
                                 response_text)
 from jaxrl_reason.tasks.countdown import evaluate_expression
-from jaxrl_reason.tasks.rewards import RewardConfig, score, task_rewards
+from jaxrl_reason.tasks.longcontext import LongContextTask
+from jaxrl_reason.tasks.rewards import VARIANT_REWARDS, VARIANTS, RewardConfig, task_rewards
+from jaxrl_reason.tasks.verify import score
 
 TOK = CharTokenizer()
 
@@ -149,3 +151,44 @@ def test_reward_variants():
     assert per_fn["correct"].mean() == 0.5  # 2 of every 4 rows correct, not rewarded
     with pytest.raises(ValueError, match="variant"):
         RewardConfig("noisy")
+
+
+def test_the_variants_are_reward_functions_of_the_one_protocol():
+    """Every variant is a registered reward function ``fn(prompts, completions, **row_fields) -> [B]``, and a user's
+    own function goes in the same list as the presets' ones."""
+    prompts, completions, fields = _variant_batch()
+    assert VARIANTS == ("correct", "random", "inverted", "wrong_label", "format_only") == tuple(VARIANT_REWARDS)
+    with pytest.raises(ValueError, match=r"^RewardConfig\.variant must be one of \('correct', 'random', "):
+        RewardConfig("noisy")
+    for name, make in VARIANT_REWARDS.items():
+        fn = make(TaskCorrect(TWO), RewardConfig(name), 0)
+        check_reward_signature(fn, name)
+        assert np.asarray(fn(prompts, completions, step=0, **fields)).shape == (4,)
+
+    def short(prompts, completions, *, answer):
+        return [float(len(c) < 20) for c in completions]
+
+    with RewardSuite(task_rewards(TWO, RewardConfig("correct"), seed=0) + [(short, 0.5)]) as suite:
+        total, per_fn = suite(prompts, completions, fields, step=0)
+    assert list(per_fn) == ["correct", "short"] and per_fn["correct"].tolist() == [1, 0, 0, 1]
+    assert total.tolist() == (per_fn["correct"] + 0.5 * per_fn["short"]).tolist()
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(kind="x"), "LongContextTask.kind must be one of ('needle', 'multihop'), got 'x'"),
+    (dict(num_facts=-1), "LongContextTask.num_facts must be >= 0 (0 = empty document), got -1"),
+    (dict(key_len=4), "LongContextTask.key_len must be a finite number in [1, 3], got 4"),
+    (dict(answer_position=1.5), "LongContextTask.answer_position must be None (uniform) or a finite number in [0, 1], "
+                                "got 1.5"),
+    (dict(p_no_answer=2.0), "LongContextTask.p_no_answer must be a finite number in [0, 1], got 2.0"),
+    (dict(no_answer="n0"), "LongContextTask.no_answer must be non-empty, without digits, got 'n0'"),
+    (dict(kind="multihop", num_facts=1), "LongContextTask: a multi-hop document needs >= 2 fact slots (link + value), "
+                                         "or 0 (empty)"),
+])
+def test_longcontext_task_checks_its_fields_with_the_shared_table(kw, msg):
+    """LongContextTask states its rules as a ``utils.validation`` table (``require`` between fields): one message
+    form."""
+    with pytest.raises(ValueError) as e:
+        LongContextTask(**kw)
+    assert str(e.value) == msg
+    assert "need" not in LongContextTask.__post_init__.__code__.co_varnames  # no local copy of the check

@@ -13,7 +13,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
+from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, at_least, check_hyperparameters, one_of, or_none, require
 
 _DTYPES = ("float32", "bfloat16", "float16")
 #: rope_scaling types `layers.rope` implements -> their required keys
@@ -107,81 +107,61 @@ class LMConfig:
     remat: bool = False
     scan_layers: bool = True  # False: the layer scan is fully unrolled (compile time grows with depth)
 
+    # rules of one field (utils.validation); the rules between fields, in __post_init__
+    CHECKS = ((("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "fp8_block"), at_least(1)),
+              ("attention", one_of(("gqa", "mla"))),
+              (("dtype", "param_dtype"), one_of(_DTYPES)),
+              ("sliding_window", or_none(at_least(1), "attention over all positions")),
+              ("n_routed_experts", at_least(0), "0: a dense MLP"),
+              ("mtp_depth", one_of((0, 1))),
+              ("mtp_layout", one_of(("native", "deepseek"))))
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok: bool, msg: str):
-            if not ok:
-                raise ValueError(f"LMConfig: {msg}")
-
-        for f in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
-            need(getattr(self, f) > 0, f"{f} must be > 0, got {getattr(self, f)}")
-        need(self.attention in ("gqa", "mla"), f"attention must be 'gqa' or 'mla', got {self.attention!r}")
-        need(self.dtype in _DTYPES and self.param_dtype in _DTYPES, f"dtype/param_dtype must be in {_DTYPES}")
         if self.attention == "gqa":
-            need(self.n_kv_heads > 0, f"n_kv_heads must be > 0, got {self.n_kv_heads}")
-            need(
-                self.n_heads % self.n_kv_heads == 0,
-                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})",
-            )
+            require(self, self.n_kv_heads > 0, f"n_kv_heads must be > 0, got {self.n_kv_heads}")
+            require(self, self.n_heads % self.n_kv_heads == 0,
+                    f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
             if self.head_dim is None:
-                need(
-                    self.d_model % self.n_heads == 0,
-                    f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) "
-                    "when head_dim is not given",
-                )
+                require(self, self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by "
+                        f"n_heads ({self.n_heads}) when head_dim is not given")
             else:
-                need(self.head_dim > 0, "head_dim must be > 0")
-            need(self.hd % 2 == 0, f"head_dim ({self.hd}) must be even for RoPE")
+                require(self, self.head_dim > 0, "head_dim must be > 0")
+            require(self, self.hd % 2 == 0, f"head_dim ({self.hd}) must be even for RoPE")
         else:
-            need(self.kv_lora_rank > 0, "MLA needs kv_lora_rank > 0")
-            need(self.q_lora_rank >= 0, "q_lora_rank must be >= 0")
-            need(self.qk_nope_dim > 0 and self.v_head_dim > 0, "MLA needs qk_nope_dim, v_head_dim > 0")
-            need(self.qk_rope_dim > 0 and self.qk_rope_dim % 2 == 0, "MLA qk_rope_dim must be even and > 0")
+            require(self, self.kv_lora_rank > 0, "MLA needs kv_lora_rank > 0")
+            require(self, self.q_lora_rank >= 0, "q_lora_rank must be >= 0")
+            require(self, self.qk_nope_dim > 0 and self.v_head_dim > 0, "MLA needs qk_nope_dim, v_head_dim > 0")
+            require(self, self.qk_rope_dim > 0 and self.qk_rope_dim % 2 == 0, "MLA qk_rope_dim must be even and > 0")
         if self.n_routed_experts:
             e = self.n_routed_experts
-            need(e > 0, "n_routed_experts must be >= 0")
-            need(1 <= self.moe_top_k <= e, f"moe_top_k ({self.moe_top_k}) must be in [1, n_routed_experts={e}]")
-            need(self.moe_d_ff > 0 and self.n_shared_experts >= 0, "moe_d_ff > 0, n_shared_experts >= 0")
-            need(self.moe_score in ("sigmoid", "softmax"), f"moe_score must be sigmoid/softmax, got {self.moe_score!r}")
-            need(
-                self.moe_n_groups >= 1 and e % self.moe_n_groups == 0,
-                f"n_routed_experts ({e}) must be divisible by moe_n_groups ({self.moe_n_groups})",
-            )
-            need(
-                1 <= self.moe_topk_groups <= self.moe_n_groups,
-                f"moe_topk_groups ({self.moe_topk_groups}) must be in [1, moe_n_groups={self.moe_n_groups}]",
-            )
-            need(
-                self.moe_topk_groups * (e // self.moe_n_groups) >= self.moe_top_k,
-                f"moe_topk_groups*experts_per_group ({self.moe_topk_groups * (e // self.moe_n_groups)}) "
-                f"< moe_top_k ({self.moe_top_k}): not enough experts left to choose from",
-            )
-            need(
-                self.moe_capacity_factor is None or self.moe_capacity_factor > 0,
-                "moe_capacity_factor must be None (dropless) or > 0",
-            )
-            need(
-                self.moe_dispatch in ("all_to_all", "constraint"),
-                f"moe_dispatch must be 'all_to_all' or 'constraint', got {self.moe_dispatch!r}",
-            )
-            need(self.moe_bias_update_rate >= 0 and self.moe_seq_aux_alpha >= 0, "MoE rates must be >= 0")
-            need(0 <= self.moe_first_dense < self.n_layers,
-                 f"moe_first_dense ({self.moe_first_dense}) must be in [0, n_layers={self.n_layers})")
+            require(self, 1 <= self.moe_top_k <= e,
+                    f"moe_top_k ({self.moe_top_k}) must be in [1, n_routed_experts={e}]")
+            require(self, self.moe_d_ff > 0 and self.n_shared_experts >= 0, "moe_d_ff > 0, n_shared_experts >= 0")
+            require(self, self.moe_score in ("sigmoid", "softmax"),
+                    f"moe_score must be sigmoid/softmax, got {self.moe_score!r}")
+            require(self, self.moe_n_groups >= 1 and e % self.moe_n_groups == 0,
+                    f"n_routed_experts ({e}) must be divisible by moe_n_groups ({self.moe_n_groups})")
+            require(self, 1 <= self.moe_topk_groups <= self.moe_n_groups,
+                    f"moe_topk_groups ({self.moe_topk_groups}) must be in [1, moe_n_groups={self.moe_n_groups}]")
+            require(self, self.moe_topk_groups * (e // self.moe_n_groups) >= self.moe_top_k,
+                    f"moe_topk_groups*experts_per_group ({self.moe_topk_groups * (e // self.moe_n_groups)}) "
+                    f"< moe_top_k ({self.moe_top_k}): not enough experts left to choose from")
+            require(self, self.moe_capacity_factor is None or self.moe_capacity_factor > 0,
+                    "moe_capacity_factor must be None (dropless) or > 0")
+            require(self, self.moe_dispatch in ("all_to_all", "constraint"),
+                    f"moe_dispatch must be 'all_to_all' or 'constraint', got {self.moe_dispatch!r}")
+            require(self, 0 <= self.moe_first_dense < self.n_layers,
+                    f"moe_first_dense ({self.moe_first_dense}) must be in [0, n_layers={self.n_layers})")
         else:
-            need(self.moe_first_dense == 0, "moe_first_dense needs n_routed_experts > 0")
-        need(self.mtp_depth in (0, 1), f"mtp_depth must be 0 or 1, got {self.mtp_depth}")
-        need(self.mtp_layout in ("native", "deepseek"),
-             f"mtp_layout must be 'native' or 'deepseek', got {self.mtp_layout!r}")
-        need(self.fp8_block > 0, "fp8_block must be > 0")
-        need(self.sliding_window is None or self.sliding_window > 0, "sliding_window must be None or > 0")
+            require(self, self.moe_first_dense == 0, "moe_first_dense needs n_routed_experts > 0")
         if self.rope_scaling is not None:
             rs = dict(self.rope_scaling)
-            need(isinstance(self.rope_scaling, tuple) and rs.get("rope_type") in ROPE_SCALING_KEYS,
-                 f"rope_scaling must be a tuple of (key, value) pairs with rope_type in {tuple(ROPE_SCALING_KEYS)}, "
-                 f"got {self.rope_scaling!r}")
+            require(self, isinstance(self.rope_scaling, tuple) and rs.get("rope_type") in ROPE_SCALING_KEYS,
+                    f"rope_scaling must be a tuple of (key, value) pairs with rope_type in "
+                    f"{tuple(ROPE_SCALING_KEYS)}, got {self.rope_scaling!r}")
             missing = [k for k in ROPE_SCALING_KEYS[rs["rope_type"]] if k not in rs]
-            need(not missing, f"rope_scaling of type {rs['rope_type']!r} lacks {missing}")
+            require(self, not missing, f"rope_scaling of type {rs['rope_type']!r} lacks {missing}")
 
     # ---- derived quantities
     @property

@@ -27,7 +27,7 @@ R1_TAGS = DEFAULT_SPECIAL[3:7]  # <think> </think> <answer> </answer>
 
 
 class TagIds(NamedTuple):
-    """Ids of the four R1 tags when each is one token (in-jit response parsing, `tasks.rewards`)."""
+    """Ids of the four R1 tags when each is one token (in-jit response parsing, `tasks.verify`)."""
 
     think: int
     think_end: int

@@ -49,6 +49,19 @@ def test_bad_configs_raise(kw, msg):
         LMConfig(**kw)
 
 
+def test_config_rules_are_the_shared_table():
+    """One field's rules are ``LMConfig.CHECKS`` (utils.validation), the rules between fields ``require``: one
+    message form, no local check helper."""
+    with pytest.raises(ValueError, match=r"^LMConfig\.vocab_size must be >= 1, got 0$"):
+        LMConfig(vocab_size=0)
+    with pytest.raises(ValueError, match=r"^LMConfig\.sliding_window must be None \(attention over all positions\) "
+                                         r"or >= 1, got 0$"):
+        LMConfig(sliding_window=0)
+    with pytest.raises(ValueError, match=r"^LMConfig: moe_first_dense needs n_routed_experts > 0$"):
+        LMConfig(moe_first_dense=1)
+    assert "need" not in LMConfig.__post_init__.__code__.co_varnames
+
+
 def test_cache_too_short_raises_before_compile():
     model = nnx.eval_shape(lambda: Transformer(GQA, rngs=nnx.Rngs(0)))  # abstract: nothing runs
     with pytest.raises(ValueError, match="KV cache too short"):

@@ -1,13 +1,13 @@
-"""The contamination probe flags a model fine-tuned on the test split, not a clean one (pass@k and ``reward_eval``:
-tests/rewards/test_evaluation.py)."""
+"""The synthetic tasks' half of ``rewards.evaluation``: the contamination probe flags a model fine-tuned on the test
+split, not a clean one (pass@k and ``reward_eval``: tests/rewards/test_evaluation.py)."""
 
 import pytest
 
 from jaxrl_reason.models.tokenizer import CharTokenizer
+from jaxrl_reason.rewards.evaluation import contamination_probe
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
 from jaxrl_reason.tasks import RandomCalculation
-from jaxrl_reason.tasks.evaluation import contamination_probe
 
 
 @pytest.mark.slow
