@@ -1,5 +1,5 @@
 """GRPO side by side with TRL: the same checkpoint, prompts, reward and configuration in TRL's ``GRPOTrainer``
-(PyTorch) and ours (``rl.grpo.GRPOTrainer``, JAX), each arm in its own subprocess, rounds interleaved.
+(PyTorch) and ours (``rl.grpo.GRPOAgent`` on ``rl.lm.Learner``, JAX), each arm in its own subprocess, rounds interleaved.
 
     python experiments/bench_grpo_trl.py --model CKPT_DIR --data train.jsonl --prompt-field question \
         --answer-field answer --reward exact_match --prompts 8 --group 8 --max-new-tokens 16 --lr 2e-6
@@ -118,7 +118,7 @@ def run_ours(args) -> dict:
     from jaxrl_reason.data import PromptDataset, PromptFormat
     from jaxrl_reason.models.lm import load_model, load_tokenizer
     from jaxrl_reason.rl.lm.loss import LossConfig
-    from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+    from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_learner
 
     tok = load_tokenizer(args.model)
     model = load_model(args.model)
@@ -128,15 +128,16 @@ def run_ours(args) -> dict:
                      max_grad_norm=1.0, adam_b2=0.999, temperature=args.temperature,
                      max_new_tokens=args.max_new_tokens, remat=args.remat,
                      loss=LossConfig(eps_low=0.2, eps_high=0.2, aggregation="token_mean", kl_coef=args.beta))
-    trainer = GRPOTrainer(cfg, model, tok, ds, [_reward(args)], stop_strings=())
-    state = trainer.init(jax.random.key(args.seed))
+    learner, agent = grpo_learner(cfg, model, tok, ds, [_reward(args)], stop_strings=())
+    state = learner.init(jax.random.key(args.seed), agent)
+    step = learner.step_fn(agent)
     times, rewards = [], []
     for _ in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        state, m = trainer.step(state)
+        state, m = step(state)
         times.append(time.perf_counter() - t0)
         rewards.append(float(np.asarray(m["reward"])))
-    trainer.rewards.close()
+    agent.close()
     return {"step_s": times, "reward": rewards, "peak_rss": _peak_rss()}
 
 

@@ -55,15 +55,14 @@ import math
 
 import jax
 import tyro
-from flax import nnx
 
 from jaxrl_reason.data import (DataError, PromptDataset, PromptFormat, heldout_split, load_rows, require_fields,
                                write_jsonl)
 from jaxrl_reason.data.splits import AUTO_MAX
-from jaxrl_reason.models.lm import load_model, load_tokenizer, save_hf_model, save_peft_adapter
+from jaxrl_reason.models.lm import load_model, load_tokenizer
 from jaxrl_reason.models.lm.lora import LoRAConfig
 from jaxrl_reason.models.lm.sampler import SamplerConfig
-from jaxrl_reason.parallel.distributed import gathered, on_primary
+from jaxrl_reason.parallel.distributed import on_primary
 from jaxrl_reason.rewards import REWARDS, RewardSuite, load_reward_fn, make_reward
 from jaxrl_reason.rewards.answers import check_require
 from jaxrl_reason.rewards.evaluation import accuracy_rule, plot_eval, reward_eval
@@ -72,7 +71,7 @@ from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.start import StartConfig, make_start_checkpoint
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_learner
 from jaxrl_reason.tasks import RandomCalculation, task_rows
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.records import summary_figures
@@ -281,7 +280,7 @@ def check_flags(config: Config, flags: set[str]) -> Config:
 
     for flag in sorted(flags):
         if flag.startswith("grpo.reward.") or flag == "grpo.reward":
-            refuse(flag, "configures the synthetic tasks' reward (GRPOTrainer.for_tasks); this run's rewards are "
+            refuse(flag, "configures the synthetic tasks' reward (rl.grpo.agent.grpo_for_tasks); this run's rewards are "
                    "--reward and --reward-fn")
         rows_from = "--data" if config.data is not None else "--eval-data (--steps 0)"
         if flag.startswith("start.") and config.model is not None and (
@@ -423,12 +422,12 @@ def run(config: Config, run_dir: RunDir) -> dict:
 
     lora = config.lora()
     grpo = dataclasses.replace(g, lora=lora, schedule_steps=g.schedule_steps or config.steps)
-    trainer = GRPOTrainer(grpo, model, tok, train_ds, fns, stop_strings=config.stop)
+    learner, agent = grpo_learner(grpo, model, tok, train_ds, fns, stop_strings=config.stop)
     if config.plan:  # compile the step's programs for these shapes, print their memory and cost, refuse if too big
-        report = trainer.plan()
+        report = learner.plan(agent)
         print(report.summary())
         report.check()
-        trainer.rewards.close()
+        agent.close()
         eval_suite.close()
         return {"plan_peak_bytes": report.peak, "plan_device_memory_bytes": report.device_memory,
                 "run_dir": str(run_dir.path)}
@@ -436,33 +435,30 @@ def run(config: Config, run_dir: RunDir) -> dict:
     def after_step(state) -> None:  # a table of this step's first completions, every sample_every steps
         step = int(state.step)
         if config.sample_every and step % config.sample_every == 0:
-            last = trainer.last_samples
+            last = agent.last_samples
             run_dir.log_table("train_samples", step, [{k: v[i] for k, v in last.items()}
                                                       for i in range(min(config.sample_rows, len(last["prompt"])))])
 
-    state = trainer.init(jax.random.key(g.seed))
+    state = learner.init(jax.random.key(g.seed), agent)
     size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
     trained, frozen = size(state.params), size(state.rest)
     print(f"[grpo] training {trained:,} of {trained + frozen:,} parameters"
           f"{f' (LoRA rank {lora.rank} adapters)' if lora is not None else ''}", flush=True)
     if not run_dir.resumed:
         run_dir.log(0, {"model/trained_params": trained, "model/frozen_params": frozen})
-    state = run_steps(run_dir, trainer.step, state, config.steps, config.eval_every,
-                      lambda state: evaluate(trainer.model(state), int(state.step)), desc="grpo",
+    state = run_steps(run_dir, learner.step_fn(agent), state, config.steps, config.eval_every,
+                      lambda state: evaluate(learner.model(state), int(state.step)), desc="grpo",
                       save_every=config.save_every, log_every=config.log_every, after_step=after_step, show=SHOW)
-    trainer.rewards.close()
+    agent.close()
     eval_suite.close()
-    graphdef, weights = nnx.split(trainer.model(state))  # with LoRA: the adapters, merged by save_hf_model
-    policy = nnx.merge(graphdef, gathered(weights))  # multi-process: the whole policy on every host, for process 0
-    hf_dir = on_primary(lambda: str(save_hf_model(policy, run_dir.path / "hf", tok, source=model_dir,
-                                                  dtype=config.export_dtype, overwrite=True)),
-                        errors=(ValueError, OSError))  # a drop-in replacement of the checkpoint (generation config)
-    adapter_dir = None if lora is None else _save_adapter(policy, run_dir.path / "adapter", model_dir)
+    exported = learner.export(state, run_dir.path / "hf", tok, source=model_dir, dtype=config.export_dtype,
+                              adapter_path=run_dir.path / "adapter")  # hf/: a drop-in replacement of the checkpoint
+    hf_dir, adapter_dir = exported["hf"], exported["adapter"]  # adapter/: LoRA runs only
 
     s = lambda k: recipes.series(run_dir, k)
     recipes.plot_curves(run_dir.path / "grpo.png", {
-        "train reward (mean of the group samples)": {name: s(f"reward/{name}") for name in trainer.rewards.names},
-        "held-out greedy accuracy": {f"accuracy ({rule or trainer.rewards.names[0]})": s("eval/accuracy"),
+        "train reward (mean of the group samples)": {name: s(f"reward/{name}") for name in agent.rewards.names},
+        "held-out greedy accuracy": {f"accuracy ({rule or agent.rewards.names[0]})": s("eval/accuracy"),
                                      "strict (exact match)": s("eval/strict_accuracy")},
         "response length (tokens)": {"train samples": s("response_length")},
     }, title=f"GRPO: {model_dir}")
@@ -489,17 +485,6 @@ def _fit_new_tokens(config: Config, window: int, longest: int) -> GRPOConfig:
     print(f"[grpo] max new tokens: {window - longest} (the window {window} minus the longest prompt {longest}; pass "
           "--grpo.max-new-tokens to choose)", flush=True)
     return dataclasses.replace(g, max_new_tokens=window - longest)
-
-
-def _save_adapter(policy, path, base_model: str) -> str | None:
-    """The LoRA adapters of ``policy`` as a PEFT adapter directory on ``base_model`` (process 0 writes it); None, with
-    a note, where peft cannot name them (``save_peft_adapter``'s refusals: ``hf/`` holds them merged)."""
-    try:
-        return on_primary(lambda: str(save_peft_adapter(policy, path, base_model=base_model, overwrite=True)),
-                          errors=(ValueError, OSError))
-    except ValueError as e:
-        print(f"note: no PEFT adapter written ({e}); hf/ holds the adapters merged", flush=True)
-        return None
 
 
 def _results(config: Config, run_dir: RunDir, model_dir: str, held_ds) -> dict:

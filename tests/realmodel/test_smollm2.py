@@ -14,7 +14,7 @@ from flax import nnx
 
 from jaxrl_reason.cli import load_experiment
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import grpo_for_tasks
 
 pytestmark = pytest.mark.slow  # the real 135M model: ~30-120 s a test on the 2-core machine
 
@@ -47,17 +47,15 @@ def test_grpo_family_step(real_model, name):
     source = recipes.PolicySource(config.model, config.arch, max_seq_len=config.prompt_len + grpo.max_new_tokens)
     model, tok, fmt = recipes.load_policy(source, config.lm, config.warm_start, tasks, config.seed)
     assert tok is real_model.tokenizer and fmt.kind == "chat"  # the checkpoint's own tokenizer and chat template
-    trainer = GRPOTrainer.for_tasks(grpo, model, tok, tasks, config.prompt_len, fmt=fmt)
-    state = trainer.init(jax.random.key(config.seed))
-    before = jax.tree.map(np.asarray, state.params)
-    state, m = trainer.step(state)
+    learner, agent = grpo_for_tasks(grpo, model, tok, tasks, config.prompt_len, fmt=fmt)
+    before, state, m = one_step(learner, agent, seed=config.seed)
     for k in ("loss", "grad_norm", "reward", "response_length", "entropy"):
         assert np.isfinite(float(m[k])), k
     assert float(m["logp_mismatch"]) <= 1e-5  # the sampler's log-probs are the learner's (issue 41)
-    completions = trainer.last_samples["completion"]
+    completions = agent.last_samples["completion"]
     assert len(completions) % grpo.group_size == 0 and any(c.strip() for c in completions)  # (+ oversampled groups)
-    assert all(p.startswith("<|im_start|>system") for p in trainer.last_samples["prompt"])
-    rewards = np.asarray(trainer.last_samples["reward"])
+    assert all(p.startswith("<|im_start|>system") for p in agent.last_samples["prompt"])
+    rewards = np.asarray(agent.last_samples["reward"])
     changed = max_change(before, state.params)
     assert (changed > 0) == (float(m["grad_norm"]) > 0)  # an update moves the weights unless every advantage is 0
     if name == "spurious_rewards":
@@ -66,11 +64,11 @@ def test_grpo_family_step(real_model, name):
         assert all("lora" in jax.tree_util.keystr(p).lower() for p, _ in jax.tree_util.tree_leaves_with_path(state.params))
 
 
-def one_step(trainer, seed: int = 0):
-    """(state before, state after one ``trainer.step``, its metrics), the params as numpy before."""
-    state = trainer.init(jax.random.key(seed))
+def one_step(learner, agent, data=None, seed: int = 0):
+    """(params before as numpy, the state after one learner step of ``agent`` on ``data(0)``, its metrics)."""
+    state = learner.init(jax.random.key(seed), agent)
     before = jax.tree.map(np.asarray, state.params)
-    state, m = trainer.step(state)
+    state, m = learner.step_fn(agent, data)(state)
     return before, state, m
 
 

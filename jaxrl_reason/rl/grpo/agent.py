@@ -54,7 +54,6 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx  # noqa: F401  (the graphdef's type)
 
 from jaxrl_reason.models.lm.lora import LoRAConfig
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate

@@ -11,7 +11,7 @@ reward, response length, with SE and n; ``eval_data/...`` metrics and ``eval.png
                           eval_file=config.eval_file)   # .model .tokenizer .fmt .prompt_len .heldout_file
     if not steps and policy.heldout_file is not None:   # an evaluation-only run
         return evaluate_only(run_dir, policy.model, policy.heldout_file, "r1_zero")
-    state = train(run_dir, trainer, state, steps, eval_every, evaluate, heldout_file=policy.heldout_file)
+    state = train(run_dir, learner, agent, state, steps, eval_every, evaluate, heldout_file=policy.heldout_file)
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from jaxrl_reason.parallel import distributed
 from jaxrl_reason.rewards.evaluation import FileEval, plot_eval
 from jaxrl_reason.rl.base import run_steps
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
-from jaxrl_reason.rl.grpo.trainer import GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOAgent
+from jaxrl_reason.rl.lm import Learner
 from jaxrl_reason.tasks.base import make_batch, prompt_ids, sample_problems
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
-# seed streams: the trainer draws step s from default_rng([seed, s]); these 3-element seeds never collide
+# seed streams: the agent draws step s from default_rng([seed, s]); these 3-element seeds never collide
 # (tasks.dataset.TASK_ROWS_STREAM is (2**31 - 1, 17))
 SFT_STREAM, HELDOUT_STREAM, PROBE_STREAM = (2**31 - 1, 11), (2**31 - 1, 13), (2**31 - 1, 19)
 
@@ -255,7 +256,7 @@ PROBE_PROBLEMS = 2048  # problems drawn to size the prompt length
 
 def longest_prompt(tasks: Sequence, tokenizer: Tokenizer, fmt, seed: int, weights=None,
                    n: int = PROBE_PROBLEMS) -> int:
-    """Tokens of the longest of ``n`` problems' prompts (their own seed stream) as the trainer encodes them
+    """Tokens of the longest of ``n`` problems' prompts (their own seed stream) as the agent encodes them
     (``tasks.base.prompt_ids``: ``<bos>`` + text, or rendered with ``fmt``)."""
     rng = np.random.default_rng([seed, *PROBE_STREAM])
     problems = sample_problems(list(tasks), np.ones(len(tasks)) if weights is None else weights, rng, n)[0]
@@ -333,7 +334,7 @@ def warm_start(model, ws: WarmStart, tasks: Sequence, seed: int, tokenizer: Toke
     return model
 
 
-def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_every: int,
+def train(run_dir: RunDir, learner: Learner, agent: GRPOAgent, state, num_steps: int, eval_every: int,
           evaluate: Callable[[object], dict] | None = None, desc: str = "grpo", *,
           heldout_file: FileEval | None = None):
     """GRPO for ``num_steps`` (``rl.base.run_steps``: ``eval_every`` need not divide it); ``evaluate(model) -> {name:
@@ -342,7 +343,7 @@ def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_eve
     ``heldout_file``: prefixed "eval_data/", its first completions in ``eval_samples.jsonl``, drawn in
     ``eval.png``). Resumes exactly."""
     def evals(state) -> dict:
-        model, out = trainer.model(state), {}
+        model, out = learner.model(state), {}
         if evaluate is not None:
             out |= {f"eval/{k}": v for k, v in evaluate(model).items()}
         if heldout_file is not None:
@@ -351,7 +352,7 @@ def train(run_dir: RunDir, trainer: GRPOTrainer, state, num_steps: int, eval_eve
             out |= {f"eval_data/{k}": v for k, v in res.items()}
         return out
 
-    state = run_steps(run_dir, trainer.step, state, num_steps, eval_every,
+    state = run_steps(run_dir, learner.step_fn(agent), state, num_steps, eval_every,
                       evals if evaluate is not None or heldout_file is not None else None, desc=desc)
     if heldout_file is not None:
         plot_eval(run_dir.read_metrics(), run_dir.path / "eval.png", prefix="eval_data/",

@@ -273,7 +273,7 @@ class Learner:
         return lambda state: self.step(state, agent, data(int(state.step)))
 
     def _host_step(self, state, agent, batch):
-        cfg, step = self.config, int(state.step)
+        step = int(state.step)
         t0 = time.perf_counter()
         k_roll, k_update = getattr(agent, "keys", default_keys)(state.key, step)
         if hasattr(agent, "init_carry"):

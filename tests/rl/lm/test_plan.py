@@ -18,7 +18,9 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.rl.lm.loss import LossConfig
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
+from jaxrl_reason.models.lm.sequences import response_mask
+from jaxrl_reason.rl.lm import Rollout
 from jaxrl_reason.rl.lm.plan import PlanError, plan_grpo
 from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
@@ -32,13 +34,13 @@ CFG = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=12, lr=1e-3, r
 def _trainer(cfg):
     model = Transformer(LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
                                  max_seq_len=32), rngs=nnx.Rngs(0))
-    return GRPOTrainer.for_tasks(cfg, model, TOK, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=12)
+    return grpo_for_tasks(cfg, model, TOK, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=12)
 
 
 def test_plan_terms_and_the_check():
     tr = _trainer(dataclasses.replace(CFG, loss=LossConfig(kl_coef=0.1)))
-    p = plan_grpo(tr, device_memory_bytes=1 << 40, flops_per_s=1e9)
-    n_params = sum(x.size for x in jax.tree.leaves(tr._init_params))
+    p = plan_grpo(*tr, device_memory_bytes=1 << 40, flops_per_s=1e9)
+    n_params = sum(x.size for x in jax.tree.leaves(tr[0]._params))
     assert p.params == 4 * n_params and p.reference == p.params  # a KL term: the reference copy
     assert 2 * p.params <= p.optimizer_state <= 2 * p.params + 64  # Adam's two moments (+ counters)
     assert set(p.programs) == {"sample", "logprobs", "update"} and p.activations > 0 and p.kv_cache > 0
@@ -49,7 +51,7 @@ def test_plan_terms_and_the_check():
         p.check(device_memory=1000)
     assert "\n" not in str(e.value)
     # no KL term, one minibatch: neither a reference copy nor a log-prob program
-    q = plan_grpo(_trainer(CFG), device_memory_bytes=1 << 40, flops_per_s=1e9)
+    q = plan_grpo(*_trainer(CFG), device_memory_bytes=1 << 40, flops_per_s=1e9)
     assert q.reference == 0 and set(q.programs) == {"sample", "update"} and q.step_flops < p.step_flops
 
 
@@ -60,18 +62,18 @@ def test_update_flops_follow_the_compiled_program(share):
     cfg = dataclasses.replace(CFG, max_new_tokens=4, share_prompts=share)
     model = Transformer(LMConfig(vocab_size=TOK.vocab_size, d_model=64, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=128,
                                  max_seq_len=64, scan_layers=False), rngs=nnx.Rngs(0))  # XLA counts a loop once
-    tr = GRPOTrainer.for_tasks(cfg, model, TOK, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=40)
-    p = plan_grpo(tr, device_memory_bytes=1 << 40, flops_per_s=1e9)
+    tr = grpo_for_tasks(cfg, model, TOK, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=40)
+    p = plan_grpo(*tr, device_memory_bytes=1 << 40, flops_per_s=1e9)
     assert p.programs["update"].flops_xla == pytest.approx(p.flops["update"], rel=0.35)
     if share:
-        plain = plan_grpo(_trainer_like(tr, cfg), device_memory_bytes=1 << 40, flops_per_s=1e9)
+        plain = plan_grpo(*_trainer_like(tr, cfg), device_memory_bytes=1 << 40, flops_per_s=1e9)
         assert p.flops["update"] < 0.5 * plain.flops["update"]
         assert p.programs["update"].flops_xla < 0.5 * plain.programs["update"].flops_xla
 
 
 def _trainer_like(tr, cfg):
-    model = nnx.merge(tr.graphdef, tr._init_params, tr._rest)
-    return GRPOTrainer.for_tasks(dataclasses.replace(cfg, share_prompts=False), model, TOK,
+    model = nnx.merge(tr[0].graphdef, tr[0]._params, tr[0]._rest)
+    return grpo_for_tasks(dataclasses.replace(cfg, share_prompts=False), model, TOK,
                                  [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=40)
 
 
@@ -104,12 +106,14 @@ def measure_peak(remat: str, d: int = 128, layers: int = 2, rows: int = 32, n: i
                                  d_ff=4 * d, max_seq_len=p + n), rngs=nnx.Rngs(0))
     cfg = GRPOConfig(prompts_per_step=rows // 4, group_size=4, max_new_tokens=n, reward=RewardConfig("random"),
                      remat=remat)
-    tr = GRPOTrainer.for_tasks(cfg, model, tok, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=p)
-    plan = plan_grpo(tr, flops_per_s=1e10)
-    args = (tr.init(jax.random.key(0)), jax.random.key(1), jnp.ones((rows, p), jnp.int32),
-            jnp.full((rows,), p // 2, jnp.int32), jnp.ones((rows, n), jnp.int32), jnp.full((rows,), n, jnp.int32),
-            jnp.zeros((rows, n)), {}, jax.random.uniform(jax.random.key(2), (rows // 4, 4)), jnp.int32(0))
-    compiled = tr._update.lower(*args).compile()
+    learner, agent = grpo_for_tasks(cfg, model, tok, [RandomCalculation(max_difficulty=1, ops="+-")], prompt_len=p)
+    plan = plan_grpo(learner, agent, flops_per_s=1e10)
+    rollout = Rollout(jnp.ones((rows, p + n), jnp.int32), jnp.full((rows,), p // 2, jnp.int32),
+                      response_mask(jnp.full((rows,), n, jnp.int32), n), sample_logp=jnp.zeros((rows, n)),
+                      rewards=jax.random.uniform(jax.random.key(2), (rows,)), valid=jnp.ones((rows,)),
+                      num_groups=rows // 4, keep=rows // 4)
+    args = (learner.init(jax.random.key(0), agent), rollout, {}, jax.random.key(1), jnp.int32(0))
+    compiled = learner._program("update", agent).lower(*args).compile()
     jax.block_until_ready(args)
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     base = status("VmRSS")

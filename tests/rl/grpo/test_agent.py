@@ -1,4 +1,4 @@
-"""GRPO trainer: config errors, one step's metrics, dynamic sampling, reference reset, exact resume, sharding,
+"""GRPO on the learner (``rl.grpo.agent``): config errors, one step's metrics, dynamic sampling, reference reset, exact resume, sharding,
 a small learning test (GRPO raises accuracy over a short SFT start); on user data: a JSONL dataset with a BPE
 tokenizer whose R1 tags are several tokens (the stop-sequence path), failing reward functions (a clear
 RewardError, the last checkpoint intact), the synthetic presets' problem stream (``for_tasks``), rewards running
@@ -18,7 +18,8 @@ from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.rl.base import host_steps
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer, select_groups
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks, grpo_learner
+from jaxrl_reason.rl.lm.advantages import select_groups
 from jaxrl_reason.models.tokenizer import CharTokenizer, HFTokenizer
 from jaxrl_reason.rewards import RewardError, make_reward
 from jaxrl_reason.tasks import Countdown, RandomCalculation, make_batch
@@ -40,12 +41,24 @@ def _model():
 
 @pytest.fixture(scope="module")
 def model():
-    return _model()  # only split by the trainers below, never mutated
+    return _model()  # only split by the learners below, never mutated
 
 
 @pytest.fixture(scope="module")
-def trainer(model):
-    return GRPOTrainer.for_tasks(CFG, model, TOK, TASKS, prompt_len=12)
+def grpo(model):
+    return grpo_for_tasks(CFG, model, TOK, TASKS, prompt_len=12)  # (learner, agent)
+
+
+def init(run, key, params=None):
+    """``learner.init`` of a (learner, agent) pair."""
+    learner, agent = run
+    return learner.init(key, agent, params)
+
+
+def stepper(run):
+    """The pair's step function: state -> (state, metrics) on the agent's batch of the state's step."""
+    learner, agent = run
+    return learner.step_fn(agent)
 
 
 @pytest.mark.parametrize("kw, msg", [
@@ -63,7 +76,7 @@ def test_config_errors(kw, msg):
 
 def test_batch_must_divide_devices(model):
     with pytest.raises(ValueError, match="not divisible by the 8 devices"):
-        GRPOTrainer.for_tasks(GRPOConfig(prompts_per_step=3, group_size=2, max_new_tokens=12, mesh="data=8"), model, TOK,
+        grpo_for_tasks(GRPOConfig(prompts_per_step=3, group_size=2, max_new_tokens=12, mesh="data=8"), model, TOK,
                               TASKS, 12)
 
 
@@ -74,10 +87,10 @@ def test_select_groups_prefers_informative_groups():
     assert select_groups(r, 2, False)[0].tolist() == [0, 1]
 
 
-def test_steps_metrics_and_reference_reset(trainer):
-    state = trainer.init(jax.random.key(0))
+def test_steps_metrics_and_reference_reset(grpo):
+    state = init(grpo, jax.random.key(0))
     p0 = jax.tree.map(np.asarray, state.params)
-    state, m1 = trainer.step(state)
+    state, m1 = stepper(grpo)(state)
     for k in ("reward", "accuracy", "response_length", "entropy", "kl", "clip_fraction", "frac_filtered", "grad_norm",
               "reward/random", "reward/correct", "format_rate"):
         assert np.isfinite(m1[k]), k
@@ -88,31 +101,31 @@ def test_steps_metrics_and_reference_reset(trainer):
     leaves = lambda t: jax.tree.leaves(jax.tree.map(np.asarray, t))
     assert any(not np.allclose(a, b) for a, b in zip(leaves(state.params), leaves(p0)))  # it learned
     assert all(np.allclose(a, b) for a, b in zip(leaves(state.ref_params), leaves(p0)))  # reference fixed
-    state, m2 = trainer.step(state)
+    state, m2 = stepper(grpo)(state)
     assert float(m2["ref_reset"]) == 1
     assert all(np.array_equal(a, b) for a, b in zip(leaves(state.ref_params), leaves(state.params)))
     assert int(state.opt_state.inner_state[1][0].count) == 0  # adam state re-initialised with the reset
 
 
-def test_exact_resume(trainer, tmp_path):
-    init = lambda: trainer.init(jax.random.key(1))
+def test_exact_resume(grpo, tmp_path):
+    start = lambda: init(grpo, jax.random.key(1))
     full = RunDir.create("grpo", CFG, root=tmp_path / "a")
-    end_full = run_chunks(full, init(), host_steps(trainer.step, 1), 2)
+    end_full = run_chunks(full, start(), host_steps(stepper(grpo), 1), 2)
     part = RunDir.create("grpo", CFG, root=tmp_path / "b")
-    run_chunks(part, init(), host_steps(trainer.step, 1), 1)
+    run_chunks(part, start(), host_steps(stepper(grpo), 1), 1)
     part.close()
     resumed = RunDir.create("grpo", CFG, root=tmp_path / "b", resume=True)
-    end_resumed = run_chunks(resumed, init(), host_steps(trainer.step, 1), 2)
+    end_resumed = run_chunks(resumed, start(), host_steps(stepper(grpo), 1), 2)
     for a, b in zip(jax.tree.leaves(end_full.params), jax.tree.leaves(end_resumed.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert [r["reward"] for r in full.read_metrics()] == [r["reward"] for r in resumed.read_metrics()]
     full.close(), resumed.close()
 
 
-def test_sharded_step_matches_single_device(trainer, model):
-    sharded = GRPOTrainer.for_tasks(dataclasses.replace(CFG, mesh="data=4,tensor=2"), model, TOK, TASKS, 12)
-    s1, m1 = trainer.step(trainer.init(jax.random.key(2)))
-    s2, m2 = sharded.step(sharded.init(jax.random.key(2)))
+def test_sharded_step_matches_single_device(grpo, model):
+    sharded = grpo_for_tasks(dataclasses.replace(CFG, mesh="data=4,tensor=2"), model, TOK, TASKS, 12)
+    s1, m1 = stepper(grpo)(init(grpo, jax.random.key(2)))
+    s2, m2 = stepper(sharded)(init(sharded, jax.random.key(2)))
     assert len(jax.tree.leaves(s2.params)[0].sharding.device_set) == 8
     np.testing.assert_allclose(m1["reward"], m2["reward"])
     for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
@@ -128,9 +141,9 @@ def test_grpo_raises_accuracy_over_a_short_sft_start():
     tasks = [RandomCalculation(1, 1, max_operand=2, ops="+-")]
     model = _model()
     sft_warm_start(model, recipes.sft_problems(tasks, 512, 0), 100, 32, 24, 3e-3, tokenizer=TOK)
-    tr = GRPOTrainer.for_tasks(dataclasses.replace(CFG, reward=RewardConfig("correct"), ref_reset_every=None), model,
+    tr = grpo_for_tasks(dataclasses.replace(CFG, reward=RewardConfig("correct"), ref_reset_every=None), model,
                                TOK, tasks, 12)
-    _, m = host_steps(tr.step, 30)(tr.init(jax.random.key(0)))
+    _, m = host_steps(stepper(tr), 30)(init(tr, jax.random.key(0)))
     first, last = m["accuracy"][:10].mean(), m["accuracy"][-10:].mean()
     assert last >= first + 0.05, m["accuracy"]  # measured 0.069 -> 0.169 (samples at temperature 1)
 
@@ -162,7 +175,7 @@ def jsonl_dataset(bpe, tmp_path_factory):
 @pytest.fixture(scope="module")
 def bpe_model(bpe):
     cfg = LMConfig(vocab_size=bpe.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64, max_seq_len=32)
-    return Transformer(cfg, rngs=nnx.Rngs(0))  # only split by the trainers, never mutated
+    return Transformer(cfg, rngs=nnx.Rngs(0))  # only split by the learners, never mutated
 
 
 def _chain_params(model, seq, scale=10.0):
@@ -205,16 +218,16 @@ def test_grpo_on_a_jsonl_dataset_with_multi_token_tags(bpe, jsonl_dataset, bpe_m
         bpe.tag_ids()
     assert jsonl_dataset.dropped == len(LONG) and len(jsonl_dataset) == len(ROWS)
     spy = Spy()
-    trainer = GRPOTrainer(DATA_CFG, bpe_model, bpe, jsonl_dataset,
+    trainer = grpo_learner(DATA_CFG, bpe_model, bpe, jsonl_dataset,
                           [make_reward("exact_match"), (make_reward("r1_format"), 0.1), spy])
-    assert trainer.stop_tokens.tolist() == [bpe.eos_id]
-    assert np.asarray(trainer.stop_sequences).tolist() == [bpe.encode("</answer>")]  # the stop-sequence path
+    assert trainer[1].stop_tokens.tolist() == [bpe.eos_id]
+    assert np.asarray(trainer[1].stop_sequences).tolist() == [bpe.encode("</answer>")]  # the stop-sequence path
 
-    state = trainer.init(jax.random.key(0))
+    state = init(trainer, jax.random.key(0))
     # no KL term, one epoch of one minibatch: no reference and no old-log-prob pass (the loss forward's own)
-    assert trainer._logprobs is None and state.ref_params is None
+    assert trainer[0]._program("passes", trainer[1]) is None and state.ref_params is None
     for _ in range(2):
-        state, m = trainer.step(state)
+        state, m = stepper(trainer)(state)
         for k in ("loss", "entropy", "grad_norm", "reward", "response_length", "reward/exact_match",
                   "reward/r1_format", "reward/spy", "format_rate", "time_reward_idle_s", "sample_entropy"):
             assert np.isfinite(m[k]), k
@@ -238,7 +251,7 @@ def test_grpo_on_a_jsonl_dataset_with_multi_token_tags(bpe, jsonl_dataset, bpe_m
     # right after its first "</answer>" (it never emits eos)
     stop = bpe.encode("</answer>")
     spy.calls.clear()
-    _, m = trainer.step(trainer.init(jax.random.key(1), params=_chain_params(bpe_model, stop)))
+    _, m = stepper(trainer)(init(trainer, jax.random.key(1), params=_chain_params(bpe_model, stop)))
     _, completions, fields = spy.calls[0]
     assert completions == ["</answer>"] * b and fields["completion_ids"] == [stop] * b
     assert float(m["response_length"]) == len(stop) < DATA_CFG.max_new_tokens
@@ -264,13 +277,13 @@ def _nan_reward(prompts, completions, **kw):
     (_nan_reward, r"reward function '_nan_reward' returned 1 non-finite value\(s\) at step 0: rows \[2\]"),
 ], ids=["raises", "wrong_length", "nan"])
 def test_a_failing_reward_function_is_named(fn, msg, bpe, jsonl_dataset, bpe_model):
-    trainer = GRPOTrainer(DATA_CFG, bpe_model, bpe, jsonl_dataset,
+    trainer = grpo_learner(DATA_CFG, bpe_model, bpe, jsonl_dataset,
                           [make_reward("exact_match"), fn, make_reward("r1_format")])
-    state = trainer.init(jax.random.key(0))
+    state = init(trainer, jax.random.key(0))
     with pytest.raises(RewardError, match=msg):
-        trainer.step(state)
+        stepper(trainer)(state)
     assert int(state.step) == 0 and all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.params))
-    trainer.rewards.close()
+    trainer[1].rewards.close()
 
 
 def _arrays(tree):
@@ -287,37 +300,37 @@ def test_a_reward_failure_mid_run_keeps_the_last_checkpoint(bpe, jsonl_dataset, 
             raise OSError("grading service unreachable")
         return np.random.default_rng(step).random(len(completions))  # varied: the update moves the params
 
-    trainer = GRPOTrainer(DATA_CFG, bpe_model, bpe, jsonl_dataset, [flaky])
-    init = lambda: trainer.init(jax.random.key(3))
+    trainer = grpo_learner(DATA_CFG, bpe_model, bpe, jsonl_dataset, [flaky])
+    start = lambda: init(trainer, jax.random.key(3))
     run = RunDir.create("grpo_data", {"case": "flaky"}, root=tmp_path)
     with pytest.raises(RewardError, match="reward function 'flaky' raised OSError at step 1 .*unreachable"):
-        run_chunks(run, init(), host_steps(trainer.step, 1), 3)
+        run_chunks(run, start(), host_steps(stepper(trainer), 1), 3)
     run.close()
     resumed = RunDir.create("grpo_data", {"case": "flaky"}, root=tmp_path, resume=True)
     assert resumed.checkpointer().all_steps() == [1] and len(resumed.read_metrics()) == 1
-    step, restored = resumed.checkpointer().restore(init())
+    step, restored = resumed.checkpointer().restore(start())
     resumed.close()
-    expected, _ = trainer.step(init())
+    expected, _ = stepper(trainer)(start())
     assert step == 1 and int(restored.step) == 1
-    assert not all(np.array_equal(a, b) for a, b in zip(_arrays(init().params), _arrays(expected.params)))
+    assert not all(np.array_equal(a, b) for a, b in zip(_arrays(start().params), _arrays(expected.params)))
     for a, b in zip(_arrays(restored), _arrays(expected), strict=True):
         np.testing.assert_array_equal(a, b)
-    trainer.rewards.close()
+    trainer[1].rewards.close()
 
 
 def test_for_tasks_draws_the_old_trainers_problem_stream():
-    """``GRPOTrainer.for_tasks``: step s's prompts are the problems of make_batch(tasks, default_rng([seed, s]), ...),
+    """``grpo_for_tasks``: step s's prompts are the problems of make_batch(tasks, default_rng([seed, s]), ...),
     each repeated group_size times (with dynamic sampling, prompts_per_step * oversample of them)."""
     tok = CharTokenizer()
     tasks, weights = [RandomCalculation(max_difficulty=2), Countdown(max_difficulty=2)], [1.0, 3.0]
     cfg = GRPOConfig(seed=5, prompts_per_step=3, group_size=2, dynamic_sampling=True, oversample=2, max_new_tokens=8)
     model = Transformer(LMConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=64,
                                  max_seq_len=40), rngs=nnx.Rngs(0))
-    trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, prompt_len=32, task_weights=weights)
-    assert trainer.rewards.names == ("correct",)
+    trainer = grpo_for_tasks(cfg, model, tok, tasks, prompt_len=32, task_weights=weights)
+    assert trainer[1].rewards.names == ("correct",)
     g, n = cfg.group_size, cfg.groups_sampled
     for step in (0, 1, 7):
-        rows, texts, ids, lens = trainer.prompts(step)
+        _, rows, texts, ids, lens = trainer[1].batch(step)
         ref = make_batch(tasks, np.random.default_rng([5, step]), n, 32, 24, weights, tokenizer=tok)
         assert [r["problem"] for r in rows] == [p for p in ref.problems for _ in range(g)]
         assert texts == [p.prompt for p in ref.problems for _ in range(g)]
@@ -325,13 +338,13 @@ def test_for_tasks_draws_the_old_trainers_problem_stream():
         np.testing.assert_array_equal(lens, np.repeat(ref.prompt_lens, g, axis=0))
         assert [r["task_id"] for r in rows] == np.repeat(ref.task_id, g).tolist()
     with pytest.raises(ValueError, match="at least one task"):
-        GRPOTrainer.for_tasks(cfg, model, tok, [], prompt_len=32)
+        grpo_for_tasks(cfg, model, tok, [], prompt_len=32)
 
 
 def test_rewards_run_on_host_threads_while_the_device_computes_log_probs(bpe, jsonl_dataset, bpe_model, monkeypatch):
     """No timing: (1) ``rewards.submit`` returns while a function is still blocked; (2) in a step, the reward
     function is still running when the log-probs are launched (it waits for that launch, which would never
-    come, up to its timeout, if the trainer scored before computing log-probs)."""
+    come, up to its timeout, if the agent scored before computing log-probs)."""
     release, started = threading.Event(), threading.Event()
 
     def gated(prompts, completions, **kw):
@@ -339,9 +352,9 @@ def test_rewards_run_on_host_threads_while_the_device_computes_log_probs(bpe, js
         release.wait(timeout=60)
         return np.ones(len(completions))
 
-    trainer = GRPOTrainer(DATA_CFG, bpe_model, bpe, jsonl_dataset, [gated, make_reward("exact_match")],
+    trainer = grpo_learner(DATA_CFG, bpe_model, bpe, jsonl_dataset, [gated, make_reward("exact_match")],
                           reward_workers=2)
-    fut = trainer.rewards.submit(["p"] * 3, ["c"] * 3, {"answer": ["1", "2", "3"]}, step=0)
+    fut = trainer[1].rewards.submit(["p"] * 3, ["c"] * 3, {"answer": ["1", "2", "3"]}, step=0)
     assert started.wait(timeout=60) and not fut.done()
     release.set()
     total, per_fn = fut.result(timeout=60)
@@ -349,27 +362,34 @@ def test_rewards_run_on_host_threads_while_the_device_computes_log_probs(bpe, js
 
     launched, seen = threading.Event(), []
 
-    def spy_logprobs(*args):
-        launched.set()
-        return logprobs(*args)
+    def spy_program(kind, agent):
+        fn = program(kind, agent)
+        if kind != "passes":
+            return fn
+
+        def launch(*args):
+            launched.set()
+            return fn(*args)
+
+        return launch
 
     def waits_for_log_probs(prompts, completions, **fields):
         seen.append((launched.wait(timeout=60), fields))
         return np.zeros(len(completions))
 
-    trainer.rewards.close()
-    trainer = GRPOTrainer(dataclasses.replace(DATA_CFG, log_kl=True), bpe_model, bpe, jsonl_dataset,
+    trainer[1].rewards.close()
+    trainer = grpo_learner(dataclasses.replace(DATA_CFG, log_kl=True), bpe_model, bpe, jsonl_dataset,
                           [make_reward("exact_match")])  # a log-prob pass to overlap (the reference's)
-    logprobs = trainer._logprobs
-    trainer.rewards.close()
-    monkeypatch.setattr(trainer, "_logprobs", spy_logprobs)
-    monkeypatch.setattr(trainer, "rewards", type(trainer.rewards)([waits_for_log_probs]))
-    state, m = trainer.step(trainer.init(jax.random.key(0)))
+    program = trainer[0]._program
+    trainer[1].rewards.close()
+    monkeypatch.setattr(trainer[0], "_program", spy_program)
+    monkeypatch.setattr(trainer[1], "rewards", type(trainer[1].rewards)([waits_for_log_probs]))
+    state, m = stepper(trainer)(init(trainer, jax.random.key(0)))
     (overlapped, fields), = seen
     assert overlapped, "the reward function finished before the log-probs were launched"
     assert set(fields) == {"step", "completion_ids", "question", "answer", "id", "meta"} and fields["step"] == 0
     assert np.isfinite(m["time_reward_idle_s"]) and m["reward/waits_for_log_probs"] == 0.0
-    trainer.rewards.close()
+    trainer[1].rewards.close()
 
 
 # ---- experiments/grpo.py through the CLI ----------------------------------------------------------------
@@ -380,11 +400,13 @@ def test_a_sample_a_reward_excludes_adds_nothing_to_the_update(bpe, jsonl_datase
     """The jitted update with sample 1 excluded (valid 0): its advantage is 0 and the others' are their group's
     without it; the updated params do not depend on its tokens or reward (token-mean loss: the same update as
     the batch without it), while changing a kept sample's tokens changes them (the check can fail)."""
+    from jaxrl_reason.models.lm.sequences import join, response_mask
+    from jaxrl_reason.rl.lm import Rollout
     from jaxrl_reason.rl.lm.advantages import estimate, grpo_advantages
 
     cfg = dataclasses.replace(DATA_CFG, group_size=4, prompts_per_step=2)
-    trainer = GRPOTrainer(cfg, bpe_model, bpe, jsonl_dataset, [make_reward("exact_match")])
-    _, _, ids, lens = trainer.prompts(0)
+    trainer = grpo_learner(cfg, bpe_model, bpe, jsonl_dataset, [make_reward("exact_match")])
+    _, _, _, ids, lens = trainer[1].batch(0)
     b, n = len(ids), cfg.max_new_tokens
     rng = np.random.default_rng(0)
     tokens = rng.integers(3, bpe.vocab_size, (b, n)).astype(np.int32)
@@ -394,10 +416,12 @@ def test_a_sample_a_reward_excludes_adds_nothing_to_the_update(bpe, jsonl_datase
     valid[0, 1] = 0.0
 
     def update(tokens, rewards, valid=valid):
-        state = trainer.init(jax.random.key(0))
-        new, m = trainer._update(state, jax.random.key(1), jnp.asarray(ids), jnp.asarray(lens), jnp.asarray(tokens),
-                                 jnp.asarray(lengths), jnp.zeros((b, n)), {}, jnp.asarray(rewards), jnp.int32(0),
-                                 None, valid=jnp.asarray(valid))
+        state = init(trainer, jax.random.key(0))
+        rollout = Rollout(join(jnp.asarray(ids), jnp.asarray(lens), jnp.asarray(tokens), bpe.pad_id), jnp.asarray(lens),
+                          response_mask(jnp.asarray(lengths), n), sample_logp=jnp.zeros((b, n)),
+                          rewards=jnp.asarray(rewards).reshape(-1), valid=jnp.asarray(valid).reshape(-1), num_groups=2,
+                          keep=2)
+        new, m = trainer[0]._program("update", trainer[1])(state, rollout, {}, jax.random.key(1), jnp.int32(0))
         return [np.asarray(x) for x in jax.tree.leaves(new.params)], m
 
     base, m = update(tokens, rewards)
@@ -418,19 +442,19 @@ def test_a_sample_a_reward_excludes_adds_nothing_to_the_update(bpe, jsonl_datase
     np.testing.assert_allclose(adv[0, [0, 2, 3]], np.asarray(grpo_advantages(jnp.asarray(rewards[:1, [0, 2, 3]])))[0],
                                rtol=1e-6)
     np.testing.assert_allclose(adv[1], np.asarray(grpo_advantages(jnp.asarray(rewards[1:])))[0], rtol=1e-6)
-    trainer.rewards.close()
+    trainer[1].rewards.close()
 
 
 def test_a_reward_returning_none_is_counted_in_the_step_metrics(bpe, jsonl_dataset, bpe_model):
     def every_other(prompts, completions, *, step):
         return [None if i % 2 else 1.0 for i in range(len(completions))]
 
-    trainer = GRPOTrainer(DATA_CFG, bpe_model, bpe, jsonl_dataset, [every_other, make_reward("r1_format")])
-    state, m = trainer.step(trainer.init(jax.random.key(0)))
+    trainer = grpo_learner(DATA_CFG, bpe_model, bpe, jsonl_dataset, [every_other, make_reward("r1_format")])
+    state, m = stepper(trainer)(init(trainer, jax.random.key(0)))
     b = DATA_CFG.prompts_per_step * DATA_CFG.group_size
     assert m["reward/every_other/excluded"] == b // 2 and m["reward/r1_format/excluded"] == 0
     assert m["excluded"] == b // 2 and m["reward/every_other"] == 1.0
     # every group (size 2) keeps one sample: no baseline, advantages 0, so nothing is learned and the loss is 0
     assert float(m["loss"]) == 0.0 and int(state.step) == 1
-    assert trainer.last_samples["reward"][1] is None and trainer.last_samples["reward/every_other"][1] is None
-    trainer.rewards.close()
+    assert trainer[1].last_samples["reward"][1] is None and trainer[1].last_samples["reward/every_other"][1] is None
+    trainer[1].rewards.close()
