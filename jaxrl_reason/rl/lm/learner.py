@@ -300,9 +300,9 @@ class Learner:
         return jnp.int32(self.config.ref_reset_every or 0)
 
     def _program(self, kind: str, agent):
-        """The cached jitted program ``kind`` (step | passes | update) of ``agent``: a step holds the agent's
+        """The cached jitted program ``kind`` (step | rollout | passes | update) of ``agent``: a step holds the agent's
         rollout; passes and updates only its hooks, so host agents with equal hooks share them."""
-        key = agent if kind == "step" else _Hooks.of(agent)
+        key = agent if kind in ("step", "rollout") else _Hooks.of(agent)
         try:
             hash(key)
         except TypeError:  # an unhashable agent: its own programs
@@ -315,9 +315,9 @@ class Learner:
         key = jax.random.key(0) if key is None else key
         if hasattr(agent, "evaluate"):
             return agent.evaluate(self.policy(state), key, batch)
-        out = _rollout_fn(agent)(self.policy(state), key, batch, *((state.agent_carry,) if
-                                                                     hasattr(agent, "init_carry") else ()))
-        rollout = out[0]
+        carry = (state.agent_carry,) if hasattr(agent, "init_carry") else ()
+        roll = _rollout_fn(agent) if getattr(agent, "host", False) else self._program("rollout", agent)
+        rollout = roll(self.policy(state), key, replicate(batch, self.mesh), *carry)[0]
         if hasattr(agent, "score"):
             rollout = agent.score(rollout)[0]
         r = np.asarray(rollout.rewards, np.float64)
@@ -402,13 +402,15 @@ class _ByIdentity:
 @functools.lru_cache(maxsize=None)
 def _programs(graphdef, loss_graphdef, cfg: LearnerConfig, multi: bool, kind: str, key):
     key = key.obj if isinstance(key, _ByIdentity) else key
-    hooks = _Hooks.of(key) if kind == "step" else key
+    hooks = _Hooks.of(key) if kind in ("step", "rollout") else key
     if kind == "passes":
         return _passes(graphdef, cfg, multi, hooks)
     learn = functools.partial(_learn, graphdef, loss_graphdef, cfg, multi, hooks)
     if kind == "update":
         return jax.jit(learn, donate_argnums=0)
     agent = key
+    if kind == "rollout":  # a pure agent's rollout alone (evaluation)
+        return jax.jit(_rollout_fn(agent))
     keys = getattr(agent, "keys", default_keys)
     rollout_fn, carried = _rollout_fn(agent), hasattr(agent, "init_carry")
 
@@ -505,6 +507,7 @@ def _learn(graphdef, loss_graphdef, cfg: LearnerConfig, multi: bool, hooks: _Hoo
     if valid is not None:  # excluded samples add no loss
         row_valid = valid if r.sample is None else valid[r.sample]
         r = r.replace(mask=r.mask * row_valid[:, None])
+    metrics["mean_abs_adv"] = _mean(jnp.abs(r.advantages), (r.mask.sum(-1) > 0).astype(jnp.float32))  # trained rows
     pick = lambda k: None if k not in logps else (logps[k] if rows is None else logps[k][rows])
     r = r.rows_only().replace(ref_logp=r.ref_logp if pick("ref") is None else pick("ref"),
                               old_logp=r.old_logp if pick("old") is None else pick("old"),
