@@ -2,7 +2,7 @@
 
 Both use the same LM, the same jitted sampler and the same keys (so they play the same games):
 
-- ``device``: ``agents.spiral.rollout.make_rollout`` -- every turn (render -> sample -> parse ->
+- ``device``: ``agents.spiral.rollout.game_rollout`` -- every turn (render -> sample -> parse ->
   step) of the whole episode batch inside one jitted ``lax.scan``;
 - ``python``: ``python_rollout`` -- a Python loop over turns: a jitted render+sample call, the
   answers copied to the host, decoded to strings and parsed in Python (as a text-arena harness
@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, make_rollout, python_rollout
+from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, game_rollout, python_rollout
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
 from jaxrl_reason.models.lm.config import LMConfig
@@ -73,7 +73,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     graphdef, params = nnx.split(model)
     game = LMGame.make(config.game, tokenizer=tok)
     sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=1.0, pad_id=tok.pad_id)
-    device = jax.jit(make_rollout(graphdef, game, config.num_episodes, sampler))
+    device = jax.jit(game_rollout(graphdef, game, config.num_episodes, sampler))
     keys = [jax.random.key(config.seed + 100 + i) for i in range(config.repeats + 1)]
     # warm-up (compilation) for both
     jax.block_until_ready(device(params, keys[0]))
@@ -81,17 +81,17 @@ def run(config: Config, run_dir: RunDir) -> dict:
     t_dev, t_py, same = [], [], []
     for k in keys[1:]:
         t = time.perf_counter()
-        ep = jax.block_until_ready(device(params, k))
+        turns, games = jax.block_until_ready(device(params, k))
         t_dev.append(time.perf_counter() - t)
         t = time.perf_counter()
         py = python_rollout(graphdef, game, config.num_episodes, sampler, params, k)
         t_py.append(time.perf_counter() - t)
-        same.append(bool(np.allclose(np.asarray(ep.returns), py["returns"])))
-    act = np.asarray(ep.turns.active)
+        same.append(bool(np.allclose(np.asarray(games.returns), py["returns"])))
+    act = np.asarray(turns.info["active"])
     row = {
         "game": config.game, "episodes": config.num_episodes, "backend": jax.default_backend(),
         "mean_turns": float(act.sum(0).mean()),
-        "forfeit_rate": float(np.asarray(ep.forfeit).any(1).mean()),
+        "forfeit_rate": float(np.asarray(games.forfeit).any(1).mean()),
         "device_s": float(np.median(t_dev)), "python_s": float(np.median(t_py)),
         "device_episodes_per_s": config.num_episodes / float(np.median(t_dev)),
         "python_episodes_per_s": config.num_episodes / float(np.median(t_py)),

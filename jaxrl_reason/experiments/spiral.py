@@ -38,9 +38,9 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.agents.spiral import evaluation as E
+from jaxrl_reason.agents.spiral.agent import SpiralConfig, spiral_learner
 from jaxrl_reason.agents.spiral.rollout import GAMES
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
-from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
 from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.models.lm.config import LMConfig
@@ -233,29 +233,29 @@ def run(config: Config, run_dir: RunDir) -> dict:
     for variant in config.variants:
         vcfg = config.variant_config(variant)
         model = nnx.merge(warm_graphdef, jax.tree.map(jnp.copy, warm_full))  # the warm-started LM, a fresh copy
-        trainer = SpiralTrainer(vcfg, model, tokenizer=tok)
+        learner, agent = spiral_learner(vcfg, model, tokenizer=tok)
         vdir = run_dir.child(variant.replace(":", "_").replace("+", "_"))  # own metrics and checkpoints (resume)
 
-        def win_rates(state):
+        def win_rates(state, learner=learner):
             """Win rates vs random of the LM at this step (every ``eval_every`` steps and before the first)."""
-            step, full = int(state.step), nnx.merge_state(state.params, state.rest)
+            step, full = int(state.step), learner.policy(state)
             row = {}
             for g in vcfg.games:
-                r = E.win_rates(trainer.full_graphdef, full, g, "random", config.eval_episodes, sampler,
+                r = E.win_rates(learner.graphdef, full, g, "random", config.eval_episodes, sampler,
                                 jax.random.key(1000 + step), vcfg.prompt_style, tokenizer=tok)
                 row.update({f"{g}/eval_{k}_vs_random": r[v] for k, v in
                             (("win", "win"), ("loss", "loss"), ("return", "mean_return"), ("forfeit", "forfeit"))})
             return row
 
-        state = run_steps(vdir, trainer.step, trainer.init(jax.random.key(config.seed)), config.steps,
-                          config.eval_every, win_rates, desc=variant)
+        state = run_steps(vdir, learner.step_fn(agent), learner.init(jax.random.key(config.seed), agent),
+                          config.steps, config.eval_every, win_rates, desc=variant)
         by_step = {}
         for r in vdir.read_metrics():  # a step's training row and its evaluation row, merged
             by_step.setdefault(r["step"], {}).update(r)
         hist = [by_step[k] for k in sorted(by_step)]
         curves[variant] = hist
         hist = [h for h in hist if "grad_norm" in h]  # the training steps
-        model = trainer.model(state)
+        model = learner.model(state)
         graphdef, full = nnx.split(model)
         grad = np.asarray([h["grad_norm"] for h in hist])
         row = {"variant": variant, "grad_norm_mean": float(grad.mean()), "grad_norm_std": float(grad.std())}

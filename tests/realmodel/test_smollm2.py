@@ -93,14 +93,14 @@ def test_memagent_step(real_model):
 
 def test_spiral_step(real_model):
     """SPIRAL self-play (RAE) on Kuhn Poker: 2 episodes of the real model against itself, one update."""
-    from jaxrl_reason.agents.spiral.trainer import SpiralTrainer
+    from jaxrl_reason.agents.spiral.agent import spiral_learner
 
     module = load_experiment("spiral")
     config = dataclasses.replace(module.PRESETS["smollm2"], max_seq_len=256)
     model, tok, task_tok = module.load_lm(config)
     assert tok is real_model.tokenizer and task_tok is None and model.cfg.remat
     vcfg = dataclasses.replace(config.variant_config("rae:kuhn_poker"), episodes_per_game=2, max_new_tokens=8)
-    before, state, m = one_step(SpiralTrainer(vcfg, model, tokenizer=tok))
+    before, state, m = one_step(*spiral_learner(vcfg, model, tokenizer=tok))
     assert np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
     assert 0 < float(m["kuhn_poker/response_length"]) <= 8 and 0 <= float(m["kuhn_poker/format_error"]) <= 1
     assert (max_change(before, state.params) > 0) == (float(m["grad_norm"]) > 0)

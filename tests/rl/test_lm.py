@@ -94,15 +94,15 @@ def grpo(case: str, remat: str = "none", share_prompts: bool = True) -> dict:
 
 # ---------------------------------------------------------------------------------------- agents
 def spiral() -> dict:
+    from jaxrl_reason.agents.spiral.agent import SpiralConfig, spiral_learner
     from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
-    from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
     from jaxrl_reason.models.lm import LMConfig, Transformer
 
     tok = spiral_tokenizer()
     cfg = LMConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
-    trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, max_new_tokens=8, minibatches=2),
-                            Transformer(cfg, rngs=nnx.Rngs(0)), tokenizer=tok)
-    return _steps(trainer, trainer.init(jax.random.key(0)), 2)
+    learner, agent = spiral_learner(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, max_new_tokens=8,
+                                                 minibatches=2), Transformer(cfg, rngs=nnx.Rngs(0)), tokenizer=tok)
+    return learner_steps(learner, agent, jax.random.key(0), 2)
 
 
 def memagent() -> dict:

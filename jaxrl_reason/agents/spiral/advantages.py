@@ -1,15 +1,19 @@
-"""Per-turn advantages for LM self-play episodes (SPIRAL §RAE and its two baselines).
+"""SPIRAL's advantages as the learner's registered estimators (``rl.lm.advantages``): one sample per (episode,
+seat), its group the (game, seat), every turn of a seat given its sample's advantage (``Rollout.sample``).
 
-    adv_episode, baseline = episode_advantages(mode, baseline, returns, game_ids, alpha)
-    adv_turn = turn_advantages(adv_episode, player)          # [B, 2] x [T, B] -> [T, B]
+    SpiralConfig.advantage   estimator          what
+    "rae"                    "rae"              Role-conditioned Advantage Estimation (``rl/rae.py``): an EMA baseline
+                                                per (game, role), alpha 0.05, read before the update
+    "none"                   "none"             plain self-play REINFORCE, ``A = R`` (SPIRAL's "w/o RAE" ablation); the
+                                                baselines are still tracked, as a diagnostic
+    "fixed"                  "rae"              the fixed-opponent baseline: the LM plays one seat against a fixed
+                                                opponent (the rollout's), ``A = R_seat - b[game, seat]``; the opponent's
+                                                turns are not trained
+    any other registered     itself             e.g. "grpo" over the (game, seat) groups of a step
 
-Modes:
-- ``"rae"``: Role-conditioned Advantage Estimation (``rl/rae.py``): per (game, role) EMA baseline,
-  alpha 0.05, read before the update; every turn of a role gets its episode's advantage.
-- ``"none"``: plain self-play REINFORCE, ``A = R`` (SPIRAL's "w/o RAE" ablation).
-- ``"fixed"``: the fixed-opponent baseline's advantage: the LM plays one seat against a fixed
-  opponent and its turns get ``A = R_seat - b[game, seat]`` (the same EMA; the opponent's turns are
-  inactive, so their advantage is never used).
+The stateful ones keep the baselines [2 * num_games] (group ``game * 2 + seat``) in the learner's state
+(``LearnerState.advantage_carry``). A ``SpiralConfig.alpha`` other than 0.05 registers ``"rae"`` / ``"none"`` at
+that rate once, as ``"rae@alpha=<alpha>"`` (``spiral_estimator``).
 
 A caveat measured with a tiny LM (README, SPIRAL rows): when self-play settles into a forced line
 (one seat always wins), the losing role's baseline converges to -1, so its advantage, and the
@@ -20,32 +24,24 @@ forced-win line.
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+import functools
 
-from jaxrl_reason.rl.rae import DEFAULT_ALPHA, init_baseline, rae_advantages
+from jaxrl_reason.rl.lm.advantages import CARRY_INIT, ESTIMATORS, register_estimator
+from jaxrl_reason.rl.rae import DEFAULT_ALPHA
 
-MODES = ("rae", "none", "fixed")
-
-
-def episode_advantages(mode: str, baseline: jax.Array, returns: jax.Array, game_ids: jax.Array,
-                       alpha: float = DEFAULT_ALPHA, valid: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    """returns [N, 2], game_ids [N], baseline [G, 2] -> (advantages [N, 2], new baseline [G, 2]).
-
-    The baseline is tracked in every mode (for ``"none"`` only as a diagnostic)."""
-    if mode not in MODES:
-        raise ValueError(f"advantage mode must be one of {MODES}, got {mode!r}")
-    adv, new_baseline = rae_advantages(baseline, returns, game_ids, valid, alpha)
-    if mode == "none":
-        adv = jnp.asarray(returns, jnp.float32)
-        if valid is not None:
-            adv = jnp.where(jnp.asarray(valid)[:, None], adv, 0.0)
-    return adv, new_baseline
+#: SpiralConfig.advantage's own name: RAE against a fixed opponent (the opponent is the rollout's)
+FIXED = "fixed"
 
 
-def turn_advantages(episode_adv: jax.Array, player: jax.Array) -> jax.Array:
-    """episode_adv [B, 2], player [T, B] (seat that acted each turn) -> [T, B]."""
-    return jnp.take_along_axis(episode_adv[None], player[..., None].clip(0, 1), axis=-1)[..., 0]
+def spiral_estimator(advantage: str, alpha: float = DEFAULT_ALPHA) -> str:
+    """``SpiralConfig.advantage`` (and ``alpha``) -> the name of the learner's estimator (module docstring)."""
+    name = "rae" if advantage == FIXED else advantage
+    if name not in ("rae", "none") or alpha == DEFAULT_ALPHA:
+        return name
+    rated = f"{name}@alpha={alpha!r}"
+    if rated not in ESTIMATORS:
+        register_estimator(rated, init=CARRY_INIT[name])(functools.partial(ESTIMATORS[name], alpha=alpha))
+    return rated
 
 
-__all__ = ["MODES", "episode_advantages", "init_baseline", "turn_advantages"]
+__all__ = ["FIXED", "spiral_estimator"]

@@ -11,7 +11,7 @@
                                                           (GameSpec.evaluations: Kuhn's exploitability,
                                                           value vs random, ...), valid rate, probs
     transfer_eval(model, num_problems, seed, max_new_tokens, tokenizer=tok, task_tokenizer=task_tok)
-                                                       -> tasks.evaluation.greedy_eval per task
+                                                       -> rewards.evaluation.greedy_eval per task
                                                           (task_tokenizer=None: a checkpoint's tokenizer)
 
 ``style`` is the prompt style the LM was trained on (``envs.games.text.STYLES``); ``tokenizer`` the
@@ -21,7 +21,7 @@ Opponents: each game's ``GameSpec.opponents`` (``envs.games``): ``random`` (ever
 A game with exact evaluations (``GameSpec.infosets`` and ``evaluations``: Kuhn Poker) has the LM's policy
 estimated by sampling ``samples`` answers at each information set and counting each action among the
 parseable, legal ones (the valid rate is returned separately; a set with no valid answer counts as uniform
-over its legal actions). ``TaskView`` wraps the LM so the task code (``tasks/evaluation.py``, with the tasks'
+over its legal actions). ``TaskView`` wraps the LM so the task code (``rewards/evaluation.py``, with the tasks'
 tokenizer, the character tokenizer for the presets) runs it unchanged: task token ids are mapped into
 the LM's ids on the way in (``agents.spiral.tokenizer.id_table``) and the logits restricted to the
 task tokens on the way out. A checkpoint's LM is evaluated on the tasks encoded with its own tokenizer.
@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral.rollout import LMGame, _parse, _render, make_rollout
+from jaxrl_reason.agents.spiral.rollout import LMGame, _parse, _render, game_rollout
 from jaxrl_reason.agents.spiral.tokenizer import id_table
 from jaxrl_reason.envs.games import GAMES as GAME_SPECS
 from jaxrl_reason.envs.games import text as gtext
@@ -56,18 +56,18 @@ def opponent_fn(game: LMGame, name: str):
 def _match_fn(graphdef, game_name: str, opponent: str, num_episodes: int, sampler: SamplerConfig, style: str,
               tokenizer: Tokenizer):
     game = LMGame.make(game_name, style, tokenizer=tokenizer)
-    roll = make_rollout(graphdef, game, num_episodes, sampler, opponent_fn(game, opponent))
+    roll = game_rollout(graphdef, game, num_episodes, sampler, opponent_fn(game, opponent))
 
     @jax.jit
     def run(params, key):
-        e = roll(params, key)
-        r = jnp.take_along_axis(e.returns, e.lm_seat[:, None], 1)[:, 0]
-        r_opp = jnp.take_along_axis(e.returns, 1 - e.lm_seat[:, None], 1)[:, 0]
-        act = e.turns.active.astype(jnp.float32)
+        turns, games = roll(params, key)
+        r = jnp.take_along_axis(games.returns, games.lm_seat[:, None], 1)[:, 0]
+        r_opp = jnp.take_along_axis(games.returns, 1 - games.lm_seat[:, None], 1)[:, 0]
+        act = turns.info["active"].astype(jnp.float32)
         return {"win": (r > r_opp).mean(), "draw": (r == r_opp).mean(), "loss": (r < r_opp).mean(),
                 "mean_return": r.mean(), "return_se": r.std() / jnp.sqrt(r.shape[0] - 1.0),
-                "forfeit": e.forfeit.any(1).mean(),
-                "format_error": ((e.turns.status != gtext.OK) * act).sum() / jnp.maximum(act.sum(), 1.0)}
+                "forfeit": games.forfeit.any(1).mean(),
+                "format_error": ((turns.info["status"] != gtext.OK) * act).sum() / jnp.maximum(act.sum(), 1.0)}
 
     return run
 
@@ -142,7 +142,7 @@ def lm_policy_evaluations(graphdef, params, game: str, sampler: SamplerConfig, s
 
 # ----------------------------------------------------------------------------- transfer
 class TaskView(nnx.Module):
-    """The LM seen through the tasks' tokenizer for ``tasks/evaluation``: ``table`` maps task ids to LM ids
+    """The LM seen through the tasks' tokenizer for ``rewards/evaluation``: ``table`` maps task ids to LM ids
     (``agents.spiral.tokenizer.id_table(task_tokenizer, lm_tokenizer)``); the logits are the LM's at those ids."""
 
     def __init__(self, model, table):
@@ -166,14 +166,14 @@ class TaskView(nnx.Module):
 
 def transfer_eval(model, num_problems: int = 64, seed: int = 1234, max_new_tokens: int = 32, *,
                   tokenizer: Tokenizer, task_tokenizer: Tokenizer | None = None) -> dict:
-    """Greedy accuracy / format rate on RandomCalculation and Countdown (``tasks.evaluation``, scored on the
+    """Greedy accuracy / format rate on RandomCalculation and Countdown (``rewards.evaluation``, scored on the
     decoded text). With ``task_tokenizer`` (``CharTokenizer()`` for the presets: R1 tags single tokens) the
     problems are encoded with it and the LM (``tokenizer``) is seen through ``TaskView``; without it (a
     checkpoint's tokenizer: the tags may be several tokens, which text scoring allows) the problems are
     encoded with ``tokenizer`` and the LM is evaluated as is."""
     from jaxrl_reason.tasks.base import make_batch
     from jaxrl_reason.tasks.countdown import Countdown
-    from jaxrl_reason.tasks.evaluation import greedy_eval
+    from jaxrl_reason.rewards.evaluation import greedy_eval
     from jaxrl_reason.tasks.random_calculation import RandomCalculation
 
     if task_tokenizer is None:

@@ -1,9 +1,10 @@
 """Multi-turn, multi-agent LM episodes on device: render -> sample -> parse -> step, all turns of
-a batch of games in one ``lax.scan`` (no Python per turn).
+a batch of games in one ``lax.scan`` (no Python per turn): a game is a ``GameTextEnv`` in the one multi-turn engine
+(``rl.lm.multiturn.make_turn_rollout``, its ``Turns`` and ``lm_responder``).
 
     game = LMGame.make("kuhn_poker", tokenizer=spiral_tokenizer())   # agents.spiral.tokenizer
-    roll = make_rollout(graphdef, game, num_episodes=64, sampler=SamplerConfig(max_new_tokens=24))
-    ep = jax.jit(roll)(params, key)          # params: nnx.State of the LM (nnx.split(model)[1])
+    roll = game_rollout(graphdef, game, num_episodes=64, sampler=SamplerConfig(max_new_tokens=24))
+    turns, games = jax.jit(roll)(params, key)   # params: the LM's nnx.State; Turns [T, B, ...], Games [B]
 
 Each turn the player to move sees its own prompt (``[bos] + text.render(state, player)``, each byte
 mapped to the tokenizer's id of that character, ``models.tokenizer.byte_ids``: byte + 8 for the
@@ -15,15 +16,17 @@ eos), the response ids become their bytes (``token_bytes``: multi-character toke
 ``lm_seat[b]`` (alternating 0/1 over the batch) and the opponent function plays the other seat;
 only LM turns are ``active`` (trainable).
 
-``Episodes.turns`` stores per-turn ``[T, B, ...]`` arrays (``T = env.max_episode_steps``); turns
-after a game ended are inactive padding. ``python_rollout`` is the same rollout driven turn by turn
-from Python with host-side string parsing (the benchmark's reference; same keys -> same games).
+``Turns`` (``rl.lm.multiturn``) holds the per-turn ``[T, B, ...]`` arrays (``T = env.max_episode_steps``), SPIRAL's
+in its ``info``: ``player`` (the seat that acted), ``active`` (a live LM turn: trainable), ``status`` (the parse);
+turns after a game ended are inactive padding. ``Games`` (the env's final state) holds each game's ``returns``
+[B, 2], ``forfeit`` [B, 2], ``lm_seat`` [B] and ``finished``. ``python_rollout`` is the same rollout driven turn by
+turn from Python with host-side string parsing (the benchmark's reference; same keys -> same games).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import flax
 import jax
@@ -37,10 +40,10 @@ from jaxrl_reason.envs.games import text as gtext
 from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.envs.wrappers import where_done
 from jaxrl_reason.agents.spiral.tokenizer import check_text
-from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig, generate
+from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig
 from jaxrl_reason.models.tokenizer import UNKNOWN, Tokenizer, byte_ids, byte_offset, host_bytes, token_bytes
 from jaxrl_reason.parallel.mesh import split_along
-from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, make_turn_rollout
+from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, lm_responder, make_turn_rollout
 
 #: the games SPIRAL plays: every registered one (``envs.games.register_game``), in registration order
 GAMES = tuple(GAME_SPECS)
@@ -119,23 +122,19 @@ def response_bytes(tokenizer: Tokenizer, tokens: jax.Array) -> jax.Array:
 
 
 @flax.struct.dataclass
-class Turns:
-    prompts: jax.Array  # [T, B, P] int32 (bos + rendered prompt)
-    tokens: jax.Array  # [T, B, N] int32 sampled response (pad after eos)
-    logprobs: jax.Array  # [T, B, N] float32 sampling log-probs
-    lengths: jax.Array  # [T, B] int32 response lengths (eos included)
-    player: jax.Array  # [T, B] int32 seat that acted
-    active: jax.Array  # [T, B] bool: the game was live and the LM acted
-    status: jax.Array  # [T, B] int32 parse status (text.OK / NO_ANSWER / UNKNOWN / ILLEGAL)
+class Games:
+    """A batch of games, ``GameTextEnv``'s state (the final one: what ``game_rollout`` returns beside its ``Turns``)."""
 
-
-@flax.struct.dataclass
-class Episodes:
-    turns: Turns
+    state: Any  # the env's state [B, ...]
+    ts: Any  # its last timestep [B, ...]
     returns: jax.Array  # [B, 2] float32 episode return per seat
     forfeit: jax.Array  # [B, 2] bool: seat forfeited (LM answer unparseable / illegal)
     lm_seat: jax.Array  # [B] int32 LM seat (-1: self-play, the LM plays both)
-    finished: jax.Array  # [B] bool: the game ended within max_turns
+
+    @property
+    def finished(self) -> jax.Array:
+        """[B] bool: the game ended (terminated or truncated at ``max_turns``)."""
+        return self.ts.terminated | self.ts.truncated
 
 
 def _mask_lm_seat(num_episodes: int, with_opponent: bool) -> jax.Array:
@@ -154,34 +153,22 @@ def _parse(game: LMGame, tokens, legal):
     return jax.vmap(game.text.parse, in_axes=(0, 0, None))(response_bytes(game.tokenizer, tokens), legal, 0)
 
 
-def lm_responder(graphdef, num_episodes: int, prompt_len: int, sampler: SamplerConfig, *,
-                 tokenizer: Tokenizer) -> Callable:
-    """The LM as a responder: ``respond(params, prompts [B, P], key, live=None) -> SampleOutput`` (jitted sampler,
-    stops at the tokenizer's eos, pads with its pad). ``live`` [B]: rows whose game still runs; the others sample
-    nothing (length 0, all pad), so they never keep the decode loop going (the live rows' draws are unchanged)."""
-    b = num_episodes
-    sampler = dataclasses.replace(sampler, pad_id=tokenizer.pad_id)
-    stops = jnp.full((b, 1), tokenizer.eos_id, jnp.int32)
-    max_new = jnp.full((b,), sampler.max_new_tokens, jnp.int32)
-    plens = jnp.full((b,), prompt_len, jnp.int32)
-
-    def respond(params, prompts, key, live=None):
-        limit = max_new if live is None else jnp.where(live, max_new, 0)
-        return generate(graphdef, params, prompts, plens, key, stops, limit, config=sampler)
-
-    return respond
+def game_responder(graphdef, sampler: SamplerConfig, *, tokenizer: Tokenizer) -> Callable:
+    """The LM as a game's responder: ``rl.lm.multiturn.lm_responder`` (the jitted sampler) stopping at the tokenizer's
+    eos, padding with its pad: ``respond(params, prompts [B, P], prompt_lens [B], key, live [B]) -> SampleOutput``
+    (a row not ``live`` samples nothing: length 0, all pad; the live rows' draws are unchanged)."""
+    return lm_responder(graphdef, dataclasses.replace(sampler, pad_id=tokenizer.pad_id), [tokenizer.eos_id])
 
 
-def turn_responder(respond: Callable, pad_id: int, takes_live: bool = False) -> Callable:
-    """``respond(params, prompts, key[, live])`` as the protocol's turn responder
-    ``(params, prompts, prompt_lens, key, live) -> SampleOutput``: only rows that are live with a prompt
-    (``prompt_lens`` > 0: ``GameTextEnv`` gives a fixed opponent's turn none) are the LM's to answer; a turn
-    where none is runs nothing (``lax.cond``: every game ended, e.g. all forfeited on their first move) and answers
-    pad, length 0."""
+def turn_responder(respond: Callable, pad_id: int) -> Callable:
+    """A responder ``(params, prompts, prompt_lens, key, live) -> SampleOutput`` (``game_responder``,
+    ``canned_responder``) that answers only rows live with a prompt (``prompt_lens`` > 0: ``GameTextEnv`` gives a
+    fixed opponent's turn none); a turn where none is runs nothing (``lax.cond``: every game ended, e.g. all
+    forfeited on their first move) and answers pad, length 0."""
 
     def turn(params, prompts, prompt_lens, key, live):
         live = live & (prompt_lens > 0)
-        run = (lambda: respond(params, prompts, key, live)) if takes_live else (lambda: respond(params, prompts, key))
+        run = lambda: respond(params, prompts, prompt_lens, key, live)
         shapes = jax.eval_shape(run)
         nothing = lambda: SampleOutput(tokens=jnp.full(shapes.tokens.shape, pad_id, shapes.tokens.dtype),
                                        logprobs=jnp.zeros(shapes.logprobs.shape, shapes.logprobs.dtype),
@@ -202,20 +189,21 @@ def canned_answers(answers: tuple[str, ...], num_new: int, slots: int | None = N
     return jnp.asarray(table), jnp.asarray(lens)
 
 
-def canned_responder(params, prompts, key) -> SampleOutput:
+def canned_responder(params, prompts, prompt_lens, key, live) -> SampleOutput:
     """A scripted player for tests and demos: ``params = canned_answers(...)``; each row answers one
-    of the table's answers uniformly at random (the prompt is ignored). Same signature as the LM
-    responder, so one compiled rollout serves every answer table of the same shape."""
+    of the table's answers uniformly at random (the prompt is ignored; a row not ``live`` answers length 0).
+    The LM responder's signature, so one compiled rollout serves every answer table of the same shape."""
     table, lens = params
     pick = jax.random.randint(key, (prompts.shape[0],), 0, table.shape[0])
-    return SampleOutput(tokens=table[pick], logprobs=jnp.zeros(table[pick].shape, jnp.float32), lengths=lens[pick])
+    return SampleOutput(tokens=table[pick], logprobs=jnp.zeros(table[pick].shape, jnp.float32),
+                        lengths=jnp.where(live, lens[pick], 0))
 
 
 class GameTextEnv(TextEnv):
     """A SPIRAL game as a ``rl.lm.multiturn.TextEnv`` whose observation is the whole next prompt (the game rendered
-    for the player to move; ``make_turn_rollout``); its reward is the mover's (returns per seat: the state). State: (env state, timestep, returns [B, 2], forfeit [B, 2],
-    lm_seat [B]); ``info``: player, active (an LM turn of a live game), status (the parse). A turn's key is split
-    in three (sampler, opponent, env): SPIRAL's draws as before the protocol."""
+    for the player to move; ``make_turn_rollout``); its reward is the mover's. State: ``Games`` (the env's state and
+    timestep, returns and forfeits per seat, the LM's seat); ``info`` [B]: player, active (an LM turn of a live
+    game), status (the parse). A turn's key is split in three (sampler, opponent, env)."""
 
     def __init__(self, game: LMGame, num_episodes: int, opponent: Callable | None = None, mesh=None):
         self.game, self.b, self.opponent, self.mesh = game, num_episodes, opponent, mesh
@@ -226,25 +214,26 @@ class GameTextEnv(TextEnv):
         k_lm, k_opp, k_env = jax.random.split(key, 3)
         return k_lm, (k_opp, k_env)
 
-    def _observe(self, state, ts, reward, lm_seat):
+    def _observe(self, games: Games, reward):
         """The prompt for the player to move; its length 0 where a fixed opponent moves (the LM reads nothing:
         ``turn_responder`` samples only rows with a prompt)."""
-        prompts = _render(self.game, state, ts.current_player)
-        lm_turn = (lm_seat < 0) | (ts.current_player == lm_seat)
-        return TextStep(prompts, jnp.where(lm_turn, self.game.prompt_len, 0).astype(jnp.int32), reward,
-                        ts.terminated | ts.truncated)
+        ts = games.ts
+        prompts = _render(self.game, games.state, ts.current_player)
+        lm_turn = (games.lm_seat < 0) | (ts.current_player == games.lm_seat)
+        return TextStep(prompts, jnp.where(lm_turn, self.game.prompt_len, 0).astype(jnp.int32), reward, games.finished)
 
     def reset(self, key, data=None):
         state, ts = split_along(jax.vmap(self.game.env.reset)(jax.random.split(key, self.b)), self.mesh, 0)
-        lm_seat = _mask_lm_seat(self.b, self.opponent is not None)
-        carry = (state, ts, jnp.zeros((self.b, 2), jnp.float32), jnp.zeros((self.b, 2), bool), lm_seat)
-        return carry, self._observe(state, ts, jnp.zeros((self.b,), jnp.float32), lm_seat)
+        games = Games(state=state, ts=ts, returns=jnp.zeros((self.b, 2), jnp.float32),
+                      forfeit=jnp.zeros((self.b, 2), bool), lm_seat=_mask_lm_seat(self.b, self.opponent is not None))
+        return games, self._observe(games, jnp.zeros((self.b,), jnp.float32))
 
-    def step(self, key, carry, turn, turn_len):
-        state, ts, ret, forfeit, lm_seat = split_along(carry, self.mesh, 0)
+    def step(self, key, games: Games, turn, turn_len):
+        games = split_along(games, self.mesh, 0)
+        state, ts, lm_seat = games.state, games.ts, games.lm_seat
         k_opp, k_env = key
         env, b = self.game.env, self.b
-        done = ts.terminated | ts.truncated
+        done = games.finished
         player = ts.current_player
         _, legal = mover_view(ts)
         action, status = _parse(self.game, turn, legal)
@@ -257,37 +246,29 @@ class GameTextEnv(TextEnv):
         state, ts = where_done(done, (state, ts), (new_state, new_ts))  # ended games stay
         reward = jnp.where(done[:, None], 0.0, new_ts.reward)
         bad = active & (status != gtext.OK)
-        forfeit = forfeit | (bad[:, None] & (jnp.arange(2)[None] == player[:, None]))
-        st = self._observe(state, ts, jnp.take_along_axis(reward, player[:, None], axis=1)[:, 0], lm_seat)  # mover's
-        return (state, ts, ret + reward, forfeit, lm_seat), st.replace(
-            info={"player": player, "active": active, "status": status})
+        forfeit = games.forfeit | (bad[:, None] & (jnp.arange(2)[None] == player[:, None]))
+        games = games.replace(state=state, ts=ts, returns=games.returns + reward, forfeit=forfeit)
+        st = self._observe(games, jnp.take_along_axis(reward, player[:, None], axis=1)[:, 0])  # the mover's
+        return games, st.replace(info={"player": player, "active": active, "status": status})
 
 
-def make_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConfig,
+def game_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConfig,
                  opponent: Callable | None = None, responder: Callable | None = None, mesh=None) -> Callable:
-    """-> pure ``rollout(params, key) -> Episodes`` (jit it, or call it inside a jitted step): the game as a
-    ``GameTextEnv`` in the protocol's ``make_turn_rollout``.
+    """-> pure ``rollout(params, key) -> (Turns [T, B, ...], Games [B])`` (jit it, or call it inside a jitted step):
+    the game as a ``GameTextEnv`` in the multi-turn engine's ``make_turn_rollout``.
 
     ``params``: the LM's full ``nnx.State``. ``opponent(key, state, ts) -> action`` acts on one
     unbatched game (one of the game's ``GameSpec.opponents``); None = self-play (the LM plays both seats).
-    ``responder(params, prompts, key) -> SampleOutput`` replaces the LM sampler (scripted players in
-    tests); default ``lm_responder``. ``mesh``: the games are split over its ``data`` axis (each device,
-    of every process, plays its slice of the one seeded batch; the same games as without a mesh).
+    ``responder(params, prompts, prompt_lens, key, live) -> SampleOutput`` replaces the LM sampler (scripted players
+    in tests: ``canned_responder``); default ``game_responder``. ``mesh``: the games are split over its ``data`` axis
+    (each device, of every process, plays its slice of the one seeded batch; the same games as without a mesh).
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
-    respond = responder or lm_responder(graphdef, num_episodes, game.prompt_len, sampler, tokenizer=game.tokenizer)
-    text_env = GameTextEnv(game, num_episodes, opponent, mesh)
-    roll = make_turn_rollout(text_env, turn_responder(respond, game.tokenizer.pad_id, takes_live=responder is None))
-
-    def rollout(params, key) -> Episodes:
-        turns, (_, ts, ret, forfeit, lm_seat) = roll(params, key, None)
-        rec = Turns(prompts=turns.prompts, tokens=turns.tokens, logprobs=turns.logprobs, lengths=turns.lengths,
-                    player=turns.info["player"], active=turns.info["active"], status=turns.info["status"])
-        return Episodes(turns=rec, returns=ret, forfeit=forfeit, lm_seat=lm_seat,
-                        finished=ts.terminated | ts.truncated)
-
-    return rollout
+    respond = responder or game_responder(graphdef, sampler, tokenizer=game.tokenizer)
+    roll = make_turn_rollout(GameTextEnv(game, num_episodes, opponent, mesh),
+                             turn_responder(respond, game.tokenizer.pad_id))
+    return lambda params, key: roll(params, key, None)
 
 
 def python_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConfig, params, key,
@@ -352,7 +333,8 @@ def parse_text(text: gtext.GameText, answer: str, legal) -> tuple[int, int]:
 
 def _python_fns(graphdef, game: LMGame, b: int, sampler: SamplerConfig, opponent, responder):
     env = game.env
-    respond = responder or lm_responder(graphdef, b, game.prompt_len, sampler, tokenizer=game.tokenizer)
+    respond = responder or game_responder(graphdef, sampler, tokenizer=game.tokenizer)
+    plens, live = jnp.full((b,), game.prompt_len, jnp.int32), jnp.ones((b,), bool)  # every row samples
 
     @jax.jit
     def reset(key):
@@ -361,7 +343,7 @@ def _python_fns(graphdef, game: LMGame, b: int, sampler: SamplerConfig, opponent
     @jax.jit
     def sample(params, state, ts, k_lm, k_opp):
         _, legal = mover_view(ts)
-        out = respond(params, _render(game, state, ts.current_player), k_lm)
+        out = respond(params, _render(game, state, ts.current_player), plens, k_lm, live)
         opp = (jax.vmap(opponent)(jax.random.split(k_opp, b), state, ts) if opponent is not None
                else jnp.zeros((b,), jnp.int32))
         return ts.terminated | ts.truncated, ts.current_player, legal, out.tokens, opp

@@ -12,7 +12,7 @@ The presets' tokenizer: ids ``0..7`` are the special tokens ``<pad> <bos> <eos> 
 -> ``b + 8``). Why bytes and not the tasks' character tokenizer: the game text needs characters
 (``\\``, ``{``, ``|``, newline) that it does not have. Nothing here is a global vocabulary: the
 experiment constructs the tokenizer and hands it to ``LMGame.make``, ``warm_start``,
-``SpiralTrainer`` and the evaluation.
+``spiral_learner`` and the evaluation.
 
 Any other tokenizer works when it spells every character of the game text as one token, e.g. a
 checkpoint's byte-level BPE (Qwen2/3, Llama 3, DeepSeek-V3: every ASCII byte is a token):

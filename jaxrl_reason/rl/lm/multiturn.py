@@ -242,16 +242,19 @@ class Turns:
     live: jax.Array  # [T, B] bool: the episode had not ended before the turn
     reward: jax.Array  # [T, B]
     done: jax.Array  # [T, B] bool: ended at this turn or before
-    info: dict  # the env's info [T, B, ...]
+    info: dict  # the env's info [T, B, ...] (SPIRAL's games: the seat that moved, an LM turn of a live game, the parse)
 
-    def to_rollout(self, advantages: jax.Array, active: jax.Array | None = None, pad_id: int = 0, **fields) -> Rollout:
-        """Rows = (turn, episode), turn-major; advantages [T, B]; ``active`` [T, B] (default ``live``): trained rows."""
+    def to_rollout(self, advantages: jax.Array | None = None, active: jax.Array | None = None, pad_id: int = 0,
+                   **fields) -> Rollout:
+        """Rows = (turn, episode), turn-major; advantages [T, B], or None: the learner's estimator makes them from
+        ``fields`` (``rewards`` [S], ``groups``, ``valid``, ``sample`` [T * B]: each row's sample, e.g. SPIRAL's
+        (episode, seat)); ``active`` [T, B] (default ``live``): trained rows."""
         t, b, n = self.tokens.shape
         flat = lambda x: x.reshape((t * b,) + x.shape[2:])
         active = self.live if active is None else active
         seqs = join(flat(self.prompts), flat(self.prompt_lens), flat(self.tokens), pad_id)
         return Rollout(seqs, flat(self.prompt_lens), response_mask(flat(self.lengths), n, flat(active)),
-                       flat(advantages), sample_logp=flat(self.logprobs), **fields)
+                       None if advantages is None else flat(advantages), sample_logp=flat(self.logprobs), **fields)
 
 
 def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True) -> Callable:

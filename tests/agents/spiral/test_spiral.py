@@ -1,7 +1,8 @@
 """SPIRAL: tokenizer and task-id adapter, the byte <-> id tables (the byte tokenizer's are byte + 8; a byte-level
-BPE renders one token per character and parses its canonical tokens), advantages, host/device parse twins,
-scripted-player rollouts (device loop == Python-driven loop, forfeits), infoset prompts and frequencies, config errors, one
-LM train step, the experiment from a tiny HF checkpoint and the gpu preset's Qwen3-0.6B shapes (abstract)."""
+BPE renders one token per character and parses its canonical tokens), advantages (the learner's estimators over
+(episode, seat) samples), host/device parse twins, scripted-player rollouts (device loop == Python-driven loop,
+forfeits), infoset prompts and frequencies, config errors, one LM train step on the learner, the experiment from a
+tiny HF checkpoint and the gpu preset's Qwen3-0.6B shapes (abstract)."""
 
 import math
 import re
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_reason.agents.spiral.advantages import episode_advantages, turn_advantages
+from jaxrl_reason.agents.spiral.advantages import spiral_estimator
 from jaxrl_reason.agents.spiral.evaluation import infoset_probs, infoset_prompts
 from jaxrl_reason.agents.spiral.rollout import (
     GAMES,
@@ -22,15 +23,15 @@ from jaxrl_reason.agents.spiral.rollout import (
     _render,
     canned_answers,
     canned_responder,
+    game_rollout,
     host_text,
-    make_rollout,
     parse_text,
     turn_responder,
     python_rollout,
     response_bytes,
 )
 from jaxrl_reason.agents.spiral.tokenizer import id_table, spiral_tokenizer
-from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer, fixed_opponent
+from jaxrl_reason.agents.spiral.agent import SpiralAgent, SpiralConfig, fixed_opponent, spiral_learner
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
 from jaxrl_reason.envs.games import opponents as O
 from jaxrl_reason.envs.games import text as gtext
@@ -38,6 +39,8 @@ from jaxrl_reason.envs.games.arena import mover_view
 from jaxrl_reason.models.lm.config import LMConfig
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig
+from jaxrl_reason.rl.lm.advantages import ESTIMATORS, estimate
+from jaxrl_reason.rl.rae import rae_advantages
 from jaxrl_reason.models.tokenizer import (
     CHARS,
     ByteTokenizer,
@@ -66,7 +69,7 @@ def kuhn():
 @pytest.fixture(scope="module")
 def scripted_selfplay(kuhn):
     """One compiled scripted self-play rollout (the answer table is its ``params``)."""
-    return jax.jit(make_rollout(None, kuhn, 32, SAMPLER, responder=canned_responder))
+    return jax.jit(game_rollout(None, kuhn, 32, SAMPLER, responder=canned_responder))
 
 
 def test_tokenizer_layout_and_task_id_table():
@@ -195,23 +198,45 @@ def _sequential_rae(b, returns, games, alpha=0.05):
     return np.asarray(adv), b
 
 
-def test_advantages_modes():
+def _flat(returns, games, num_games):
+    """Episodes [N, 2] of games [N] -> the learner's (episode, seat) samples: rewards, groups (game * 2 + seat)."""
+    n = len(games)
+    return (jnp.asarray(returns).reshape(-1), jnp.asarray(np.repeat(games, 2) * 2 + np.tile([0, 1], n)),
+            2 * num_games)
+
+
+def test_advantages_are_the_learners_estimators_per_episode_and_seat():
+    """SPIRAL's modes are registered estimators over (episode, seat) samples grouped by (game, seat): "rae" is the
+    per-(game, role) EMA baseline read before its update (rl.rae, episode by episode), "none" is A = R with the
+    baselines still tracked, "fixed" is "rae"; a turn gets its (episode, seat) sample's advantage."""
     rng = np.random.default_rng(0)
     returns = rng.choice([-1.0, 0.0, 1.0], size=(6, 2)).astype(np.float32)
     games = np.asarray([0, 1, 0, 0, 1, 1])
     b0 = np.asarray([[0.2, -0.1], [0.0, 0.3]], np.float32)
-    adv, b1 = episode_advantages("rae", jnp.asarray(b0), jnp.asarray(returns), jnp.asarray(games))
+    rewards, groups, num_groups = _flat(returns, games, 2)
     want, want_b = _sequential_rae(b0, returns, games)
-    np.testing.assert_allclose(adv, want, atol=1e-6)
-    np.testing.assert_allclose(b1, want_b, atol=1e-6)
-    adv_none, _ = episode_advantages("none", jnp.asarray(b0), jnp.asarray(returns), jnp.asarray(games))
-    np.testing.assert_allclose(adv_none, returns)
-    player = jnp.asarray([[0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0]])  # [T=2, B=6]
-    per_turn = turn_advantages(adv, player)
+    assert spiral_estimator("rae") == spiral_estimator("fixed") == "rae" and spiral_estimator("none") == "none"
+    adv, b1 = estimate("rae", rewards, groups, num_groups, None, jnp.asarray(b0).reshape(-1))
+    np.testing.assert_allclose(adv.reshape(6, 2), want, atol=1e-6)
+    np.testing.assert_allclose(b1.reshape(2, 2), want_b, atol=1e-6)
+    old, _ = rae_advantages(jnp.asarray(b0), jnp.asarray(returns), jnp.asarray(games))  # [N, 2] per episode
+    np.testing.assert_allclose(adv.reshape(6, 2), old, atol=1e-6)
+    adv_none, b_none = estimate("none", rewards, groups, num_groups, None, jnp.asarray(b0).reshape(-1))
+    np.testing.assert_allclose(adv_none.reshape(6, 2), returns)
+    np.testing.assert_allclose(b_none, b1)  # the diagnostic baselines
+    valid = jnp.repeat(jnp.asarray([True, True, False, True, True, True]), 2)  # episode 2 unfinished
+    adv_v, _ = estimate("rae", rewards, groups, num_groups, valid, jnp.asarray(b0).reshape(-1))
+    assert (np.asarray(adv_v).reshape(6, 2)[2] == 0).all()
+    player = np.asarray([[0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0]])  # [T=2, B=6]
+    sample = np.arange(6)[None] * 2 + player  # SpiralAgent's row -> (episode, seat)
+    per_turn = np.asarray(adv)[sample]
     np.testing.assert_allclose(per_turn[0, 1], want[1, 1], atol=1e-6)
     np.testing.assert_allclose(per_turn[1, 1], want[1, 0], atol=1e-6)
-    with pytest.raises(ValueError, match="advantage mode"):
-        episode_advantages("critic", jnp.asarray(b0), jnp.asarray(returns), jnp.asarray(games))
+    # another alpha: registered once under its own name, the same estimator at that rate
+    name = spiral_estimator("rae", 0.5)
+    assert name == "rae@alpha=0.5" == spiral_estimator("fixed", 0.5) and name in ESTIMATORS
+    np.testing.assert_allclose(estimate(name, rewards, groups, num_groups, None, jnp.zeros(4))[1].reshape(2, 2),
+                               _sequential_rae(np.zeros((2, 2)), returns, games, alpha=0.5)[1], atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["tictactoe", "kuhn_poker"])
@@ -230,38 +255,40 @@ def test_host_parser_matches_device_parser(name):
 
 def test_scripted_rollout_device_equals_python_loop(kuhn, scripted_selfplay):
     table = canned_answers(KUHN_ANSWERS, 24, tokenizer=TOK)
-    ep = scripted_selfplay(table, jax.random.key(3))
+    turns, games = scripted_selfplay(table, jax.random.key(3))
     py = python_rollout(None, kuhn, 32, SAMPLER, table, jax.random.key(3), responder=canned_responder)
-    np.testing.assert_allclose(ep.returns, py["returns"])
-    np.testing.assert_array_equal(ep.forfeit, py["forfeit"])
-    np.testing.assert_array_equal(np.where(ep.turns.active, ep.turns.status, 0), py["status"])
+    np.testing.assert_allclose(games.returns, py["returns"])
+    np.testing.assert_array_equal(games.forfeit, py["forfeit"])
+    np.testing.assert_array_equal(np.where(turns.info["active"], turns.info["status"], 0), py["status"])
     # zero-sum unless someone forfeited (forfeit: offender -1, opponent 0)
-    forfeited = np.asarray(ep.forfeit).any(1)
+    forfeited = np.asarray(games.forfeit).any(1)
     assert forfeited.any() and (~forfeited).any()
-    np.testing.assert_allclose(np.asarray(ep.returns)[~forfeited].sum(1), 0.0)
-    off = np.asarray(ep.forfeit)[forfeited].argmax(1)
-    np.testing.assert_allclose(np.asarray(ep.returns)[forfeited, :][np.arange(off.size), off], -1.0)
-    assert bool(ep.finished.all())
-    # after a game ends its later turns are inactive
-    act = np.asarray(ep.turns.active)
-    assert (np.diff(act.astype(int), axis=0) <= 0).all()
+    np.testing.assert_allclose(np.asarray(games.returns)[~forfeited].sum(1), 0.0)
+    off = np.asarray(games.forfeit)[forfeited].argmax(1)
+    np.testing.assert_allclose(np.asarray(games.returns)[forfeited, :][np.arange(off.size), off], -1.0)
+    assert bool(games.finished.all())
+    # after a game ends its later turns are inactive (and answer nothing)
+    act = np.asarray(turns.info["active"])
+    assert (np.diff(act.astype(int), axis=0) <= 0).all() and (np.asarray(turns.lengths)[~act] == 0).all()
 
 
 def test_forfeit_rules_and_fixed_opponent(kuhn, scripted_selfplay):
-    ep = scripted_selfplay(canned_answers(("\\boxed{bet}",), 24, slots=len(KUHN_ANSWERS), tokenizer=TOK), jax.random.key(0))
+    turns, games = scripted_selfplay(canned_answers(("\\boxed{bet}",), 24, slots=len(KUHN_ANSWERS), tokenizer=TOK),
+                                     jax.random.key(0))
     # player 0 bets (legal), player 1 "bets" facing a bet (illegal): player 1 forfeits
-    np.testing.assert_array_equal(ep.turns.status[:2], [[gtext.OK] * 32, [gtext.ILLEGAL] * 32])
-    np.testing.assert_allclose(ep.returns, [[0.0, -1.0]] * 32)
-    assert np.asarray(ep.forfeit)[:, 1].all() and not np.asarray(ep.forfeit)[:, 0].any()
+    np.testing.assert_array_equal(turns.info["status"][:2], [[gtext.OK] * 32, [gtext.ILLEGAL] * 32])
+    np.testing.assert_allclose(games.returns, [[0.0, -1.0]] * 32)
+    assert np.asarray(games.forfeit)[:, 1].all() and not np.asarray(games.forfeit)[:, 0].any()
     junk = canned_answers(("I check.",), 16, tokenizer=TOK)  # no \\boxed{}: the LM forfeits on its first turn
-    roll = make_rollout(None, kuhn, 4, SAMPLER, opponent=O.random_action, responder=canned_responder)
-    ep = jax.jit(roll)(junk, jax.random.key(1))
-    np.testing.assert_array_equal(ep.lm_seat, [0, 1, 0, 1])
-    r_lm = np.asarray(ep.returns)[np.arange(4), np.asarray(ep.lm_seat)]
+    roll = game_rollout(None, kuhn, 4, SAMPLER, opponent=O.random_action, responder=canned_responder)
+    turns, games = jax.jit(roll)(junk, jax.random.key(1))
+    np.testing.assert_array_equal(games.lm_seat, [0, 1, 0, 1])
+    r_lm = np.asarray(games.returns)[np.arange(4), np.asarray(games.lm_seat)]
     np.testing.assert_allclose(r_lm, -1.0)
-    assert (np.asarray(ep.turns.status)[np.asarray(ep.turns.active)] == gtext.NO_ANSWER).all()
+    active = np.asarray(turns.info["active"])
+    assert (np.asarray(turns.info["status"])[active] == gtext.NO_ANSWER).all()
     # only LM turns are active
-    assert not np.asarray(ep.turns.active)[np.asarray(ep.turns.player) != np.asarray(ep.lm_seat)[None]].any()
+    assert not active[np.asarray(turns.info["player"]) != np.asarray(games.lm_seat)[None]].any()
 
 
 def test_kuhn_infoset_prompts():
@@ -326,8 +353,10 @@ def test_config_errors():
         SpiralConfig(games=("chess",))
     with pytest.raises(ValueError, match="even"):
         SpiralConfig(episodes_per_game=3)
-    with pytest.raises(ValueError, match="advantage"):
+    with pytest.raises(ValueError, match="advantage .*registered advantage estimator"):
         SpiralConfig(advantage="ppo")
+    assert SpiralConfig(advantage="grpo").learner_config().advantage == "grpo"  # any registered estimator
+    assert SpiralConfig(advantage="fixed").learner_config().advantage == "rae"  # the opponent is the rollout's
     with pytest.raises(ValueError, match="unknown SPIRAL game"):
         LMGame.make("go", tokenizer=TOK)
     # the fixed opponent: random, each game's expert, or a name every game's spec has
@@ -339,39 +368,45 @@ def test_config_errors():
         SpiralConfig(games=("tictactoe", "kuhn_poker"), advantage="fixed", opponent="nash")
     small = LMConfig(vocab_size=96, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=512)
     with pytest.raises(ValueError, match="vocab_size 96 < the tokenizer's 264"):
-        SpiralTrainer(SpiralConfig(games=("kuhn_poker",)), Transformer(small, rngs=nnx.Rngs(0)), tokenizer=TOK)
+        spiral_learner(SpiralConfig(games=("kuhn_poker",)), Transformer(small, rngs=nnx.Rngs(0)), tokenizer=TOK)
+
+
+def _tiny_lm(d_model=32, d_ff=64):
+    return Transformer(LMConfig(vocab_size=TOK.vocab_size, d_model=d_model, n_layers=1, n_heads=2, n_kv_heads=1,
+                                d_ff=d_ff, max_seq_len=512), rngs=nnx.Rngs(0))
 
 
 @pytest.mark.slow
 def test_lm_train_step_updates_params_and_rae_baseline():
-    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
-    model = Transformer(cfg, rngs=nnx.Rngs(0))
-    trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, max_new_tokens=8), model,
-                            tokenizer=TOK)
-    state = trainer.init(jax.random.key(0))
+    learner, agent = spiral_learner(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, max_new_tokens=8),
+                                    _tiny_lm(), tokenizer=TOK)
+    assert agent == SpiralAgent(learner.graphdef, agent.config, TOK)  # equal agents share the learner's programs
+    state = learner.init(jax.random.key(0), agent)
     before = jax.tree.map(np.asarray, state.params)
-    state, m = trainer.step(state)
+    state, m = learner.step(state, agent)
     m = jax.device_get(m)
     assert all(np.isfinite(v).all() for v in m.values())
     assert m["grad_norm"] > 0 and int(state.step) == 1
     changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.allclose(a, b), before, jax.tree.map(np.asarray, state.params)))
     assert any(changed)
     # an untrained LM never answers in format: every game is a forfeit by player 0 (-1), so RAE's
-    # baseline for role 0 moves from 0 by alpha towards -1 once per episode
+    # baseline for role 0 (group game * 2 + seat = 0) moves from 0 by alpha towards -1 once per episode
     assert m["kuhn_poker/forfeit"] == 1.0 and m["kuhn_poker/format_error"] == 1.0
-    np.testing.assert_allclose(state.baseline[0, 0], -(1 - 0.95**4), atol=1e-5)
+    np.testing.assert_allclose(state.advantage_carry[0], -(1 - 0.95**4), atol=1e-5)
+    np.testing.assert_allclose(m["kuhn_poker/baseline0"], state.advantage_carry[0])
+    # mean |A| over the trained turns: each game's one turn (player 0's forfeit) has A = -1 - b before it
+    np.testing.assert_allclose(m["mean_abs_adv"], np.mean([1 - (1 - 0.95**k) for k in range(4)]), atol=1e-5)
+    assert m["active_turns"] == 4
 
 
 @pytest.mark.slow
 def test_update_rows_gives_the_same_update():
     """SpiralConfig.update_rows (trained turns only, in chunks) = the one pass over every turn slot."""
-    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
     out = []
     for rows in (0, 3):
-        model = Transformer(cfg, rngs=nnx.Rngs(0))
-        trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker", "tictactoe"), episodes_per_game=4, max_new_tokens=8,
-                                             update_rows=rows), model, tokenizer=TOK)
-        state, m = trainer.step(trainer.init(jax.random.key(0)))
+        learner, agent = spiral_learner(SpiralConfig(games=("kuhn_poker", "tictactoe"), episodes_per_game=4,
+                                                     max_new_tokens=8, update_rows=rows), _tiny_lm(), tokenizer=TOK)
+        state, m = learner.step(learner.init(jax.random.key(0), agent), agent)
         out.append((jax.tree.map(np.asarray, state.params), jax.device_get(m)))
     (p0, m0), (p1, m1) = out
     assert 0 < m0["active_turns"] < 4 * (3 + 9) and m0["grad_norm"] > 0  # some turn slots are padding
@@ -383,15 +418,14 @@ def test_update_rows_gives_the_same_update():
 def test_lm_answers_only_live_turns_of_its_own(kuhn):
     """The LM samples nothing for an ended game or a fixed opponent's move (length 0), and a turn with no game to
     answer does not run the responder at all."""
-    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=512)
-    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    graphdef, params = nnx.split(_tiny_lm(16, 32))
     for opponent in (None, O.random_action):
-        ep = jax.jit(make_rollout(graphdef, kuhn, 4, SAMPLER, opponent=opponent))(params, jax.random.key(0))
-        act, lens = np.asarray(ep.turns.active), np.asarray(ep.turns.lengths)
+        turns, _ = jax.jit(game_rollout(graphdef, kuhn, 4, SAMPLER, opponent=opponent))(params, jax.random.key(0))
+        act, lens = np.asarray(turns.info["active"]), np.asarray(turns.lengths)
         assert act.any() and (~act).any() and (lens[act] > 0).all() and (lens[~act] == 0).all()
     runs = []
 
-    def respond(params, prompts, key):
+    def respond(params, prompts, prompt_lens, key, live):
         jax.debug.callback(lambda: runs.append(1))
         return SampleOutput(jnp.ones((2, 3), jnp.int32), jnp.zeros((2, 3)), jnp.full((2,), 3, jnp.int32))
 
@@ -464,7 +498,7 @@ def test_experiment_runs_from_a_checkpoint(experiment, bpe, tmp_path):
 
 
 def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
-    """The gpu preset: Qwen3-0.6B's shapes (never materialised) with the byte tokenizer; every variant's trainer
+    """The gpu preset: Qwen3-0.6B's shapes (never materialised) with the byte tokenizer; every variant's learner
     fits its window and the three-game step traces; the cpu preset keeps the tiny LM."""
     from jaxrl_reason.models.lm.hf_import import config_from_hf
     from jaxrl_reason.rl.grpo.recipes import ARCHS
@@ -484,36 +518,36 @@ def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
     tok, task_tok = toks["lm"], toks["task"]
     assert (model.cfg.d_model, model.cfg.n_layers, model.cfg.max_seq_len, model.cfg.remat) == (1024, 28, gpu.max_seq_len, True)
     assert tok.vocab_size == TOK.vocab_size and isinstance(task_tok, CharTokenizer)
-    for variant in gpu.variants:
-        trainer = SpiralTrainer(gpu.variant_config(variant), model, tokenizer=tok)
-    state = jax.eval_shape(lambda p, k: trainer.init(k, p), trainer._params, jax.random.key(0))
-    _, metrics = jax.eval_shape(trainer.step, state)
-    assert {"grad_norm", "negotiation/forfeit", "tictactoe/win_lm"} <= set(metrics)
+    for variant in gpu.variants:  # (the last: fixed, RAE against each game's random player)
+        learner, agent = spiral_learner(gpu.variant_config(variant), model, tokenizer=tok)
+    key = jax.random.key(0)
+    state = jax.eval_shape(lambda p, r: learner.new_state(p, r, key, agent), learner._params, learner._rest)
+    _, metrics = jax.eval_shape(lambda s: learner.step(s, agent), state)
+    assert {"grad_norm", "negotiation/forfeit", "tictactoe/win_lm", "tictactoe/baseline1"} <= set(metrics)
 
 
 @pytest.mark.slow
 def test_games_split_over_the_data_mesh_play_the_same_step():
     """mesh="data=8": each device plays its slice of the games (the rollout's batch is split), and the step is
     the one-device step up to float rounding (the multi-process path: a data axis over every process's devices)."""
-    cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512)
-    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    model = _tiny_lm()
     runs = {}
     for mesh in (None, "data=8"):
-        trainer = SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=8, max_new_tokens=8, mesh=mesh),
-                                model, tokenizer=TOK)
-        state, metrics = trainer.step(trainer.init(jax.random.key(0)))
+        learner, agent = spiral_learner(SpiralConfig(games=("kuhn_poker",), episodes_per_game=8, max_new_tokens=8,
+                                                     mesh=mesh), model, tokenizer=TOK)
+        state, metrics = learner.step(learner.init(jax.random.key(0), agent), agent)
         runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)
         if mesh:
-            roll = jax.jit(make_rollout(trainer.graphdef, trainer.games[0], 8, trainer.sampler, mesh=trainer.mesh))
-            episodes = roll(nnx.merge_state(state.params, state.rest), jax.random.key(1))
+            roll = jax.jit(game_rollout(learner.graphdef, agent.games[0], 8, agent.sampler, mesh=agent.mesh))
+            turns, games = roll(learner.policy(state), jax.random.key(1))
             shard = lambda x: x.sharding.shard_shape(x.shape)
-            assert shard(episodes.returns) == (1, 2)  # [8 games, 2 seats]: one game per device
-            turns, _, tokens = episodes.turns.tokens.shape
-            assert shard(episodes.turns.tokens) == (turns, 1, tokens)
+            assert shard(games.returns) == (1, 2)  # [8 games, 2 seats]: one game per device
+            t, _, tokens = turns.tokens.shape
+            assert shard(turns.tokens) == (t, 1, tokens)
     (m1, p1), (m8, p8) = runs[None], runs["data=8"]
     assert sorted(m1) == sorted(m8)
     for k in m1:
         np.testing.assert_allclose(m8[k], m1[k], rtol=1e-4, atol=1e-5, err_msg=k)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
     with pytest.raises(ValueError, match="SpiralConfig episodes_per_game = 4 is not divisible by the 8 devices"):
-        SpiralTrainer(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, mesh="data=8"), model, tokenizer=TOK)
+        spiral_learner(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, mesh="data=8"), model, tokenizer=TOK)

@@ -6,9 +6,9 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.agents.spiral import evaluation as E
+from jaxrl_reason.agents.spiral.agent import SpiralConfig, spiral_learner
 from jaxrl_reason.agents.spiral.rollout import LMGame
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
-from jaxrl_reason.agents.spiral.trainer import SpiralConfig, SpiralTrainer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
 from jaxrl_reason.models.lm import sft
 from jaxrl_reason.models.lm.config import LMConfig
@@ -30,19 +30,20 @@ def test_rae_selfplay_lowers_forfeits_and_raises_the_return_against_random_play(
     data = sft_examples([LMGame.make(game, "compact", tokenizer=TOK)], WarmStartConfig(games_per_game=64),
                         jax.random.key(0))
     sft.fit(model, data, 70, 32, 1e-2, seed=0, chunk=160)
-    trainer = SpiralTrainer(SpiralConfig(games=(game,), episodes_per_game=32, advantage="rae", max_new_tokens=24,
-                                         lr=2e-3, prompt_style="compact"), model, tokenizer=TOK)
-    state = trainer.init(jax.random.key(0))
+    learner, agent = spiral_learner(SpiralConfig(games=(game,), episodes_per_game=32, advantage="rae",
+                                                 max_new_tokens=24, lr=2e-3, prompt_style="compact"), model,
+                                    tokenizer=TOK)
+    state = learner.init(jax.random.key(0), agent)
     sampler = SamplerConfig(max_new_tokens=24, pad_id=TOK.pad_id)
 
-    def vs_random(params):
-        return E.win_rates(trainer.full_graphdef, nnx.merge_state(params, state.rest), game, "random", 512, sampler,
-                           jax.random.key(3), style="compact", tokenizer=TOK)
+    def vs_random(state):
+        return E.win_rates(learner.graphdef, learner.policy(state), game, "random", 512, sampler, jax.random.key(3),
+                           style="compact", tokenizer=TOK)
 
-    before = vs_random(state.params)
+    before = vs_random(state)
     assert 0.2 < before["forfeit"] < 0.95, f"the warm start should leave room to learn the format: {before}"
     for _ in range(30):
-        state, _ = trainer.step(state)
-    after = vs_random(state.params)
+        state, _ = learner.step(state, agent)
+    after = vs_random(state)
     assert after["forfeit"] < before["forfeit"] - 0.1, (before, after)
     assert after["mean_return"] > before["mean_return"] + 0.2, (before, after)

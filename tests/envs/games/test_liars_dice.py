@@ -100,7 +100,7 @@ def test_text_hides_the_opponents_dice_and_parses_every_action(style):
 
 
 def test_spiral_rollout_and_warm_start_examples_run_on_it():
-    from jaxrl_reason.agents.spiral.rollout import LMGame, canned_answers, canned_responder, make_rollout
+    from jaxrl_reason.agents.spiral.rollout import LMGame, canned_answers, canned_responder, game_rollout
     from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
     from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
     from jaxrl_reason.models.lm.sampler import SamplerConfig
@@ -108,11 +108,11 @@ def test_spiral_rollout_and_warm_start_examples_run_on_it():
     tok = spiral_tokenizer()
     game = LMGame.make("liars_dice", "compact", tokenizer=tok)
     answers = canned_answers(("\\boxed{bid 1x1}", "\\boxed{bid 2x6}", "\\boxed{liar}"), 24, tokenizer=tok)
-    roll = make_rollout(None, game, 8, SamplerConfig(max_new_tokens=24), responder=canned_responder,
+    roll = game_rollout(None, game, 8, SamplerConfig(max_new_tokens=24), responder=canned_responder,
                         opponent=game.spec.opponent("heuristic", game.env))
-    ep = jax.jit(roll)(answers, jax.random.key(0))
-    r, forfeit = np.asarray(ep.returns), np.asarray(ep.forfeit).any(1)
-    assert bool(ep.finished.all()) and ((r.sum(1) == 0) | forfeit).all()  # a call settles +-1; an illegal raise forfeits
+    _, games = jax.jit(roll)(answers, jax.random.key(0))
+    r, forfeit = np.asarray(games.returns), np.asarray(games.forfeit).any(1)
+    assert bool(games.finished.all()) and ((r.sum(1) == 0) | forfeit).all()  # a call settles +-1; an illegal raise forfeits
     data = sft_examples([game], WarmStartConfig(games_per_game=4), jax.random.key(1))
     assert data["tokens"].shape[0] >= 8 and data["loss_mask"].any()
 
