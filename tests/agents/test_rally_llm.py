@@ -88,3 +88,31 @@ def test_policy_takes_its_tokenizer():
     _, ts = jax.jit(ENV.reset)(jax.random.key(1))
     char = CharTokenizer()  # another vocabulary renders the same text
     assert llm.to_text(llm.render_prompt(ENV, ts.obs, char), char) == llm.to_text(llm.render_prompt(ENV, ts.obs, TOK), TOK)
+
+
+def test_intent_agent_is_a_rollout_of_the_learner_with_any_estimator():
+    """``intent_learner``: the decisions are rows of their episode (``sample``), the returns grouped by start state,
+    the keys those of ``grpo_finetune``'s iterations, the reference kept (KL term); RLOO runs through it."""
+    from jaxrl_reason.agents.rally import llm_grpo
+
+    env = envs.make("swarm", num_agents=2, num_targets=2, max_steps=4)
+    model = Transformer(dataclasses.replace(llm.default_lm_config(TOK), d_model=16, n_layers=1, n_heads=2,
+                                            n_kv_heads=1, d_ff=16), rngs=nnx.Rngs(0))
+    policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model), tokenizer=TOK)
+    cfg = llm_grpo.IntentGRPOConfig(iterations=3, num_groups=2, group_size=2, updates=2, minibatch=8, advantage="rloo")
+    learner, agent = llm_grpo.intent_learner(policy, cfg)
+    assert learner.config.old_logp == "recompute" and learner.config.needs_ref
+    key = jax.random.key(1)
+    want = jax.random.split(jax.random.split(key, 3)[2])
+    np.testing.assert_array_equal(jax.random.key_data(jnp.stack(agent.keys(key, 2))), jax.random.key_data(want))
+    state = learner.init(key, agent)
+    rows, m = agent.rollout(learner.policy(state), jax.random.key(2))
+    T, B, A = env.max_episode_steps, cfg.episodes, env.num_agents
+    assert len(rows) == T * B * A and rows.rewards.shape == (B,)
+    np.testing.assert_array_equal(np.asarray(rows.groups), [0, 0, 1, 1])
+    np.testing.assert_array_equal(np.asarray(rows.sample).reshape(T, B, A)[3], np.repeat(np.arange(B)[:, None], A, 1))
+    assert float(rows.mask[:, 0].sum()) == float(m["env_steps"]) * A
+    state, m = learner.step(state, agent)
+    assert int(state.step) == 1 and np.isfinite(float(m["loss"])) and "kl" in m
+    with pytest.raises(ValueError, match="registered advantage estimator"):
+        llm_grpo.IntentGRPOConfig(advantage="nope")

@@ -1,20 +1,26 @@
-"""RL fine-tuning of the LLM intent policy with the GRPO loss (``rl.grpo``), reward = episode return.
+"""RL fine-tuning of the LLM intent policy on the one LM learner (``rl.lm.Learner``), reward = episode return.
 
-One iteration: ``num_groups`` start states, each played ``group_size`` times by the sampling
-LLM policy (both stages sampled: proposal, then consensus revision); an episode's return
-(mean over UAVs) is its reward and ``rl.grpo.grpo_advantages`` turns each group's returns
-into advantages. Every decision (episode, step, UAV) is one "sequence" whose two response
-tokens are the proposal and the revised answer letters; it carries its episode's advantage.
-``updates`` minibatch steps of ``rl.grpo.grpo_loss`` (clipped ratio, k3 KL to the SFT model)
-follow, through the learner core (``rl.lm.make_update``: the decisions are one ``Rollout``, each minibatch
-drawn with replacement among the valid ones). Log-probabilities are those of the policy as it samples: the softmax over the
-action letters only. Prompts are ids of the policy's tokenizer (``LLMIntentPolicy.tokenizer``).
+    learner, agent = intent_learner(policy, IntentGRPOConfig())
+    state = learner.init(key, agent)                        # the reference = the starting (SFT) params
+    state, metrics = learner.step(state, agent)             # one iteration
+    tuned = learner.model(state)
+
+One iteration (``IntentAgent.rollout``, pure): ``num_groups`` start states, each played ``group_size`` times by
+the sampling LLM policy (both stages sampled: proposal, then consensus revision); an episode's return (mean over
+UAVs) is its reward, its start state its group, and the learner's estimator (``advantage``, default ``"grpo"``)
+turns each group's returns into advantages. Every decision (episode, step, UAV) is one row whose two response
+tokens are the proposal and the revised answer letters; it carries its episode's advantage (``Rollout.sample``).
+``updates`` minibatch steps of the objective (``loss``: clipped ratio, k3 KL to the starting model) follow, each
+minibatch drawn with replacement among the valid decisions (``IntentAgent.batches``); the old log-probs are
+recomputed once before them. Log-probabilities are those of the policy as it samples: the softmax over the action
+letters only (``IntentAgent.logp``). Prompts are ids of the policy's tokenizer (``LLMIntentPolicy.tokenizer``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,16 +28,15 @@ from flax import nnx
 
 from jaxrl_reason.agents.rally import llm
 from jaxrl_reason.models.tokenizer import Tokenizer
-from jaxrl_reason.rl.lm.advantages import grpo_advantages
-from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
-from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_optimizer, make_update
+from jaxrl_reason.rl.lm import Learner, LearnerConfig, Rollout
+from jaxrl_reason.rl.lm.advantages import REGISTERED
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
 class IntentGRPOConfig:
-    """GRPO of the intent LM on episode return (iterations of group rollouts from shared start states); the LM
-    trainer's config is ``rl.grpo.trainer.GRPOConfig``."""
+    """GRPO of the intent LM on episode return (iterations of group rollouts from shared start states)."""
 
     iterations: int = 10
     num_groups: int = 4  # start states per iteration
@@ -42,6 +47,9 @@ class IntentGRPOConfig:
     max_grad_norm: float = 1.0
     adam_b2: float = 0.999  # (rl.lm.optim's default)
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.02)
+    advantage: str = "grpo"  # a registered estimator (rl.lm.advantages.ESTIMATORS) over each start state's episodes
+
+    CHECKS = (("advantage", REGISTERED),)
 
     def __post_init__(self):
         check_hyperparameters(self)
@@ -55,6 +63,11 @@ class IntentGRPOConfig:
     def episodes(self) -> int:
         return self.num_groups * self.group_size
 
+    def learner_config(self) -> LearnerConfig:
+        """The learner's config: the old log-probs recomputed once before the ``updates`` minibatch steps."""
+        return LearnerConfig(lr=self.lr, max_grad_norm=self.max_grad_norm, adam_b2=self.adam_b2,
+                             advantage=self.advantage, loss=self.loss, old_logp="recompute")
+
 
 def answer_logp(model, env, seqs: jax.Array, prompt_len: int, tokenizer: Tokenizer) -> jax.Array:
     """``seqs [U, L]`` (consensus prompt + final letter, ids of ``tokenizer``) -> ``[U, 2]`` log-probs of the
@@ -67,10 +80,11 @@ def answer_logp(model, env, seqs: jax.Array, prompt_len: int, tokenizer: Tokeniz
     return jnp.take_along_axis(jax.nn.log_softmax(logits), answers[..., None], -1)[..., 0]
 
 
-def rollout(env, graphdef, params, rest, key, num_groups: int, group_size: int, tokenizer: Tokenizer):
-    """``(seqs [T, B, A, L], valid [T, B] bool, returns [B])`` for ``B = num_groups * group_size``
-    sampled episodes (prompts: ids of ``tokenizer``); episodes of a group share their start state."""
-    model = nnx.merge(graphdef, params, rest)
+def rollout(env, graphdef, policy, key, num_groups: int, group_size: int, tokenizer: Tokenizer):
+    """``policy`` (the LM's ``nnx.State``) -> ``(seqs [T, B, A, L], valid [T, B] bool, returns [B])`` for
+    ``B = num_groups * group_size`` sampled episodes (prompts: ids of ``tokenizer``); episodes of a group share
+    their start state."""
+    model = nnx.merge(graphdef, policy)
     B, A = num_groups * group_size, env.num_agents
     letters = llm._letter(jnp.arange(env.num_actions), tokenizer)
     k_reset, k_play = jax.random.split(key)
@@ -98,57 +112,76 @@ def rollout(env, graphdef, params, rest, key, num_groups: int, group_size: int, 
     return seqs, valid, ret
 
 
+@dataclasses.dataclass(frozen=True)
+class IntentAgent:
+    """RALLY's intent LM as a rollout of the learner (module docstring); the learner's state key is the run's key."""
+
+    env: Any  # the swarm env (envs.swarm.Swarm)
+    graphdef: Any  # the learner's graphdef
+    tokenizer: Tokenizer
+    config: IntentGRPOConfig
+    prompt_len: int  # P: tokens of a stage-1 prompt (the proposal letter follows it)
+
+    @property
+    def num_groups(self) -> int:
+        return self.config.num_groups
+
+    def keys(self, key, step):
+        """Iteration ``step``'s (rollout key, update key): ``split(split(key, iterations)[step])``."""
+        return tuple(jax.random.split(jax.random.split(key, self.config.iterations)[step]))
+
+    def rollout(self, policy, key, batch=None):
+        """-> (Rollout: the decisions [T*B*A rows, 2 tokens], rewards = returns [B], groups = start states;
+        {"mean_return", "env_steps"})."""
+        c = self.config
+        seqs, valid, ret = rollout(self.env, self.graphdef, policy, key, c.num_groups, c.group_size, self.tokenizer)
+        T, B, A, L = seqs.shape
+        valid_u = jnp.broadcast_to(valid[..., None], (T, B, A)).reshape(-1).astype(jnp.float32)
+        sample = jnp.broadcast_to(jnp.arange(B)[None, :, None], (T, B, A)).reshape(-1)
+        n = T * B * A
+        rows = Rollout(seqs.reshape(n, L), jnp.full((n,), self.prompt_len, jnp.int32),
+                       jnp.broadcast_to(valid_u[:, None], (n, 2)), rewards=ret.astype(jnp.float32),
+                       groups=jnp.arange(B) // c.group_size, sample=sample, num_groups=c.num_groups)
+        return rows, {"mean_return": ret.mean(), "env_steps": valid.sum()}
+
+    def logp(self, model, rows: Rollout):
+        """The letter-restricted log-probs [n, 2] (no entropy term)."""
+        return answer_logp(model, self.env, rows.seqs, self.prompt_len, self.tokenizer), None
+
+    def batches(self, key, rows: Rollout):
+        """``updates`` minibatches [updates, minibatch], drawn with replacement among the valid decisions."""
+        valid = rows.mask[:, 0]
+        p = valid / valid.sum()
+        return jax.vmap(lambda k: jax.random.choice(k, len(rows), (self.config.minibatch,), p=p))(
+            jax.random.split(key, self.config.updates))
+
+
+def intent_learner(policy: llm.LLMIntentPolicy, config: IntentGRPOConfig = IntentGRPOConfig()
+                   ) -> tuple[Learner, IntentAgent]:
+    """The learner of ``policy``'s LM (its reference = that LM) and the agent that plays it."""
+    env, tokenizer = policy.env, policy.tokenizer
+    learner = Learner(config.learner_config(), nnx.merge(policy.graphdef, policy.params))
+    prompt_len = llm.render_prompt(env, jnp.zeros((1, *env.obs_shape)), tokenizer).shape[1]
+    return learner, IntentAgent(env, learner.graphdef, tokenizer, config, prompt_len)
+
+
 def grpo_finetune(policy: llm.LLMIntentPolicy, key: jax.Array, config: IntentGRPOConfig = IntentGRPOConfig(),
                   run_dir=None, log_offset: int = 0) -> tuple[llm.LLMIntentPolicy, dict]:
-    """GRPO on episode return, starting from (and KL-regularised towards) ``policy``'s LM.
-    Returns the greedy fine-tuned policy and ``{"env_steps", "mean_return" [iterations]}``."""
-    env, tokenizer = policy.env, policy.tokenizer
-    model = nnx.merge(policy.graphdef, policy.params)
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    ref_params = params
-    p1 = llm.render_prompt(env, jnp.zeros((1, *env.obs_shape)), tokenizer).shape[1]
-    tx = lm_optimizer(config.lr, config.max_grad_norm, config.adam_b2)
-    opt_state = tx.init(params)
-
-    def logp_fn(params, rows: Rollout):  # the letter-restricted softmax has no entropy term
-        return answer_logp(nnx.merge(graphdef, params, rest), env, rows.seqs, p1, tokenizer), None
-
-    def batches(key, rows: Rollout):  # ``updates`` minibatches, drawn with replacement among the valid decisions
-        p = rows.extra["valid"] / rows.extra["valid"].sum()
-        return jax.vmap(lambda k: jax.random.choice(k, len(rows), (config.minibatch,), p=p))(
-            jax.random.split(key, config.updates))
-
-    learn = make_update(logp_fn, make_loss(config.loss), tx, UpdateConfig(old_logp="recompute"), batches=batches)
-
-    @jax.jit
-    def iteration(params, opt_state, key):
-        k_roll, k_upd = jax.random.split(key)
-        seqs, valid, ret = rollout(env, graphdef, params, rest, k_roll, config.num_groups, config.group_size, tokenizer)
-        adv = grpo_advantages(ret.reshape(config.num_groups, config.group_size)).reshape(-1)  # [B]
-        T, B, A, L = seqs.shape
-        seqs = seqs.reshape(-1, L)
-        adv_u = jnp.broadcast_to(adv[None, :, None], (T, B, A)).reshape(-1)
-        valid_u = jnp.broadcast_to(valid[..., None], (T, B, A)).reshape(-1)
-        rows = Rollout(seqs, jnp.full((seqs.shape[0],), p1, jnp.int32), jnp.ones((seqs.shape[0], 2)), adv_u,
-                       extra={"valid": valid_u.astype(jnp.float32)})
-        if config.loss.kl_coef > 0:  # the reference pass only with a KL term
-            rows = rows.replace(ref_logp=jax.lax.stop_gradient(logp_fn(ref_params, rows)[0]))
-        (params, opt_state), m = learn(params, opt_state, rows, k_upd)
-        metrics = {k: v.mean() for k, v in m.items()}
-        metrics["mean_return"] = ret.mean()
-        metrics["env_steps"] = valid.sum()
-        return params, opt_state, metrics
-
+    """GRPO on episode return, starting from (and KL-regularised towards) ``policy``'s LM; ``config.iterations``
+    learner steps. Returns the greedy fine-tuned policy and ``{"env_steps", "mean_return" [iterations]}``."""
+    learner, agent = intent_learner(policy, config)
+    state = learner.init(key, agent)
     returns, steps = [], 0
-    for i, k in enumerate(jax.random.split(key, config.iterations)):
-        params, opt_state, metrics = iteration(params, opt_state, k)
+    for i in range(config.iterations):
+        state, metrics = learner.step(state, agent)
         returns.append(float(metrics["mean_return"]))
         steps += int(metrics.pop("env_steps"))
         if run_dir is not None:
             run_dir.log(log_offset + i, {f"llm/grpo_{k}": float(v) for k, v in metrics.items()})
-    tuned = nnx.merge(graphdef, params, rest)
-    out = llm.LLMIntentPolicy(env, nnx.graphdef(tuned), nnx.state(tuned), greedy=True, tokenizer=tokenizer)
+    tuned = learner.model(state)
+    out = llm.LLMIntentPolicy(policy.env, nnx.graphdef(tuned), nnx.state(tuned), greedy=True,
+                              tokenizer=policy.tokenizer)
     return out, {"env_steps": steps, "mean_return": returns}
 
 
-__all__ = ["IntentGRPOConfig", "answer_logp", "grpo_finetune", "rollout"]
+__all__ = ["IntentAgent", "IntentGRPOConfig", "answer_logp", "grpo_finetune", "intent_learner", "rollout"]
