@@ -48,16 +48,17 @@ from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
 from jaxrl_reason.search.best_of_n import matched_best_of_n
 from jaxrl_reason.search.lm_mcts import StepSearchConfig, make_step_search
 from jaxrl_reason.search.procedure_cloning import CloningConfig, clone_procedure, count_backtracks
 from jaxrl_reason.tasks import calc_steps
 from jaxrl_reason.tasks.base import make_batch, prompt_ids, response_ids
 from jaxrl_reason.tasks.countdown import Countdown
-from jaxrl_reason.tasks.evaluation import answer_stops
+from jaxrl_reason.rewards.evaluation import answer_stops
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
-from jaxrl_reason.tasks.rewards import RewardConfig, answer_verifier, score
+from jaxrl_reason.tasks.rewards import RewardConfig
+from jaxrl_reason.tasks.verify import answer_verifier, score
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -471,10 +472,11 @@ def run(config: Config, run_dir: RunDir) -> dict:
     for name, model in arms.items():
         before = evaluate(model)
         arm_dir = run_dir.child(name)
-        trainer = GRPOTrainer.for_tasks(config.grpo, model, tokenizer, tasks, config.prompt_len)
-        state = recipes.train(arm_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
-                              config.eval_every, evaluate, desc=f"astro/{name}", heldout_file=heldout_file)
-        after = evaluate(trainer.model(state))
+        learner, agent = grpo_for_tasks(config.grpo, model, tokenizer, tasks, config.prompt_len)
+        state = recipes.train(arm_dir, learner, agent, learner.init(jax.random.key(config.seed), agent),
+                              config.rl_steps, config.eval_every, evaluate, desc=f"astro/{name}",
+                              heldout_file=heldout_file)
+        after = evaluate(learner.model(state))
         rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items() if k in ("accuracy", "backtracks_per_response")},
                      **{f"rl_{k}": v for k, v in after.items()}})
         curves[name] = {k: recipes.series(arm_dir, f"eval/{k}") for k in

@@ -4,10 +4,10 @@ the tokenizer seam: two arms timed in interleaved rounds in one process.
 One step = G completions for each of P prompts from the jitted KV-cache sampler, rewards, then the
 old-policy and reference log-probs and the jitted update. The model is randomly initialised
 (throughput does not depend on what it knows) and the prompts are RandomCalculation problems. Arms
-(the same trainer, model, prompts and character tokenizer):
+(the same learner config, model, prompts and character tokenizer):
 
-- ``token``: correctness scored in jnp on the sampled token ids (``tasks.rewards.score``: the scoring
-  the trainer ran before the tokenizer seam), called as one reward function;
+- ``token``: correctness scored in jnp on the sampled token ids (``tasks.verify.score``: the scoring
+  the GRPO trainer ran before the tokenizer seam), called as one reward function;
 - ``text``: the seam's path: completions decoded to text, ``rewards.TaskCorrect`` in the reward thread
   pool, overlapped with the device's log-probs.
 
@@ -30,12 +30,12 @@ import numpy as np
 from jaxrl_reason.models.lm import param_count
 from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.rl.grpo import recipes
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_learner
 from jaxrl_reason.rewards import TaskCorrect
 from jaxrl_reason.tasks import TaskDataset
 from jaxrl_reason.tasks.base import batch_from_problems
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
-from jaxrl_reason.tasks.rewards import score
+from jaxrl_reason.tasks.verify import score
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -68,7 +68,7 @@ PRESETS = {
 
 
 class TokenScore:
-    """Correctness scored on token ids in jnp (``tasks.rewards.score``), as the trainer did before the seam."""
+    """Correctness scored on token ids in jnp (``tasks.verify.score``), as GRPO did before the seam."""
 
     name = "correct"
 
@@ -90,18 +90,19 @@ def run(config: Config, run_dir: RunDir) -> dict:
     tasks = (RandomCalculation(min_difficulty=1, max_difficulty=1, max_operand=9, ops="+-*"),)
     dataset = TaskDataset(list(tasks), tok, config.prompt_len, seed=config.seed)
     arms = {"token": [TokenScore(tasks, tok)], "text": [TaskCorrect(tasks)]}
-    trainers = {arm: GRPOTrainer(grpo, model, tok, dataset, fns) for arm, fns in arms.items()}
-    states = {arm: t.init(jax.random.key(config.seed)) for arm, t in trainers.items()}
+    runs = {arm: grpo_learner(grpo, model, tok, dataset, fns) for arm, fns in arms.items()}  # (learner, agent)
+    states = {arm: learner.init(jax.random.key(config.seed), agent) for arm, (learner, agent) in runs.items()}
+    steps = {arm: learner.step_fn(agent) for arm, (learner, agent) in runs.items()}
     rows = {arm: [] for arm in arms}
     keys = ("time_sample_s", "time_reward_idle_s", "time_update_s", "response_length")
     for i in range(config.warmup + config.steps):
-        for arm, trainer in trainers.items():  # interleaved: the machine's noise hits both arms alike
-            states[arm], m = trainer.step(states[arm])
+        for arm, step in steps.items():  # interleaved: the machine's noise hits both arms alike
+            states[arm], m = step(states[arm])
             if i >= config.warmup:
                 rows[arm].append({k: float(m[k]) for k in keys})
                 run_dir.log(i, {f"{arm}/{k}": v for k, v in rows[arm][-1].items()})
-    for t in trainers.values():
-        t.rewards.close()
+    for _, agent in runs.values():
+        agent.close()
     sequences = config.prompts * config.group_size
     table = []
     for arm, rs in rows.items():

@@ -37,9 +37,9 @@ from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.models.lm.sft import fit
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
 from jaxrl_reason.tasks.base import sft_batch
-from jaxrl_reason.tasks.evaluation import greedy_eval
+from jaxrl_reason.rewards.evaluation import greedy_eval
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
 from jaxrl_reason.utils.experiment import RunDir
@@ -138,11 +138,11 @@ def _sft_arm(config: Config, name: str, model, tok, tasks):
 
 def _grpo_arm(config: Config, name: str, cfg: GRPOConfig, policy: recipes.Policy, tasks, evaluate, run_dir: RunDir):
     """GRPO from ``policy.model`` (never mutated) -> (trained model, trained params, optimiser-state bytes)."""
-    trainer = GRPOTrainer.for_tasks(cfg, policy.model, policy.tokenizer, tasks, policy.prompt_len, fmt=policy.fmt)
-    state = recipes.train(run_dir.child(name), trainer, trainer.init(jax.random.key(config.seed)),
+    learner, agent = grpo_for_tasks(cfg, policy.model, policy.tokenizer, tasks, policy.prompt_len, fmt=policy.fmt)
+    state = recipes.train(run_dir.child(name), learner, agent, learner.init(jax.random.key(config.seed), agent),
                           config.rl_steps, config.eval_every, evaluate, desc=f"lora: {name}",
                           heldout_file=policy.heldout_file)
-    return trainer.model(state), state.params, state_bytes(state.opt_state)
+    return learner.model(state), state.params, state_bytes(state.opt_state)
 
 
 def _export_lora(config: Config, trained, base, tok, run_dir: RunDir) -> dict:
@@ -196,8 +196,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
     elif config.objective == "sft":  # not trained here: the size of the full arm's optimiser state
         full_bytes = state_bytes(make_optimizer(config.sft_lr, config.sft_steps).init(nnx.state(model, nnx.Param)))
     else:
-        full = GRPOTrainer.for_tasks(all_arms["full"], model, tok, tasks, prompt_len, fmt=fmt)
-        full_bytes = state_bytes(full.init(jax.random.key(config.seed)).opt_state)
+        full, agent = grpo_for_tasks(all_arms["full"], model, tok, tasks, prompt_len, fmt=fmt)
+        full_bytes = state_bytes(full.init(jax.random.key(config.seed), agent).opt_state)
+        agent.close()
     print(run_dir.write_table("results", rows))
     summary = {"start_accuracy": start, "n_heldout": n_held, "run_dir": str(run_dir.path)}
     for name, row in out.items():

@@ -17,9 +17,9 @@ from flax import nnx
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.lm.loss import LossConfig
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
 from jaxrl_reason.tasks import Countdown, OrderingPuzzle, Parity, RandomCalculation, Sorting
-from jaxrl_reason.tasks.evaluation import pass_at_k_eval
+from jaxrl_reason.rewards.evaluation import pass_at_k_eval
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -105,11 +105,11 @@ def run(config: Config, run_dir: RunDir) -> dict:
     for arm, every in (("no reset", None), (f"reset every {config.reset_every}", config.reset_every)):
         sub = run_dir.child("reset" if every else "no_reset")
         nnx.update(model, start_state)
-        trainer = GRPOTrainer.for_tasks(dataclasses.replace(config.grpo, ref_reset_every=every), model, tok, tasks,
+        learner, agent = grpo_for_tasks(dataclasses.replace(config.grpo, ref_reset_every=every), model, tok, tasks,
                                         prompt_len, fmt=fmt)
-        state = recipes.train(sub, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+        state = recipes.train(sub, learner, agent, learner.init(jax.random.key(config.seed), agent), config.rl_steps,
                               config.eval_every, evaluate, desc=f"prorl {arm}", heldout_file=policy.heldout_file)
-        final[arm] = pass_at_k_eval(trainer.model(state), tasks, held, tok, config.final_samples, ks, max_new_tokens=n)
+        final[arm] = pass_at_k_eval(learner.model(state), tasks, held, tok, config.final_samples, ks, max_new_tokens=n)
         curves[arm], kl[arm], ent[arm] = (recipes.series(sub, k) for k in ("eval/pass@1", "kl_ref", "sample_entropy"))
     resets = list(range(config.reset_every, config.rl_steps + 1, config.reset_every))
     recipes.plot_curves(run_dir.path / "prorl.png", {"held-out pass@1": curves, "KL to reference (k3)": kl,

@@ -15,8 +15,8 @@ import tyro
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.lm.loss import LossConfig
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
-from jaxrl_reason.tasks.evaluation import greedy_eval, pass_at_k_eval
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
+from jaxrl_reason.rewards.evaluation import greedy_eval, pass_at_k_eval
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
 from jaxrl_reason.utils.experiment import RunDir
@@ -96,10 +96,10 @@ def run(config: Config, run_dir: RunDir) -> dict:
     start = greedy_eval(model, tasks, held, n, tok)
     ks = tuple(k for k in (1, 8, 32, 64) if k <= config.passk_samples)
     start_pk = pass_at_k_eval(model, tasks, pk, tok, config.passk_samples, ks, max_new_tokens=n)
-    trainer = GRPOTrainer.for_tasks(config.grpo, model, tok, tasks, prompt_len, fmt=fmt)
-    state = recipes.train(run_dir, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+    learner, agent = grpo_for_tasks(config.grpo, model, tok, tasks, prompt_len, fmt=fmt)
+    state = recipes.train(run_dir, learner, agent, learner.init(jax.random.key(config.seed), agent), config.rl_steps,
                           config.eval_every, evaluate, desc="r1_zero", heldout_file=policy.heldout_file)
-    final_model = trainer.model(state)
+    final_model = learner.model(state)
     end = greedy_eval(final_model, tasks, held, n, tok)
     end_pk = pass_at_k_eval(final_model, tasks, pk, tok, config.passk_samples, ks, max_new_tokens=n)
 

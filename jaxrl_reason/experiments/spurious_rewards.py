@@ -19,8 +19,8 @@ from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
-from jaxrl_reason.tasks.evaluation import contamination_probe, greedy_eval
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
+from jaxrl_reason.rewards.evaluation import contamination_probe, greedy_eval
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
 from jaxrl_reason.tasks.rewards import VARIANTS, RewardConfig
 from jaxrl_reason.utils.experiment import RunDir
@@ -107,10 +107,10 @@ def run(config: Config, run_dir: RunDir) -> dict:
         sub = run_dir.child(variant)
         cfg = dataclasses.replace(config.grpo, reward=RewardConfig(variant, random_p=config.random_p))
         nnx.update(model, start_state)
-        trainer = GRPOTrainer.for_tasks(cfg, model, tok, tasks, prompt_len, fmt=fmt)
-        state = recipes.train(sub, trainer, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+        learner, agent = grpo_for_tasks(cfg, model, tok, tasks, prompt_len, fmt=fmt)
+        state = recipes.train(sub, learner, agent, learner.init(jax.random.key(config.seed), agent), config.rl_steps,
                               config.eval_every, evaluate, desc=f"spurious {variant}", heldout_file=policy.heldout_file)
-        final[variant] = evaluate(trainer.model(state))["accuracy"]
+        final[variant] = evaluate(learner.model(state))["accuracy"]
         curves[variant] = recipes.series(sub, "eval/accuracy")
     recipes.plot_curves(run_dir.path / "spurious_rewards.png", {"held-out greedy accuracy": curves},
                         title="GRPO with correct vs spurious rewards (clean RandomCalculation)")

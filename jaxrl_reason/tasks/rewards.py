@@ -6,8 +6,8 @@ run on decoded text by a ``rewards.RewardSuite``, like your own. A task row (``t
 fields ``problem`` (the ``tasks.Problem``), ``task``, ``answer``, ``wrong`` (a fixed wrong label), ``difficulty``.
 
     fns = task_rewards(tasks, RewardConfig("correct", format_weight=0.1), seed)  # [(fn, weight)]: the
-    fns.append((my_reward, 0.5))       # GRPO presets' rewards (GRPOTrainer.for_tasks); yours go in the same list
-    GRPOTrainer(cfg, model, tok, TaskDataset(tasks, tok, prompt_len), fns)
+    fns.append((my_reward, 0.5))       # GRPO presets' rewards (rl.grpo.agent.grpo_for_tasks); yours go in the same list
+    grpo_learner(cfg, model, tok, TaskDataset(tasks, tok, prompt_len), fns)      # -> (learner, agent)
     fn = VARIANT_REWARDS["inverted"](TaskCorrect(tasks), RewardConfig("inverted"), seed)   # one variant's function
 
 The variants (``VARIANTS``, the spurious-rewards study), each a registered reward function
@@ -59,9 +59,9 @@ class RewardConfig:
 
 def task_rewards(tasks: Sequence, cfg: RewardConfig, seed: int = 0) -> list:
     """The reward functions of ``cfg`` for rows of ``tasks.TaskDataset``, as ``(fn, weight)`` pairs (the list
-    ``GRPOTrainer`` takes; add your own to it): [(variant, 1.0)] + [(r1_format, format_weight)] when
+    ``rl.grpo.agent.grpo_learner`` takes; add your own to it): [(variant, 1.0)] + [(r1_format, format_weight)] when
     format_weight != 0, + [(correct, 0.0)] for variants other than correct (logged as ``reward/correct``, the
-    trainer's accuracy, not rewarded)."""
+    training accuracy, not rewarded)."""
     correct = TaskCorrect(tuple(tasks))
     fns = [(VARIANT_REWARDS[cfg.variant](correct, cfg, seed), 1.0)]
     if cfg.format_weight and cfg.variant != "format_only":

@@ -169,7 +169,7 @@ def test_the_layering_table_is_read():
     assert LAYERS[0] == ("parallel",) and ("rl", "search", "solvers") in LAYERS and LAYERS[-1] == ("experiments",)
     assert INDEX["jaxrl_reason.rl.lm.multiturn"] == ("rl.lm", LAYERS.index(("rl.lm",)) + 1)
     assert INDEX["jaxrl_reason.rl.onpolicy"][0] == "rl" and INDEX["jaxrl_reason.envs.games.arena"][0] == "envs"
-    assert INDEX["jaxrl_reason.agents.spiral.trainer"][0] == "agents.spiral" and INDEX["jaxrl_reason"][1] == 0
+    assert INDEX["jaxrl_reason.agents.spiral.rollout"][0] == "agents.spiral" and INDEX["jaxrl_reason"][1] == 0
 
 
 def test_every_module_is_in_a_layer():
@@ -187,15 +187,15 @@ def test_the_layering_check_fails_on_an_upward_import(tmp_path):
     """A synthetic graph with each kind of bad edge (and good ones), then a real module copied with one bad
     function-level import added: each is reported with its module, line and rule."""
     edges = {"jaxrl_reason.tasks.tool_calc": [("jaxrl_reason.rl.lm.multiturn", 30), ("jaxrl_reason.envs.text", 31)],
-             "jaxrl_reason.rl.lm.learner": [("jaxrl_reason.rl.grpo.update", 35), ("jaxrl_reason.rl.update", 36)],
-             "jaxrl_reason.rl.grpo.trainer": [("jaxrl_reason.rl.marl.qmix", 7), ("jaxrl_reason.rl.grpo.losses", 8)],
-             "jaxrl_reason.agents.spiral.trainer": [("jaxrl_reason.agents.memagent.agent", 3), ("jaxrl_reason.rl.lm", 4)],
+             "jaxrl_reason.rl.lm.update": [("jaxrl_reason.rl.grpo.update", 35), ("jaxrl_reason.rl.update", 36)],
+             "jaxrl_reason.rl.grpo.agent": [("jaxrl_reason.rl.marl.qmix", 7), ("jaxrl_reason.rl.lm.loss", 8)],
+             "jaxrl_reason.agents.spiral.rollout": [("jaxrl_reason.agents.memagent.agent", 3), ("jaxrl_reason.rl.lm", 4)],
              "jaxrl_reason.data.datasets": [("jaxrl_reason.tasks.base", 22), ("jaxrl_reason", 23)],
              "jaxrl_reason.rl.onpolicy": [("experiments.x", 9), ("numpy", 10)]}
     bad = layer_violations(edges, INDEX)
     assert [line.split(": ")[0] for line in bad] == [
-        "jaxrl_reason.agents.spiral.trainer:3", "jaxrl_reason.data.datasets:22", "jaxrl_reason.rl.grpo.trainer:7",
-        "jaxrl_reason.rl.lm.learner:35", "jaxrl_reason.rl.onpolicy:9", "jaxrl_reason.tasks.tool_calc:30"]
+        "jaxrl_reason.agents.spiral.rollout:3", "jaxrl_reason.data.datasets:22", "jaxrl_reason.rl.grpo.agent:7",
+        "jaxrl_reason.rl.lm.update:35", "jaxrl_reason.rl.onpolicy:9", "jaxrl_reason.tasks.tool_calc:30"]
     row = {u: i for i, units in enumerate(LAYERS, start=1) for u in units}
     assert bad[-1] == (f"jaxrl_reason.tasks.tool_calc:30: jaxrl_reason.tasks.tool_calc imports jaxrl_reason.rl.lm.multiturn:"
                        f" tasks (row {row['tasks']}) is below rl.lm (row {row['rl.lm']}) (docs/design.md#layering)")

@@ -12,8 +12,8 @@ import pytest
 from jaxrl_reason.agents.joyagents.trainer import JoyConfig
 from jaxrl_reason.agents.memagent.trainer import MultiConvConfig
 from jaxrl_reason.agents.spiral.agent import SpiralConfig
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig
-from jaxrl_reason.rl.lm.learner import UpdateConfig
+from jaxrl_reason.rl.grpo.agent import GRPOConfig
+from jaxrl_reason.rl.lm.update import UpdateConfig
 from jaxrl_reason.utils.validation import (POSITIVE, Range, Rule, at_least, check_hyperparameters, one_of, or_none,
                                            require)
 

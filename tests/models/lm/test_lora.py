@@ -26,7 +26,7 @@ from jaxrl_reason.models.lm.lora import (
 from jaxrl_reason.models.lm.sharding import param_specs, shard_state
 from jaxrl_reason.models.lm.train import init_train_state, make_train_step
 from jaxrl_reason.parallel.mesh import make_mesh
-from jaxrl_reason.rl.grpo.trainer import GRPOConfig, GRPOTrainer
+from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
 from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.tasks.rewards import RewardConfig
@@ -141,18 +141,20 @@ GRPO = GRPOConfig(prompts_per_step=4, group_size=4, max_new_tokens=8, lr=1e-2, m
 
 
 def test_grpo_lora_trains_adapters_only_against_the_base_reference(base):
-    tr = GRPOTrainer.for_tasks(GRPO, base, TOK, TASKS, prompt_len=12)
-    full = GRPOTrainer.for_tasks(dataclasses.replace(GRPO, lora=None), base, TOK, TASKS, prompt_len=12)
-    assert not has_lora(base)  # the trainer adapted a copy
-    state = tr.init(jax.random.key(0))
+    learner, agent = grpo_for_tasks(GRPO, base, TOK, TASKS, prompt_len=12)
+    full, full_agent = grpo_for_tasks(dataclasses.replace(GRPO, lora=None), base, TOK, TASKS, prompt_len=12)
+    assert not has_lora(base)  # the learner adapted a copy
+    state = learner.init(jax.random.key(0), agent)
     # optimiser state: adapters only (adam mu and nu), far below full fine-tuning's
-    ad_bytes, full_opt = state_bytes(state.params), state_bytes(full.optimizer.init(full.init(jax.random.key(0)).params))
+    full_params = full.init(jax.random.key(0), full_agent).params
+    ad_bytes, full_opt = state_bytes(state.params), state_bytes(full.optimizer.init(full_params))
     assert ad_bytes * 2 <= state_bytes(state.opt_state) <= ad_bytes * 2 + 64 and state_bytes(state.opt_state) < 0.3 * full_opt
-    ref_model = nnx.merge(tr.graphdef, state.ref_params, state.rest)
+    ref_model = nnx.merge(learner.graphdef, state.ref_params, state.rest)
     np.testing.assert_array_equal(np.asarray(ref_model(TOKENS)[0]), np.asarray(base(TOKENS)[0]))
     rest0, ref0, p0 = np_leaves(state.rest), np_leaves(state.ref_params), np_leaves(state.params)
+    step = learner.step_fn(agent)
     for _ in range(2):
-        state, m = tr.step(state)
+        state, m = step(state)
         assert np.isfinite(m["loss"]) and np.isfinite(m["kl"])
     assert any(not np.allclose(a, b) for a, b in zip(p0, np_leaves(state.params)))  # adapters moved
     for a, b in zip(rest0 + ref0, np_leaves(state.rest) + np_leaves(state.ref_params)):
@@ -173,8 +175,8 @@ def test_sharded_adapters_follow_their_kernels(base):
     sharded = nnx.merge(nnx.graphdef(lm), shard_state(state, mesh))
     assert len(sharded.blocks.attn.q_proj.lora.b[...].sharding.device_set) == 8
     np.testing.assert_allclose(np.asarray(sharded(TOKENS)[0]), np.asarray(lm(TOKENS)[0]), atol=1e-5)
-    tr = GRPOTrainer.for_tasks(dataclasses.replace(GRPO, mesh="data=4,tensor=2"), base, TOK, TASKS, prompt_len=12)
-    s = tr.init(jax.random.key(0))  # (a sharded GRPO step is the one tests/rl/grpo/test_trainer.py runs, plus adapters)
+    learner, agent = grpo_for_tasks(dataclasses.replace(GRPO, mesh="data=4,tensor=2"), base, TOK, TASKS, prompt_len=12)
+    s = learner.init(jax.random.key(0), agent)  # (a sharded GRPO step: tests/rl/grpo/test_agent.py, plus adapters)
     b = s.params["blocks"]["attn"]["q_proj"]["lora"]["b"]
     assert b[...].sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor") and len(b[...].sharding.device_set) == 8
 
