@@ -50,7 +50,7 @@ import numpy as np
 from jaxrl_reason.agents.joyagents.data import TraceNoise
 from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
 from jaxrl_reason.agents.joyagents.trainer import (
-    JoyConfig, JoyTrainer, build_models, evaluate, load_models, sft_warm_start)
+    JoyConfig, build_models, evaluate, joy_learner, load_models, sft_warm_start)
 from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.lm import pretrained
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
@@ -240,15 +240,15 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
     for arm in config.arms:
         mode, memory, mult = ARMS[arm]
         rl = dataclasses.replace(config.rl, mode=mode, memory=memory, group_size=config.rl.group_size * mult)
-        trainer = JoyTrainer(rl, system, models, requests, tokenizer=tok)
+        learner, joy = joy_learner(rl, system, models, tokenizer=tok, requests=requests)
         arm_dir = run_dir.child(arm.replace("+", "_"))
 
         def evals(state):
-            return {**{f"eval/{k}": v for k, v in evaluate(trainer, state, held).items()},
-                    **{f"train_eval/{k}": v for k, v in evaluate(trainer, state, train).items()}}
+            return {**{f"eval/{k}": v for k, v in evaluate(joy, state, held).items()},
+                    **{f"train_eval/{k}": v for k, v in evaluate(joy, state, train).items()}}
 
-        state = run_steps(arm_dir, trainer.step, trainer.init(jax.random.key(config.seed)), config.rl_steps,
-                          config.eval_every, evals, desc=arm)
+        state = run_steps(arm_dir, learner.step_fn(joy), learner.init(jax.random.key(config.seed), joy),
+                          config.rl_steps, config.eval_every, evals, desc=arm)
         # the last logged evaluation is the final one (run_steps evaluates after the last step)
         steps, acc = series(arm_dir, "eval/accuracy")
         _, traj = series(arm_dir, "trajectories")
@@ -260,8 +260,8 @@ def run_seed(config: Config, run_dir: RunDir) -> tuple[dict, dict]:
                "route_acc": float(series(arm_dir, "eval/route_accuracy")[1][-1]), "train_final_acc": float(train_acc[-1]),
                "train_mean_acc": float(train_acc.mean())}
         if memory:
-            row["final_acc_memory_off"] = evaluate(trainer, state, held, use_memory=False)["accuracy"]
-            row["memory_entries"] = str(state.memory.entries())
+            row["final_acc_memory_off"] = evaluate(joy, state, held, use_memory=False)["accuracy"]
+            row["memory_entries"] = str(state.agent_carry.entries())
         rows.append(row)
         curves[arm] = {"steps": steps, "acc": acc, "train_acc": train_acc,
                        "traj_per_update": float(traj.mean()) if len(traj) else 0.0, **by_type}

@@ -34,7 +34,7 @@ from jaxrl_reason.agents.memagent.agent import MemAgent, MemAgentConfig, num_chu
 from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch
 from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, fits, reader_conversations, run_reader
 from jaxrl_reason.agents.memagent.trainer import (
-    MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, evaluate_agent, sft_warm_start, train_conversations)
+    MultiConvConfig, SFTConfig, agent_memory, evaluate_agent, multiconv_learner, sft_warm_start, train_conversations)
 from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.models.lm import Transformer, pretrained
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
@@ -154,18 +154,17 @@ def run(config: Config, run_dir: RunDir) -> dict:
     run_dir.save_json("sft_loss.json", {"first": float(sft_loss[0]), "last": float(sft_loss[-10:].mean())})
 
     # (2) Multi-Conv RL
-    batches = lambda s: doc_batch(task.generate_batch(np.random.default_rng([config.seed, 2, s]),
-                                                      config.questions_per_step), agent)
-    trainer = MultiConvTrainer(config.rl, agent, model, batches)
+    questions = lambda s: doc_batch(task.generate_batch(np.random.default_rng([config.seed, 2, s]),
+                                                        config.questions_per_step), agent)
+    learner, rl = multiconv_learner(config.rl, agent, model, questions)
     held = _batch(config, agent, 1, config.heldout_docs, 3)
 
     def held_acc(state):
-        gd, st = nnx.split(trainer.model(state))
-        return {"eval/accuracy_1x": evaluate_agent(gd, st, held, agent)["accuracy"]}
+        return {"eval/accuracy_1x": learner.evaluate(state, rl, held)["accuracy"]}
 
-    state = run_steps(run_dir, trainer.step, trainer.init(jax.random.key(config.seed)), config.rl_steps,
+    state = run_steps(run_dir, learner.step_fn(rl), learner.init(jax.random.key(config.seed), rl), config.rl_steps,
                       config.eval_every, held_acc, desc="multiconv-rl")
-    rl_model = trainer.model(state)
+    rl_model = learner.model(state)
     sft_model = build_lm(config, tokenizer, seq_len)
     nnx.update(sft_model, sft_params)
 

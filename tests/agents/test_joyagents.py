@@ -20,7 +20,7 @@ from jaxrl_reason.agents.joyagents.memory import init_memory, retrieve, write
 from jaxrl_reason.agents.joyagents.system import (
     NUM_NODES, NodeRecord, SystemConfig, SystemIds, requests_from_arrays, run_system)
 from jaxrl_reason.agents.joyagents.trainer import (
-    JoyConfig, JoyTrainer, build_models, evaluate, select_top_k, sft_warm_start)
+    JoyAgent, JoyConfig, build_models, evaluate, joy_learner, select_top_k, sft_warm_start)
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm.sft import SFTConfig
 from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer, HFTokenizer
@@ -376,6 +376,42 @@ def test_top_k_selection_picks_the_highest_variance_active_nodes():
     assert select_top_k(var, active, 4).sum(1).tolist() == [3, 3, 4]  # never an inactive node
 
 
+def test_rollouts_hand_the_learner_rewards_groups_and_the_trained_rows():
+    """joint: rewards [Q G] grouped by request, every node row pointing at its trajectory (``sample``), the active
+    nodes trained; node-wise: rewards [4 Q G] grouped by (node, request), only the rows of each request's top-K
+    nodes trained (the mask). The memory is the agent's carry; agents with equal ids are equal (shared programs);
+    separate models: one learner step trains each row under its agent's model."""
+    q, g = 2, 2
+    req = reqs(TASK.generate_batch(np.random.default_rng(3), q))
+    models = [Transformer(LM, rngs=nnx.Rngs(3))]
+    for mode in ("joint", "nodewise"):
+        cfg = JoyConfig(mode=mode, group_size=g, top_k=1)
+        learner, joy = joy_learner(cfg, SYS, models, tokenizer=TOK)
+        assert isinstance(joy, JoyAgent) and joy == joy_learner(cfg, SYS, models, tokenizer=CharTokenizer())[1]
+        state = learner.init(jax.random.key(0), joy)
+        assert isinstance(state.params, tuple) and len(state.params) == 1 and state.agent_carry.slots == cfg.memory_slots
+        rollout, m, memory = jax.jit(joy.rollout)(learner.policy(state), jax.random.key(1), req, state.agent_carry)
+        assert len(rollout) == NUM_NODES * q * g and rollout.advantages is None
+        assert rollout.extra["model"].tolist() == [0] * len(rollout)  # shared weights: one model
+        trained = np.asarray(rollout.mask).sum(1) > 0
+        assert float(m["trained_rows"]) >= trained.sum() and memory.kind.shape == state.agent_carry.kind.shape
+        if mode == "joint":
+            assert rollout.rewards.shape == (q * g,) and rollout.num_groups == q
+            assert rollout.groups.tolist() == [0, 0, 1, 1] and rollout.sample.tolist() == list(range(q * g)) * NUM_NODES
+        else:
+            assert rollout.rewards.shape == (NUM_NODES * q * g,) and rollout.num_groups == NUM_NODES * q
+            assert rollout.sample is None and rollout.groups.tolist() == (np.arange(NUM_NODES * q * g) // g).tolist()
+            per_node = trained.reshape(NUM_NODES, q, g).any(2)  # [4, Q]: the nodes trained for each request
+            assert (per_node.sum(0) <= cfg.top_k).all() and float(m["selected_nodes"]) <= cfg.top_k
+    sep = dataclasses.replace(SYS, shared=False)
+    learner, joy = joy_learner(JoyConfig(group_size=g), sep, [Transformer(LM, rngs=nnx.Rngs(i)) for i in range(4)],
+                               tokenizer=TOK)
+    state, m = learner.step(learner.init(jax.random.key(0), joy), joy, req)
+    assert len(state.params) == 4 and np.isfinite(float(m["loss"])) and int(state.step) == 1
+    with pytest.raises(ValueError, match="model"):
+        joy_learner(JoyConfig(), sep, models, tokenizer=TOK)
+
+
 def test_memory_write_evict_retrieve():
     mem = init_memory(2)
     kinds = jnp.array([0, 1, 2])
@@ -419,19 +455,21 @@ def test_nodewise_grpo_with_memory_improves_heldout_accuracy():
     sft_warm_start(models, LEARN_TASK.generate_batch(np.random.default_rng(1), 1024), SYS, noise,
                    SFTConfig(problems=1024, steps=150, batch_size=64, lr=1e-2), tokenizer=TOK)
     held = reqs(LEARN_TASK.generate_batch(np.random.default_rng(5), 96, "heldout", balanced=False))
-    trainer = JoyTrainer(JoyConfig(mode="nodewise", group_size=4, top_k=2, memory=True, lr=1e-3), SYS, models,
-                         lambda s: reqs(LEARN_TASK.generate_batch(np.random.default_rng([2, s]), 8)), tokenizer=TOK)
-    state = trainer.init(jax.random.key(0))
-    start = evaluate(trainer, state, held)
+    learner, joy = joy_learner(JoyConfig(mode="nodewise", group_size=4, top_k=2, memory=True, lr=1e-3), SYS, models,
+                               tokenizer=TOK,
+                               requests=lambda s: reqs(LEARN_TASK.generate_batch(np.random.default_rng([2, s]), 8)))
+    state = learner.init(jax.random.key(0), joy)
+    start = evaluate(joy, state, held)
+    step = learner.step_fn(joy)
     for _ in range(6):
-        state, m = trainer.step(state)
-    end = evaluate(trainer, state, held)
+        state, m = step(state)
+    end = evaluate(joy, state, held)
     assert int(state.step) == 6 and float(m["selected_nodes"]) <= 2
     # measured (init key 0): 0.240 -> 0.312 overall; init keys 0-3: +0.072, +0.083, +0.062, +0.041 on these 96
     # requests (greedy, the same for start and end); call requests routed right 0.00 -> 1.00 with each key
     assert end["accuracy"] >= start["accuracy"] + 0.03, (start, end)
     assert end["route_accuracy/call"] >= start["route_accuracy/call"] + 0.5, (start, end)
-    assert any(k == 2 and s == "f" for k, s, _ in state.memory.entries())
+    assert any(k == 2 and s == "f" for k, s, _ in state.agent_carry.entries())  # the memory: the agent's carry
 
 
 @pytest.mark.slow
@@ -442,19 +480,20 @@ def test_trajectories_split_over_the_data_mesh_take_the_same_step():
     req = reqs(LEARN_TASK.generate_batch(np.random.default_rng(2), 2))
     runs = {}
     for mesh in (None, "data=8"):
-        trainer = JoyTrainer(JoyConfig(group_size=4, top_k=2, mesh=mesh), SYS, models, lambda s: req, tokenizer=TOK)
-        state, metrics = trainer.step(trainer.init(jax.random.key(0)))
+        learner, joy = joy_learner(JoyConfig(group_size=4, top_k=2, mesh=mesh), SYS, models, tokenizer=TOK)
+        state, metrics = learner.step(learner.init(jax.random.key(0), joy), joy, req)
         runs[mesh] = jax.device_get(metrics), jax.tree.map(np.asarray, state.params)
     (m1, p1), (m8, p8) = runs[None], runs["data=8"]
     assert sorted(m1) == sorted(m8)
     for k in m1:
         np.testing.assert_allclose(m8[k], m1[k], rtol=1e-4, atol=1e-5, err_msg=k)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
-    out = run_system(trainer.graphdef, trainer.states(state), req.repeat(4), jnp.full((8,), NOHINT), jax.random.key(1),
-                     config=SYS, tokenizer=TOK, temperature=1.0, mesh=trainer.mesh)
+    out = run_system(joy.graphdef, learner.policy(state), req.repeat(4), jnp.full((8,), NOHINT), jax.random.key(1),
+                     config=SYS, tokenizer=TOK, temperature=1.0, mesh=learner.mesh)
     assert out.reward.sharding.shard_shape(out.reward.shape) == (1,)  # 8 trajectories: one per device
     with pytest.raises(ValueError, match=r"requests x group_size\) = 4 is not divisible by the 8 devices"):
-        JoyTrainer(JoyConfig(group_size=2, mesh="data=8"), SYS, models, lambda s: req, tokenizer=TOK).step(state)
+        bad, joy2 = joy_learner(JoyConfig(group_size=2, mesh="data=8"), SYS, models, tokenizer=TOK)
+        bad.step(bad.init(jax.random.key(0), joy2), joy2, req)
 
 
 # ------------------------------------------------------------------------------------- checkpoints

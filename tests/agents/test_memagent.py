@@ -1,5 +1,5 @@
 """MemAgent: long-context task, agent transform (shapes, bad input, overflow, flat memory), Multi-Conv
-RL advantage broadcast and step, full-context reader truncation, the tokenizer seam (ids from the
+RL's rollout (rewards broadcast to every conversation) and a learner step, full-context reader truncation, the tokenizer seam (ids from the
 tokenizer handed in; the presets' CharTokenizer keeps the old character ids; a checkpoint's byte-level
 BPE spells text one token per character), the experiment from a tiny HF checkpoint and its gpu
 preset's Qwen2.5-0.5B architecture (abstractly)."""
@@ -18,7 +18,8 @@ from jaxrl_reason.agents.memagent.agent import (
 from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch, oracle_conversations
 from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, fits, reader_conversations, run_reader
 from jaxrl_reason.agents.memagent.trainer import (
-    MultiConvConfig, MultiConvTrainer, SFTConfig, agent_memory, conversations, evaluate_agent, sft_warm_start)
+    MultiConvAgent, MultiConvConfig, SFTConfig, agent_memory, conversations, evaluate_agent, multiconv_learner,
+    sft_warm_start)
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
 from jaxrl_reason.agents.memagent import agent as agent_module
 from jaxrl_reason.agents.memagent.agent import MemoryEnv
@@ -215,7 +216,7 @@ def test_chunk_turns_run_on_the_multiturn_protocol_with_the_loss_on_the_model_to
     q = TOK.decode(batch.question[2, : int(batch.question_lens[2])].tolist())
     assert prompts[n][2] == "<bos>" + q + ":777777>"  # the final turn: question and memory alone
     assert turns.info["active"].tolist() == [[False, True, True]] + [[False, False, True]] * (n - 1) + [[True] * 3]
-    rollout = conversations(out, jnp.asarray([1.0, -1.0, 0.5]), pad_id=TOK.pad_id)
+    rollout = conversations(out, 3, pad_id=TOK.pad_id)
     want = (jnp.arange(7)[None, None] < turns.lengths[..., None]) & turns.info["active"][..., None]
     np.testing.assert_array_equal(np.asarray(rollout.token_mask), np.asarray(want.reshape(-1, 7), np.float32))
     resp = np.asarray(rollout.seqs)[np.arange(rollout.seqs.shape[0])[:, None],
@@ -248,7 +249,10 @@ def test_working_memory_flat_in_document_length(models):
 
 
 # ------------------------------------------------------------------------------------- RL
-def test_multiconv_advantage_broadcast_and_step():
+def test_multiconv_rewards_broadcast_and_step():
+    """conversations: one row per conversation (turn-major), the final answer's reward per rollout, grouped by
+    question, each row's rollout in ``sample`` (the learner broadcasts the rollout's advantage to every one of its
+    conversations); one learner step, the same on a data=8 mesh; the checks before compiling."""
     model = Transformer(LM, rngs=nnx.Rngs(1))
     probs = TASK.generate_batch(np.random.default_rng(0), 2)
     batch = doc_batch(probs, AGENT)
@@ -256,42 +260,55 @@ def test_multiconv_advantage_broadcast_and_step():
     z = lambda *shape: jnp.zeros(shape, jnp.int32)
     lens = jnp.concatenate([jnp.arange(n * r).reshape(n, r) % 6, jnp.full((1, r), 2)])
     active = jnp.concatenate([jnp.broadcast_to((jnp.arange(n) < n - 1)[:, None], (n, r)), jnp.ones((1, r), bool)])
+    final = jnp.zeros((n + 1, r)).at[n].set(jnp.asarray([1.0, 0.0, 1.0, 1.0]))  # the final answers' exact match
     turns = Turns(prompts=z(n + 1, r, 20), prompt_lens=z(n + 1, r) + 9, tokens=z(n + 1, r, 5),
-                  logprobs=jnp.zeros((n + 1, r, 5)), lengths=lens, live=active | True, reward=jnp.zeros((n + 1, r)),
+                  logprobs=jnp.zeros((n + 1, r, 5)), lengths=lens, live=active | True, reward=final,
                   done=jnp.zeros((n + 1, r), bool), info={"active": active})
     out = AgentOutput(answer=z(r, 4), answer_lens=z(r), answer_overflow=z(r) > 0, memory=z(r, 4), memory_lens=z(r),
                       overflow=z(r), turns=turns)
-    conv = conversations(out, jnp.asarray([1.0, -1.0, 0.5, -0.5]), pad_id=TOK.pad_id)
+    conv = conversations(out, 2, pad_id=TOK.pad_id)  # 2 questions x G = 2
     assert conv.seqs.shape == ((n + 1) * r, 25) and conv.mask.shape == ((n + 1) * r, 5)
-    assert conv.advantages.tolist() == [1.0, -1.0, 0.5, -0.5] * (n + 1)  # every conversation of rollout r: adv[r]
+    assert conv.advantages is None and conv.rewards.tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert conv.groups.tolist() == [0, 0, 1, 1] and conv.num_groups == 2
+    assert conv.sample.tolist() == [0, 1, 2, 3] * (n + 1)  # every conversation of rollout r: its reward's advantage
     mask = np.asarray(conv.mask)
     assert mask[: (n - 1) * r].sum(1).tolist() == np.minimum(np.asarray(lens[: n - 1]).reshape(-1), 5).tolist()
     assert mask[(n - 1) * r: n * r].sum() == 0 and mask[n * r:].sum(1).tolist() == [2] * r  # inactive chunks masked
-    trainer = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2), AGENT, model, lambda s: batch)
-    state = trainer.init(jax.random.key(1))
+    learner, rl = multiconv_learner(MultiConvConfig(group_size=4, lr=1e-2), AGENT, model, lambda s: batch)
+    assert isinstance(rl, MultiConvAgent) and rl == multiconv_learner(MultiConvConfig(group_size=4, lr=1e-2), AGENT,
+                                                                      model)[1]  # equal agents share programs
+    state = learner.init(jax.random.key(1), rl)
     before = jax.tree.map(jnp.copy, state.params)
-    state, m = trainer.step(state)
+    state, m = learner.step_fn(rl)(state)
     assert int(state.step) == 1 and np.isfinite(float(m["policy_loss"]))
     assert float(m["conversations"]) == (n + 1) * 8  # 2 questions x G=4
     if float(m["zero_variance_groups"]) < 1.0:
         assert any(float(jnp.abs(a - b).max()) > 0 for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(state.params)))
+    ev = learner.evaluate(state, rl, batch)  # the agent's evaluate: evaluate_agent (greedy, decoded text)
+    assert ev == evaluate_agent(rl.graphdef, learner.policy(state), batch, AGENT)
 
     # mesh="data=8": every device runs its slice of the Q x G rollouts (the multi-process path: a data axis over
     # every process's devices); the step equals the one-device step up to float rounding
-    split = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2, mesh="data=8"), AGENT, model, lambda s: batch)
-    state8, m8 = split.step(split.init(jax.random.key(1)))
+    split, rl8 = multiconv_learner(MultiConvConfig(group_size=4, lr=1e-2, mesh="data=8"), AGENT, model)
+    state8, m8 = split.step(split.init(jax.random.key(1), rl8), rl8, batch)
     m, m8 = jax.device_get((m, m8))
     assert sorted(m) == sorted(m8)
     for k in m:
         np.testing.assert_allclose(m8[k], m[k], rtol=1e-4, atol=1e-5, err_msg=k)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), state8.params, state.params)
-    out = run_agent(split.graphdef, nnx.merge_state(state8.params, state8.rest), batch.repeat(4), jax.random.key(2),
-                    agent=AGENT, mesh=split.mesh)
+    out = run_agent(rl8.graphdef, split.policy(state8), batch.repeat(4), jax.random.key(2), agent=AGENT,
+                    mesh=split.mesh)
     assert out.memory.sharding.shard_shape(out.memory.shape) == (1, out.memory.shape[1])  # 8 rollouts: 1 per device
     with pytest.raises(ValueError, match=r"rollouts per step \(questions x group_size\) = 4 is not divisible by the 8"):
-        MultiConvTrainer(MultiConvConfig(group_size=2, mesh="data=8"), AGENT, model, lambda s: batch).step(state)
+        bad, rl2 = multiconv_learner(MultiConvConfig(group_size=2, mesh="data=8"), AGENT, model)
+        bad.step(bad.init(jax.random.key(1), rl2), rl2, batch)
     with pytest.raises(ValueError, match="minibatches"):
-        MultiConvTrainer(MultiConvConfig(group_size=4, minibatches=7), AGENT, model, lambda s: batch).step(state)
+        bad, rl7 = multiconv_learner(MultiConvConfig(group_size=4, minibatches=7), AGENT, model)
+        bad.step(bad.init(jax.random.key(1), rl7), rl7, batch)
+    with pytest.raises(ValueError, match="questions"):
+        rl7.batch(0)
+    with pytest.raises(ValueError, match="'data' axis"):
+        multiconv_learner(MultiConvConfig(mesh="fsdp=8"), AGENT, model)
     for bad in (dict(group_size=1), dict(temperature=0.0), dict(advantage="x")):
         with pytest.raises(ValueError):
             MultiConvConfig(**bad)

@@ -76,7 +76,7 @@ def test_memagent_step(real_model):
     """MemAgent's Multi-Conv RL: one question, a group of 2 conversations over the real model."""
     from jaxrl_reason.agents.memagent.agent import MemAgent
     from jaxrl_reason.agents.memagent.data import doc_batch
-    from jaxrl_reason.agents.memagent.trainer import MultiConvTrainer
+    from jaxrl_reason.agents.memagent.trainer import multiconv_learner
 
     module = load_experiment("memagent")
     config = dataclasses.replace(module.PRESETS["cpu"], model=NAME)
@@ -84,9 +84,9 @@ def test_memagent_step(real_model):
     agent = MemAgent(config.agent, tok)
     model = module.build_lm(config, tok, agent.seq_len)
     assert model.cfg.max_seq_len == agent.seq_len and model.cfg.vocab_size == tok.vocab_size == 49152
-    batches = lambda s: doc_batch(config.task.generate_batch(np.random.default_rng([0, s]), 1), agent)
-    trainer = MultiConvTrainer(dataclasses.replace(config.rl, group_size=2), agent, model, batches)
-    before, state, m = one_step(trainer)
+    questions = lambda s: doc_batch(config.task.generate_batch(np.random.default_rng([0, s]), 1), agent)
+    before, state, m = one_step(*multiconv_learner(dataclasses.replace(config.rl, group_size=2), agent, model,
+                                                   questions))
     assert np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
     assert (max_change(before, state.params) > 0) == (float(m["grad_norm"]) > 0)
 
@@ -110,7 +110,7 @@ def test_joyagents_step(real_model):
     """JoyAgents: the agents from the real model (the CPU preset: one shared model with role prompts; the gpu
     preset's one copy per agent needs four models' Adam state, ~8 GB more than a test worker can hold beside
     another), one node-wise update."""
-    from jaxrl_reason.agents.joyagents.trainer import JoyTrainer
+    from jaxrl_reason.agents.joyagents.trainer import joy_learner
 
     module = load_experiment("joyagents")
     config = module.PRESETS["smollm2"]
@@ -120,7 +120,7 @@ def test_joyagents_step(real_model):
     assert len(models) == config.system.num_models and real_model.loads == loads + 1  # loaded once
     requests = lambda s: module._requests(config, config.task.generate_batch(np.random.default_rng([0, s]), 1), tok)
     rl = dataclasses.replace(config.rl, group_size=2)
-    before, state, m = one_step(JoyTrainer(rl, config.system, models, requests, tokenizer=tok))
+    before, state, m = one_step(*joy_learner(rl, config.system, models, tokenizer=tok, requests=requests))
     assert np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
     assert (max_change(before, state.params) > 0) == (float(m["grad_norm"]) > 0)
 

@@ -108,7 +108,7 @@ def spiral() -> dict:
 def memagent() -> dict:
     from jaxrl_reason.agents.memagent.agent import MemAgent, MemAgentConfig
     from jaxrl_reason.agents.memagent.data import doc_batch
-    from jaxrl_reason.agents.memagent.trainer import MultiConvConfig, MultiConvTrainer
+    from jaxrl_reason.agents.memagent.trainer import MultiConvConfig, multiconv_learner
     from jaxrl_reason.models.lm import LMConfig, Transformer
     from jaxrl_reason.models.tokenizer import CharTokenizer
     from jaxrl_reason.tasks.longcontext import LongContextTask
@@ -121,14 +121,14 @@ def memagent() -> dict:
     batch = doc_batch(task.generate_batch(np.random.default_rng(0), 2), agent)
     # an untrained agent is never right (advantages 0): the entropy bonus gives the update a gradient
     loss = LossConfig(eps_low=0.2, eps_high=0.28, ent_coef=0.01)
-    trainer = MultiConvTrainer(MultiConvConfig(group_size=4, lr=1e-2, loss=loss), agent, Transformer(lm, rngs=nnx.Rngs(1)),
-                               lambda s: batch)
-    return _steps(trainer, trainer.init(jax.random.key(1)), 2)
+    learner, rl = multiconv_learner(MultiConvConfig(group_size=4, lr=1e-2, loss=loss), agent,
+                                    Transformer(lm, rngs=nnx.Rngs(1)), lambda s: batch)
+    return learner_steps(learner, rl, jax.random.key(1), 2)
 
 
 def joyagents(mode: str) -> dict:
     from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
-    from jaxrl_reason.agents.joyagents.trainer import JoyConfig, JoyTrainer, build_models
+    from jaxrl_reason.agents.joyagents.trainer import JoyConfig, build_models, joy_learner
     from jaxrl_reason.models.tokenizer import CharTokenizer
     from jaxrl_reason.rl.grpo.recipes import TinyLM
     from jaxrl_reason.tasks.assistant import AssistantTask, request_arrays
@@ -142,9 +142,9 @@ def joyagents(mode: str) -> dict:
     req = requests_from_arrays(request_arrays(task.generate_batch(np.random.default_rng(2), 2), sys_cfg.request_tokens,
                                               sys_cfg.answer_tokens, tok))
     loss = LossConfig(eps_low=0.2, eps_high=0.28, ent_coef=0.01)  # a gradient with zero advantages
-    trainer = JoyTrainer(JoyConfig(mode=mode, group_size=4, top_k=2, lr=1e-3, loss=loss), sys_cfg, models, lambda s: req,
-                         tokenizer=tok)
-    return _steps(trainer, trainer.init(jax.random.key(0)), 2)
+    learner, joy = joy_learner(JoyConfig(mode=mode, group_size=4, top_k=2, lr=1e-3, loss=loss), sys_cfg, models,
+                               tokenizer=tok, requests=lambda s: req)
+    return learner_steps(learner, joy, jax.random.key(0), 2)
 
 
 def rally() -> dict:

@@ -1,19 +1,24 @@
-"""JoyAgents-R1 training: SFT warm start on scripted traces, then joint GRPO of all agents, either plain
-(whole-trajectory groups) or node-wise Monte Carlo with marginal-benefit (top-K) selection, with or
-without memory evolution; greedy evaluation per request type.
+"""JoyAgents-R1 training: SFT warm start on scripted traces, then joint GRPO of all agents on the LM learner, either
+plain (whole-trajectory groups) or node-wise Monte Carlo with marginal-benefit (top-K) selection, with or without
+memory evolution; greedy evaluation per request type.
 
     tok = CharTokenizer()                                               # every id comes from it
     models = build_models(lm, cfg, seed, tokenizer=tok)                 # 1 (shared) or 4 LMs, from scratch
     # or: tok = load_tokenizer(ckpt); models = load_models(ckpt, cfg, tokenizer=tok)
     sft_warm_start(models, requests, cfg, TraceNoise(...), SFTConfig(), tokenizer=tok)
-    trainer = JoyTrainer(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models, requests, tokenizer=tok)
-    state = trainer.init(key)                           # requests(s): RL step s's Requests (Q training requests)
-    state, metrics = trainer.step(state)
-    evaluate(trainer, state, req_heldout) -> {"accuracy", "accuracy/<type>", "route_accuracy", ...}
+    learner, joy = joy_learner(JoyConfig(mode="nodewise", top_k=2, memory=True), cfg, models, tokenizer=tok,
+                               requests=requests)            # requests(s): RL step s's Requests (Q training requests)
+    state = learner.init(key, joy)                           # state.agent_carry: the memory
+    state, metrics = learner.step(state, joy, requests(0))   # or run_steps(run_dir, learner.step_fn(joy), state, ...)
+    evaluate(joy, state, req_heldout) -> {"accuracy", "accuracy/<type>", "route_accuracy", ...}
+
+``JoyAgent`` is the rollout; the learner (``rl.lm.Learner``, a list of models: its params a tuple, each row
+trained under its agent's model) owns the optimiser, the update and the state. The trajectory rewards go to
+the learner's registered estimator (``JoyConfig.advantage``, "grpo" by default):
 
 Plain joint GRPO (``mode="joint"``): each request is rolled out G times; the trajectory reward's
-group advantage (``rl.lm.advantages.group_advantages``) is broadcast to every active node of the
-trajectory (``broadcast_advantages``), and all agents are updated from it.
+group advantage (groups: the requests) reaches every active node of the trajectory (``Rollout.sample``), and all
+agents are updated from it.
 
 Node-wise Monte Carlo (``mode="nodewise"``): at the route node G fresh trajectories are sampled and
 the first is the base trajectory; then at each later node k (step 1, step 2, final) G actions are
@@ -22,8 +27,8 @@ continuation runs to the end and is scored (one ``lax.scan`` over k; ``continuat
 the nodes after k greedily, so each resampled action is scored by what the current policy does next).
 Each (request, node) group gives group advantages for the G resampled actions of node k only.
 Marginal-benefit selection keeps, per request, the ``top_k`` active nodes whose groups have the largest
-reward variance; only those rows enter the loss. Both modes take one clipped GRPO step (``grpo_loss`` through the
-learner core, ``rl.lm.make_update``; ``minibatches`` > 1: that many, for a large model's memory) per RL step, so
+reward variance; only those rows enter the loss (their mask: a choice of rows, not an estimator). Both modes
+take one clipped GRPO step (``minibatches`` > 1: that many, for a large model's memory) per RL step, so
 "updates" are comparable; the node-wise step samples 4G
 trajectories (G full + 3 x G continuations) per request against G for the plain one, which the
 metrics report (``trajectories``).
@@ -34,22 +39,20 @@ runs on them (it teaches the system's protocol: templates, routing tokens, calls
 token per character, ``tasks.assistant.spell``).
 
 Memory (``memory=True``): the route hint of every request is retrieved from the shared memory
-(``memory.retrieve``) and after each step the route groups (the plain groups, or the node-0 groups of
-node-wise sampling) are written into it (``memory.write``). Rollout, rewards, selection, memory and
-the update are one jitted program.
+(``memory.retrieve``) and after each rollout the route groups (the plain groups, or the node-0 groups of
+node-wise sampling) are written into it (``memory.write``); the memory is the agent's carry in the learner's
+state (``state.agent_carry``). Rollout, rewards, selection, memory and the update are one jitted program.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from jaxrl_reason.agents.joyagents.data import TraceNoise, scripted_conversations
@@ -60,11 +63,11 @@ from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.models.lm.sft import SFTConfig, fit, sft_examples
 from jaxrl_reason.models.tokenizer import Tokenizer
-from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
-from jaxrl_reason.rl.lm.advantages import REGISTERED, broadcast_advantages, group_advantages
-from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
-from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
+from jaxrl_reason.parallel.mesh import check_data_split
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
+from jaxrl_reason.rl.lm import Learner, LearnerConfig, LearnerState, Rollout
+from jaxrl_reason.rl.lm.advantages import REGISTERED
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.tasks.assistant import TYPES, AssistantRequest
 from jaxrl_reason.utils.validation import POSITIVE, Range, Rule, at_least, check_hyperparameters, one_of
 
@@ -126,7 +129,7 @@ class JoyConfig:
     lr: float = 3e-4
     max_grad_norm: float = 1.0
     adam_b2: float = 0.99  # (rl.lm.optim's default is 0.999; JoyAgents has always used 0.99)
-    advantage: str = "grpo"
+    advantage: str = "grpo"  # a registered estimator (rl.lm.advantages.ESTIMATORS)
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
     logprob_chunk: int = 8
     # the RL step's rows (every node of every sampled trajectory) in this many gradient steps: 1 = one
@@ -147,15 +150,12 @@ class JoyConfig:
     def __post_init__(self):
         check_hyperparameters(self)
 
-
-@flax.struct.dataclass
-class JoyState:
-    params: tuple  # per model nnx.State
-    rest: tuple
-    opt_state: optax.OptState
-    memory: Memory
-    step: jax.Array
-    key: jax.Array  # step s samples with fold_in(key, s)
+    def learner_config(self) -> LearnerConfig:
+        """The learner's configuration: optimiser, estimator, objective, minibatches (one epoch), the sampling
+        temperature the log-probs are taken at, the mesh."""
+        return LearnerConfig(lr=self.lr, max_grad_norm=self.max_grad_norm, adam_b2=self.adam_b2,
+                             advantage=self.advantage, loss=self.loss, minibatches=self.minibatches,
+                             temperature=self.temperature, logprob_chunk=self.logprob_chunk, mesh=self.mesh)
 
 
 def no_hints(n: int, tokenizer: Tokenizer) -> jax.Array:
@@ -183,75 +183,73 @@ def select_top_k(variance: jax.Array, active: jax.Array, k: int) -> jax.Array:
     return chosen & active
 
 
-class JoyTrainer:
-    def __init__(self, config: JoyConfig, system: SystemConfig, models: Sequence,
-                 requests: Callable[[int], Requests], *, tokenizer: Tokenizer):
-        """``requests(s)``: RL step s's Q training requests (drawn from a stream seeded by s: a resume draws the
-        same)."""
-        if len(models) != system.num_models:
-            raise ValueError(f"JoyTrainer: system.shared={system.shared} needs {system.num_models} model(s), "
-                             f"got {len(models)}")
-        system.check_model(models[0].cfg, tokenizer)
-        self.config, self.system, self.tokenizer, self.requests = config, system, tokenizer, requests
-        splits = [nnx.split(m, nnx.Param, ...) for m in models]
-        self.graphdef = splits[0][0]
-        self._params = tuple(s[1] for s in splits)
-        self._rest = tuple(s[2] for s in splits)
-        self.optimizer = _optimizer(config)
-        self.mesh = data_mesh(config.mesh, {}, "JoyConfig")
-        self._step = _step_fn(self.graphdef, config, system, tokenizer, self.mesh)
+@dataclasses.dataclass(frozen=True)
+class JoyAgent:
+    """JoyAgents-R1's RL as a rollout of the learner (``rl.lm.Learner`` of the system's models: params a tuple, one
+    per model; each row is trained under ``extra["model"]``'s). The memory is the agent's carry
+    (``init_carry``): ``rollout(policy, key, requests, memory) -> (Rollout, metrics, memory)``.
 
-    def init(self, key: jax.Array, params: tuple | None = None) -> JoyState:
-        params = jax.tree.map(jnp.array, self._params if params is None else params)
-        return replicate(JoyState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
-                                  memory=init_memory(self.config.memory_slots), step=jnp.int32(0), key=key), self.mesh)
+    Rows: every node of every sampled trajectory (``flat_nodes``: node-major), ``mask`` on the tokens of the
+    nodes trained. The rewards go to the learner's registered estimator (``JoyConfig.advantage``):
 
-    def step(self, state: JoyState) -> tuple[JoyState, dict]:
-        """One RL step on the Q requests of ``requests(step)``, each sampled ``group_size`` times (per node,
-        node-wise)."""
-        s = int(state.step)
-        req, key = self.requests(s), jax.random.fold_in(state.key, s)
-        check_data_split(self.mesh, {"trajectories per group draw (requests x group_size)":
-                                     len(req) * self.config.group_size}, "JoyTrainer")
-        return self._step(state, replicate(req, self.mesh), replicate(key, self.mesh))
+    - ``"joint"``: rewards [Q G] of the trajectories, groups = the request (Q groups), ``sample`` = the trajectory
+      of each node row: its advantage reaches every active node of the trajectory.
+    - ``"nodewise"``: rewards [4 Q G] of the resampled actions, node-major, rows = samples; groups = (node,
+      request) pairs (4 Q groups of G). Marginal-benefit (top-K) selection is a choice of the rows trained, not an
+      estimator: it stays here, as the rows' ``mask`` (the ``top_k`` active nodes of each request with the
+      largest group reward variance).
 
-    def states(self, state: JoyState) -> tuple:
-        return tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
+    Hashable on the graphdef, configs, the tokenizer's ids and templates and the mesh (equal agents share the
+    learner's compiled programs); ``requests(s)`` (RL step s's ``Requests``, drawn by the learner's
+    ``step_fn``) and the tokenizer object are not part of that comparison."""
 
+    graphdef: Any
+    config: JoyConfig
+    system: SystemConfig
+    tokenizer: Tokenizer = dataclasses.field(compare=False, repr=False)
+    mesh: Any = None  # the learner's: the trajectories split over its data axis
+    requests: Callable[[int], Requests] | None = dataclasses.field(default=None, compare=False, repr=False)
+    ids: SystemIds = dataclasses.field(init=False)  # the tokenizer's static ids and templates (the compared part)
+    templates: tuple = dataclasses.field(init=False)
 
-def _optimizer(cfg: JoyConfig):
-    return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
+    def __post_init__(self):
+        object.__setattr__(self, "ids", SystemIds.from_tokenizer(self.tokenizer))
+        object.__setattr__(self, "templates", self.system.templates(self.tokenizer))
 
+    def batch(self, step: int) -> Requests:
+        """RL step ``step``'s requests: ``requests(step)`` (drawn from a stream seeded by the step, so a resumed
+        run draws the same)."""
+        if self.requests is None:
+            raise ValueError("JoyAgent: no requests(step) given; pass the step's Requests to learner.step")
+        return self.requests(step)
 
-@functools.lru_cache(maxsize=None)
-def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenizer, mesh):
-    optimizer = _optimizer(cfg)
-    g = cfg.group_size
-    pad_id = SystemIds.from_tokenizer(tokenizer).pad
+    def init_carry(self) -> Memory:
+        """The step-0 memory (empty)."""
+        return init_memory(self.config.memory_slots)
 
-    def step(state: JoyState, req: Requests, key):
-        k_roll, k_perm = jax.random.split(key)
-        states = tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
+    def rollout(self, policy: tuple, key, req: Requests, memory: Memory) -> tuple[Rollout, dict, Memory]:
+        """One RL step's sampling on the Q requests of ``req``, each sampled ``group_size`` times (per node,
+        node-wise); the memory written with the route groups (``memory.write``) when ``config.memory``."""
+        cfg, system, tok, g = self.config, self.system, self.tokenizer, self.config.group_size
         q = len(req)
-        hints = hints_for(cfg, state.memory, req.kind, tokenizer=tokenizer)
+        check_data_split(self.mesh, {"trajectories per group draw (requests x group_size)": q * g}, "JoyAgent")
+        hints = hints_for(cfg, memory, req.kind, tokenizer=tok)
         rep, rep_hints = req.repeat(g), jnp.repeat(hints, g)
-        roll = functools.partial(run_system, graphdef, states, config=system, tokenizer=tokenizer,
-                                 temperature=cfg.temperature, mesh=mesh)
+        roll = functools.partial(run_system, self.graphdef, policy, config=system, tokenizer=tok,
+                                 temperature=cfg.temperature, mesh=self.mesh)
         if cfg.mode == "joint":
-            out = roll(rep, rep_hints, k_roll)
-            reward = out.reward.reshape(q, g)
-            adv = group_advantages(reward, cfg.advantage).reshape(-1)
+            out = roll(rep, rep_hints, key)
             rows = flat_nodes(out.record)
-            rows["adv"] = broadcast_advantages(adv, jnp.tile(jnp.arange(q * g), NUM_NODES))
-            rows["use"] = rows["active"]
-            route_groups, route_rewards = out.route.reshape(q, g), reward
+            use = rows["active"]
+            scored = dict(rewards=out.reward, groups=jnp.repeat(jnp.arange(q), g),
+                          sample=jnp.tile(jnp.arange(q * g), NUM_NODES), num_groups=q)
+            route_groups, route_rewards = out.route.reshape(q, g), out.reward.reshape(q, g)
             extra = {"selected_nodes": jnp.float32(NUM_NODES), "trajectories": jnp.float32(q * g)}
-            final_reward = reward
         else:
             def mc(fixed, k):
                 """Node k: G resampled actions after the fixed prefix, each continued to the end. Node 0's
                 group is G fresh trajectories; its first trajectory is the base the others branch from."""
-                out = roll(rep, rep_hints, jax.random.fold_in(k_roll, k), start=k, fixed=fixed,
+                out = roll(rep, rep_hints, jax.random.fold_in(key, k), start=k, fixed=fixed,
                            continuation_temperature=0.0 if cfg.continuation == "greedy" else None)
                 first = jax.tree.map(lambda x: jnp.repeat(x.reshape(x.shape[0], q, g, *x.shape[2:])[:, :, 0], g, axis=1),
                                      out.record)
@@ -264,49 +262,54 @@ def _step_fn(graphdef, cfg: JoyConfig, system: SystemConfig, tokenizer: Tokenize
             active = parts["active"].reshape(NUM_NODES, q, g)[:, :, 0].T  # [Q, 4]: node k exists on the base path
             chosen = select_top_k(variances, active, cfg.top_k)  # [Q, 4]
             rows = jax.tree.map(lambda x: x.reshape(NUM_NODES * q * g, *x.shape[2:]), parts)
-            rows["adv"] = jax.vmap(lambda r: group_advantages(r, cfg.advantage).reshape(-1))(rewards).reshape(-1)
-            rows["use"] = rows["active"] & jnp.repeat(chosen.T, g, axis=1).reshape(-1)
+            use = rows["active"] & jnp.repeat(chosen.T, g, axis=1).reshape(-1)
+            scored = dict(rewards=rewards.reshape(-1), groups=jnp.arange(NUM_NODES * q * g) // g,
+                          num_groups=NUM_NODES * q)
             route_groups, route_rewards = routes[0], rewards[0]
             names = ("route", "step1", "step2", "final")
             extra = {"selected_nodes": chosen.sum(1).mean().astype(jnp.float32),
                      "trajectories": jnp.float32(q * NUM_NODES * g),
                      **{f"selected/{n}": chosen[:, i].mean() for i, n in enumerate(names)},
                      **{f"variance/{n}": jnp.where(active[:, i], variances[:, i], 0).mean() for i, n in enumerate(names)}}
-            final_reward = rewards[0]
         n_resp = rows["tokens"].shape[1]
-        seqs = join(rows["prompts"], rows["prompt_lens"], rows["tokens"], pad_id)
-        mask = response_mask(rows["lengths"], n_resp, rows["use"])
+        seqs = join(rows["prompts"], rows["prompt_lens"], rows["tokens"], self.ids.pad)
         model_of = jnp.zeros_like(rows["agent"]) if system.shared else jnp.maximum(rows["agent"], 0)
-
-        one = lm_logp_fn(graphdef, n_resp, cfg.temperature, cfg.logprob_chunk)
-
-        def logp_fn(params, rows):  # each row under its agent's model (shared: the one model)
-            out = [one(p, r, rows) for p, r in zip(params, state.rest)]
-            if len(out) == 1:
-                return out[0]
-            pick = lambda xs: jnp.choose(rows.extra["model"][:, None], xs, mode="clip")
-            return pick([o[0] for o in out]), pick([o[1] for o in out])
-
-        rollout = Rollout(seqs, rows["prompt_lens"], mask, rows["adv"], extra={"model": model_of})
-        learn = make_update(logp_fn, make_loss(cfg.loss), optimizer, UpdateConfig(minibatches=cfg.minibatches))
-        (params, opt_state), m = learn(state.params, state.opt_state, rollout, k_perm)
-        memory = (write(state.memory, req.kind, route_groups, route_rewards, cfg.memory_rate) if cfg.memory
-                  else state.memory)
-        metrics = {k: v.mean() for k, v in m.items()}
-        metrics.update(reward=final_reward.mean(), trained_rows=rows["use"].sum().astype(jnp.float32),
-                       memory_entries=(memory.kind >= 0).sum().astype(jnp.float32),
-                       zero_variance_route_groups=(route_rewards.std(axis=1) == 0).mean(), **extra)
-        return state.replace(params=params, opt_state=opt_state, memory=memory, step=state.step + 1), metrics
-
-    return jax.jit(step, donate_argnums=0)
+        rollout = Rollout(seqs, rows["prompt_lens"], response_mask(rows["lengths"], n_resp, use),
+                          extra={"model": model_of}, **scored)
+        if cfg.memory:
+            memory = write(memory, req.kind, route_groups, route_rewards, cfg.memory_rate)
+        metrics = {"reward": route_rewards.mean(), "trained_rows": use.sum().astype(jnp.float32),
+                   "memory_entries": (memory.kind >= 0).sum().astype(jnp.float32),
+                   "zero_variance_route_groups": (route_rewards.std(axis=1) == 0).mean(), **extra}
+        return rollout, metrics, memory
 
 
-def evaluate(trainer: JoyTrainer, state: JoyState, req: Requests, use_memory: bool | None = None) -> dict:
-    """Greedy accuracy overall and per request type; route accuracy needs the correct route = the type."""
-    use = trainer.config.memory if use_memory is None else use_memory
-    tok = trainer.tokenizer
-    hints = retrieve(state.memory, req.kind, tokenizer=tok) if use else no_hints(len(req), tok)
-    out = run_system(trainer.graphdef, trainer.states(state), req, hints, jax.random.key(0), config=trainer.system,
+def joy_learner(config: JoyConfig, system: SystemConfig, models: Sequence, *, tokenizer: Tokenizer,
+                requests: Callable[[int], Requests] | None = None) -> tuple[Learner, JoyAgent]:
+    """-> (the learner of the system's models, its rollout). ``models``: 1 (shared weights, role prompts) or 4 (one
+    per agent, ``system.shared=False``), trained each; ``requests(s)``: RL step s's Q training requests."""
+    if len(models) != system.num_models:
+        raise ValueError(f"joy_learner: system.shared={system.shared} needs {system.num_models} model(s), "
+                         f"got {len(models)}")
+    system.check_model(models[0].cfg, tokenizer)
+    learner = Learner(config.learner_config(), list(models))
+    if learner.mesh is not None and "data" not in learner.mesh.shape:
+        raise ValueError(f"JoyConfig.mesh {config.mesh!r} has no 'data' axis to split the trajectories over")
+    return learner, JoyAgent(learner.graphdef, config, system, tokenizer, learner.mesh, requests)
+
+
+def policy_of(state: LearnerState) -> tuple:
+    """The models' whole states (``Learner.policy`` of a JoyAgents learner): a tuple, one per model."""
+    return tuple(nnx.merge_state(p, r) for p, r in zip(state.params, state.rest))
+
+
+def evaluate(agent: JoyAgent, state: LearnerState, req: Requests, use_memory: bool | None = None) -> dict:
+    """Greedy accuracy overall and per request type; route accuracy needs the correct route = the type. The route
+    hints come from the state's memory (``state.agent_carry``) when ``use_memory`` (default ``config.memory``)."""
+    use = agent.config.memory if use_memory is None else use_memory
+    tok = agent.tokenizer
+    hints = retrieve(state.agent_carry, req.kind, tokenizer=tok) if use else no_hints(len(req), tok)
+    out = run_system(agent.graphdef, policy_of(state), req, hints, jax.random.key(0), config=agent.system,
                      tokenizer=tok)
     reward, route, kind = (np.asarray(x) for x in (out.reward, out.route, req.kind))
     res = {"accuracy": float(reward.mean()), "route_accuracy": float((route == kind).mean())}
@@ -318,5 +321,5 @@ def evaluate(trainer: JoyTrainer, state: JoyState, req: Requests, use_memory: bo
     return res
 
 
-__all__ = ["JoyConfig", "JoyState", "JoyTrainer", "MODES", "build_models", "evaluate", "flat_nodes", "hints_for",
-           "load_models", "no_hints", "select_top_k", "sft_warm_start"]
+__all__ = ["JoyAgent", "JoyConfig", "MODES", "build_models", "evaluate", "flat_nodes", "hints_for", "joy_learner",
+           "load_models", "no_hints", "policy_of", "select_top_k", "sft_warm_start"]

@@ -1,25 +1,28 @@
-"""MemAgent training: SFT warm start on oracle memory updates, then Multi-Conv RL; evaluation and cost.
+"""MemAgent training: SFT warm start on oracle memory updates, then Multi-Conv RL on the LM learner; evaluation
+and cost.
 
     agent = MemAgent(agent_cfg, tokenizer)                                  # config bound to a tokenizer
     sft_warm_start(model, task, agent, SFTConfig())                         # tiny LM from scratch
-    trainer = MultiConvTrainer(MultiConvConfig(), agent, model, batches)   # batches(s): RL step s's DocBatch
-    state = trainer.init(key)
-    state, metrics = trainer.step(state)                  # Q questions, each rolled out G times
-    evaluate_agent(graphdef, model_state, batch, agent) -> {"accuracy", "overflow_rate", ...}
+    learner, rl = multiconv_learner(MultiConvConfig(), agent, model, questions)   # questions(s): step s's DocBatch
+    state = learner.init(key)
+    state, metrics = learner.step(state, rl, questions(0))  # Q questions, each rolled out G times
+    run_steps(run_dir, learner.step_fn(rl), state, ...)     # (step s trains on questions(s))
+    evaluate_agent(graphdef, model_state, batch, agent) -> {"accuracy", "overflow_rate", ...}   (= learner.evaluate)
     agent_memory(graphdef, model_state, batch, agent)   -> compiled memory analysis (bytes)
 
 Multi-Conv RL (MemAgent, arXiv 2507.02259): each of the Q questions is rolled out G times with
 sampling; a rollout is n memory-update conversations plus one final-answer conversation. The
-final answer's exact-match reward gives one group advantage per rollout (``group_advantages``:
-mean-centred, std-normalised for "grpo", not for "dr_grpo"), broadcast to *every* conversation of
-that rollout; all conversations then enter one clipped policy loss
-(``grpo_loss`` with ``LossConfig``: DAPO clip-higher ``eps_high`` and token-mean aggregation).
-Rollout, reward, advantages and ``epochs`` x ``minibatches`` optimiser steps are one jitted program; the
-update is the learner core's (``rl.lm.make_update``): the rollout is the multi-turn protocol's
-(``rl.lm.multiturn.make_turn_rollout`` over ``agent.MemoryEnv``), its ``Turns`` one ``Rollout`` row per
-conversation with the loss on the memory / answer tokens the model wrote (``conversations``). Old log-probs
-are those of the sampling temperature: with one epoch of one minibatch the loss forward's own (under
-``stop_gradient``), otherwise a forward pass ahead of the steps.
+final answer's exact-match reward is handed to the learner (``rl.lm.Learner``) with the question as its
+group, and its registered estimator (``MultiConvConfig.advantage``: "grpo" mean-centred and std-normalised,
+"dr_grpo" mean-centred, any other in ``rl.lm.advantages.ESTIMATORS``) gives one advantage per rollout,
+broadcast to *every* conversation of that rollout (``Rollout.sample``); all conversations then enter one
+clipped policy loss (``LossConfig``: DAPO clip-higher ``eps_high`` and token-mean aggregation). The rollout
+(``MultiConvAgent``) is the multi-turn protocol's (``rl.lm.multiturn.make_turn_rollout`` over
+``agent.MemoryEnv``), its ``Turns`` one ``Rollout`` row per conversation with the loss on the memory / answer
+tokens the model wrote (``conversations``); the learner jits it with the advantages and ``epochs`` x
+``minibatches`` optimiser steps as one program. Old log-probs are those of the sampling temperature: with one
+epoch of one minibatch the loss forward's own (under ``stop_gradient``), otherwise a forward pass ahead of the
+steps.
 
 The RL reward is exact match on token ids inside the jitted step: the answer must be spelled as the
 targets are, one token per character (what the oracle SFT teaches), so with a checkpoint tokenizer a
@@ -31,26 +34,22 @@ the character tokenizers of the presets the two agree.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
-from typing import Callable
+from typing import Any, Callable
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx
 
-from jaxrl_reason.agents.memagent.agent import DocBatch, MemAgent, num_chunks, run_agent
+from jaxrl_reason.agents.memagent.agent import AgentOutput, DocBatch, MemAgent, num_chunks, run_agent
 from jaxrl_reason.agents.memagent.data import conversation_arrays, oracle_conversations
 from jaxrl_reason.models.lm.sft import SFTConfig, fit
-from jaxrl_reason.parallel.mesh import check_data_split, data_mesh, replicate
-from jaxrl_reason.rl.lm.advantages import REGISTERED, group_advantages
-from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
-from jaxrl_reason.rl.lm import Rollout, UpdateConfig, lm_logp_fn, lm_optimizer, make_update
+from jaxrl_reason.parallel.mesh import check_data_split
+from jaxrl_reason.rl.lm import Learner, LearnerConfig, Rollout
+from jaxrl_reason.rl.lm.advantages import REGISTERED
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
-from jaxrl_reason.utils.validation import POSITIVE, at_least, check_hyperparameters, one_of
+from jaxrl_reason.utils.validation import POSITIVE, at_least, check_hyperparameters
 
 
 # ---------------------------------------------------------------------------------------- SFT
@@ -82,7 +81,7 @@ class MultiConvConfig:
     adam_b2: float = 0.99  # (rl.lm.optim's default is 0.999; MemAgent has always used 0.99)
     epochs: int = 1
     minibatches: int = 1
-    advantage: str = "grpo"  # "grpo": (r - mean) / std;  "dr_grpo": r - mean
+    advantage: str = "grpo"  # a registered estimator: "grpo": (r - mean) / std;  "dr_grpo": r - mean; ...
     loss: LossConfig = LossConfig(eps_low=0.2, eps_high=0.28, aggregation="token_mean")
     logprob_chunk: int = 16
     mesh: str | None = None  # e.g. "data=8": the rollouts split over the data axis (multi-process: data over all)
@@ -95,92 +94,91 @@ class MultiConvConfig:
     def __post_init__(self):
         check_hyperparameters(self)
 
-
-@flax.struct.dataclass
-class RLState:
-    params: nnx.State
-    rest: nnx.State
-    opt_state: optax.OptState
-    step: jax.Array
-    key: jax.Array  # step s samples with fold_in(key, s)
-
-
-def _optimizer(cfg: MultiConvConfig):
-    return lm_optimizer(cfg.lr, cfg.max_grad_norm, cfg.adam_b2)
+    def learner_config(self) -> LearnerConfig:
+        """The learner's configuration: optimiser, estimator, objective, epochs x minibatches, the sampling
+        temperature the log-probs are taken at, the mesh."""
+        return LearnerConfig(lr=self.lr, max_grad_norm=self.max_grad_norm, adam_b2=self.adam_b2,
+                             advantage=self.advantage, loss=self.loss, epochs=self.epochs,
+                             minibatches=self.minibatches, temperature=self.temperature,
+                             logprob_chunk=self.logprob_chunk, mesh=self.mesh)
 
 
-def conversations(out, advantages: jax.Array, *, pad_id: int) -> Rollout:
-    """A recorded rollout -> the learner's ``Rollout``, one row per conversation.
+def conversations(out: AgentOutput, group_size: int, *, pad_id: int) -> Rollout:
+    """A recorded rollout -> the learner's ``Rollout``, one row per conversation, with the rewards for its
+    estimator.
 
-    out: AgentOutput(record=True) of R rollouts with n chunks (``out.turns`` [n + 1, R, ...]); advantages [R], one
-    per rollout, broadcast to each of its conversations. Rows turn-major (``Turns.to_rollout``): C = n*R + R (the
-    memory updates, then the final answers), [C, P + N] with P / N the wider prompt / response; ``mask`` on the
-    tokens the model wrote (its memory or answer, <eos> included), 0 on updates past a document's end
-    (``info["active"]``); ``sample_logp`` the sampler's log-probs."""
+    out: AgentOutput(record=True) of R = Q x G rollouts (Q questions each G times in a row: ``DocBatch.repeat``)
+    with n chunks (``out.turns`` [n + 1, R, ...]). Rows turn-major (``Turns.to_rollout``): C = n*R + R (the memory
+    updates, then the final answers), row t*R + r is turn t of rollout r, [C, P + N] with P / N the wider prompt /
+    response; ``mask`` on the tokens the model wrote (its memory or answer, <eos> included), 0 on updates past a
+    document's end (``info["active"]``); ``sample_logp`` the sampler's log-probs. ``rewards`` [R]: the final
+    answer's exact match; ``groups`` [R]: the question (``num_groups`` Q); ``sample`` [C]: the rollout of each row,
+    so the rollout's advantage reaches every one of its conversations."""
     turns = out.turns
-    return turns.to_rollout(jnp.broadcast_to(advantages, turns.live.shape), active=turns.info["active"], pad_id=pad_id)
+    t, r = turns.live.shape
+    rows = turns.to_rollout(jnp.zeros((t, r), jnp.float32), active=turns.info["active"], pad_id=pad_id)
+    return rows.replace(advantages=None, rewards=turns.reward.sum(0), groups=jnp.arange(r) // group_size,
+                        sample=jnp.tile(jnp.arange(r), t), num_groups=r // group_size)
 
 
-class MultiConvTrainer:
-    """Multi-Conv RL on a MemAgent (see the module docstring)."""
+@dataclasses.dataclass(frozen=True)
+class MultiConvAgent:
+    """Multi-Conv RL on a ``MemAgent``, as a rollout of the learner (``rl.lm.Learner``; module docstring).
 
-    def __init__(self, config: MultiConvConfig, agent: MemAgent, model, batches: Callable[[int], DocBatch]):
-        """``batches(s)``: RL step s's Q questions (drawn from a stream seeded by s, so a resume draws the same)."""
-        agent.check_model(model.cfg)
-        self.config, self.agent, self.batches = config, agent, batches
-        self.graphdef, self._params, self._rest = nnx.split(model, nnx.Param, ...)
-        self.optimizer = _optimizer(config)
-        self.mesh = data_mesh(config.mesh, {}, "MultiConvConfig")
-        self._step = _rl_step_fn(self.graphdef, config, agent, self.mesh)
+    ``rollout(policy, key, batch)``: the Q questions of ``batch`` (a ``DocBatch``) each read ``group_size``
+    times with sampling (``run_agent(record=True)``), every conversation one row (``conversations``). Hashable
+    (equal agents share the learner's compiled programs); ``questions(s)``, RL step s's ``DocBatch`` (the
+    learner's ``step_fn`` draws it), is not part of that comparison."""
 
-    def init(self, key: jax.Array, params: nnx.State | None = None) -> RLState:
-        params = jax.tree.map(jnp.array, self._params if params is None else params)
-        return replicate(RLState(params=params, rest=self._rest, opt_state=self.optimizer.init(params),
-                                 step=jnp.int32(0), key=key), self.mesh)
+    graphdef: Any
+    config: MultiConvConfig
+    agent: MemAgent
+    mesh: Any = None  # the learner's: the rollouts split over its data axis
+    questions: Callable[[int], DocBatch] | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    def step(self, state: RLState) -> tuple[RLState, dict]:
-        """One RL step on the Q questions of ``batches(step)``, each rolled out ``group_size`` times."""
-        s = int(state.step)
-        batch, key = self.batches(s), jax.random.fold_in(state.key, s)
+    def batch(self, step: int) -> DocBatch:
+        """RL step ``step``'s questions: ``questions(step)`` (drawn from a stream seeded by the step, so a resumed
+        run draws the same)."""
+        if self.questions is None:
+            raise ValueError("MultiConvAgent: no questions(step) given; pass the step's DocBatch to learner.step")
+        return self.questions(step)
+
+    def check(self, batch: DocBatch) -> None:
+        """A clear ``ValueError`` before compiling: the conversations must split into ``minibatches`` and the
+        rollouts over the mesh's data axis."""
         rows = len(batch) * self.config.group_size
         n_conv = rows * (1 + num_chunks(batch.doc.shape[1], self.agent))
         if n_conv % self.config.minibatches:
             raise ValueError(f"{n_conv} conversations per step are not divisible by minibatches "
                              f"{self.config.minibatches}")
-        check_data_split(self.mesh, {"rollouts per step (questions x group_size)": rows}, "MultiConvTrainer")
-        return self._step(state, replicate(batch, self.mesh), replicate(key, self.mesh))
+        check_data_split(self.mesh, {"rollouts per step (questions x group_size)": rows}, "MultiConvAgent")
 
-    def model(self, state: RLState):
-        return nnx.merge(self.graphdef, state.params, state.rest)
+    def rollout(self, policy, key, batch: DocBatch) -> tuple[Rollout, dict]:
+        """-> (Rollout of C = (n + 1) Q G conversations with rewards [Q G], metrics)."""
+        self.check(batch)
+        g = self.config.group_size
+        out = run_agent(self.graphdef, policy, batch.repeat(g), key, agent=self.agent,
+                        temperature=self.config.temperature, record=True, mesh=self.mesh)
+        rollout = conversations(out, g, pad_id=self.agent.pad_id)
+        grouped = rollout.rewards.reshape(-1, g)
+        return rollout, {"overflow_rate": (out.overflow > 0).mean(),
+                         "zero_variance_groups": (grouped.std(axis=1) == 0).mean(),
+                         "memory_len": out.memory_lens.mean(), "conversations": jnp.float32(len(rollout))}
+
+    def evaluate(self, policy, key, batch: DocBatch) -> dict:
+        """``evaluate_agent``: greedy accuracy and overflow rates on ``batch`` (``learner.evaluate``)."""
+        return evaluate_agent(self.graphdef, policy, batch, self.agent, key)
 
 
-@functools.lru_cache(maxsize=None)
-def _rl_step_fn(graphdef, cfg: MultiConvConfig, agent: MemAgent, mesh):
-    optimizer = _optimizer(cfg)
-
-    def step(state: RLState, batch: DocBatch, key):
-        k_roll, k_perm = jax.random.split(key)
-        g = cfg.group_size
-        rb = batch.repeat(g)
-        out = run_agent(graphdef, nnx.merge_state(state.params, state.rest), rb, k_roll, agent=agent,
-                        temperature=cfg.temperature, record=True, mesh=mesh)
-        reward = out.turns.reward.sum(0)  # [Q*G]: the final answer's exact match (MemoryEnv)
-        adv = group_advantages(reward.reshape(-1, g), cfg.advantage).reshape(-1)
-        rollout = conversations(out, adv, pad_id=agent.pad_id)
-        logp_fn = lm_logp_fn(graphdef, rollout.mask.shape[1], cfg.temperature, cfg.logprob_chunk)
-        learn = make_update(lambda p, rows: logp_fn(p, state.rest, rows), make_loss(cfg.loss), optimizer,
-                            UpdateConfig(epochs=cfg.epochs, minibatches=cfg.minibatches))
-        (params, opt_state), m = learn(state.params, state.opt_state, rollout, k_perm)
-        grouped = reward.reshape(-1, g)
-        metrics = {k: v.mean() for k, v in m.items()}  # with sample_entropy (the old policy's, token mean)
-        metrics.update(
-            reward=reward.mean(), overflow_rate=(out.overflow > 0).mean(),
-            zero_variance_groups=(grouped.std(axis=1) == 0).mean(),
-            memory_len=out.memory_lens.mean(), conversations=jnp.float32(rollout.seqs.shape[0]),
-        )
-        return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
-
-    return jax.jit(step, donate_argnums=0)
+def multiconv_learner(config: MultiConvConfig, agent: MemAgent, model,
+                      questions: Callable[[int], DocBatch] | None = None) -> tuple[Learner, MultiConvAgent]:
+    """-> (the learner of ``model``, its Multi-Conv rollout). ``questions(s)``: RL step s's ``DocBatch`` of Q
+    questions (what ``learner.step_fn(rl)`` trains on at step s)."""
+    agent.check_model(model.cfg)
+    learner = Learner(config.learner_config(), model)
+    if learner.mesh is not None and "data" not in learner.mesh.shape:
+        raise ValueError(f"MultiConvConfig.mesh {config.mesh!r} has no 'data' axis to split the rollouts over")
+    return learner, MultiConvAgent(learner.graphdef, config, agent, learner.mesh, questions)
 
 
 # ---------------------------------------------------------------------------------------- evaluation
@@ -217,5 +215,5 @@ def agent_memory(graphdef, state, batch: DocBatch, agent: MemAgent) -> dict:
             "document": int(batch.doc.size * batch.doc.dtype.itemsize)}
 
 
-__all__ = ["MultiConvConfig", "MultiConvTrainer", "RLState", "SFTConfig", "agent_memory", "conversations",
-           "evaluate_agent", "sft_warm_start", "train_conversations"]
+__all__ = ["MultiConvAgent", "MultiConvConfig", "SFTConfig", "agent_memory", "conversations", "evaluate_agent",
+           "multiconv_learner", "sft_warm_start", "train_conversations"]
