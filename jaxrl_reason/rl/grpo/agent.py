@@ -87,7 +87,7 @@ class GRPOConfig:
     max_new_tokens: int = 32
     advantage: str = "grpo"  # grpo | dr_grpo | rloo
     loss: LossConfig = LossConfig()
-    reward: RewardConfig = RewardConfig()  # the reward of GRPOTrainer.for_tasks (synthetic task presets)
+    reward: RewardConfig = RewardConfig()  # the reward of grpo_for_tasks (synthetic task presets)
     overlong_cache: int = 0  # DAPO soft overlong window in tokens (0 = off): adds the "overlong" reward
     ref_reset_every: int | None = None  # ProRL hard reset interval in steps (None = never)
     mesh: str | None = None  # e.g. "data=8"

@@ -56,7 +56,7 @@ def test_setup_policy_sizes_a_checkpoints_prompts_and_its_window_for_the_eval_fi
 
     from jaxrl_reason.data import write_jsonl
     from jaxrl_reason.rl.grpo import recipes
-    from jaxrl_reason.rl.grpo.trainer import GRPOConfig
+    from jaxrl_reason.rl.grpo.agent import GRPOConfig
     from jaxrl_reason.tasks.random_calculation import RandomCalculation
 
     ckpt = str(tiny_hf_checkpoint(tmp_path / "ckpt", tok))
@@ -88,7 +88,7 @@ def test_eval_files_render_as_the_task_prompts_and_bad_rewards_fail_first(tmp_pa
     from jaxrl_reason.data import write_jsonl
     from jaxrl_reason.models.tokenizer import CharTokenizer
     from jaxrl_reason.rl.grpo import recipes
-    from jaxrl_reason.rl.grpo.trainer import GRPOConfig
+    from jaxrl_reason.rl.grpo.agent import GRPOConfig
     from jaxrl_reason.tasks.base import Problem
     from jaxrl_reason.tasks.random_calculation import RandomCalculation
 

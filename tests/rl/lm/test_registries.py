@@ -1,0 +1,119 @@
+"""Registries reach every agent: an advantage estimator and a policy objective registered here, outside the
+package, run one learner step of each LM agent (GRPO, tool use, SPIRAL, MemAgent, JoyAgents both modes, RALLY's
+intent model, a user's agent from its file). The functions count their traces: each agent's step used both."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxrl_reason.models.lm import LMConfig, Transformer
+from jaxrl_reason.models.tokenizer import CharTokenizer
+from jaxrl_reason.rl.lm import ESTIMATORS, OBJECTIVES, LossConfig, register_estimator, register_objective
+
+EST, OBJ = "_test_max_baseline", "_test_plain_pg"
+TRACED = {"estimator": 0, "objective": 0}
+
+
+@register_estimator(EST)
+def max_baseline(rewards, group_ids, num_groups, valid=None, carry=None):
+    """r - the best valid reward of the group."""
+    TRACED["estimator"] += 1
+    r = rewards if valid is None else jnp.where(valid, rewards, -jnp.inf)
+    best = jax.ops.segment_max(r, group_ids, num_segments=num_groups)[group_ids]
+    return jnp.where(jnp.isfinite(r), rewards - best, 0.0), carry
+
+
+@register_objective(OBJ)
+def plain_pg(logp, old_logp, adv, mask, config):
+    """log pi * A, no ratio and no clipping."""
+    TRACED["objective"] += 1
+    return logp * adv[:, None], jnp.zeros(mask.shape, bool), jnp.exp(logp - old_logp)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def unregister():
+    yield  # (registered at import: configs check their names when made)
+    del ESTIMATORS[EST], OBJECTIVES[OBJ]
+
+
+LOSS = dict(loss=LossConfig(objective=OBJ, aggregation="token_mean"), advantage=EST)
+
+
+def _lm(tok, seq=64):
+    return Transformer(LMConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32,
+                                max_seq_len=seq), rngs=nnx.Rngs(0))
+
+
+def grpo():
+    from jaxrl_reason.rl.grpo.agent import GRPOConfig, grpo_for_tasks
+    from jaxrl_reason.tasks import RandomCalculation
+    from jaxrl_reason.tasks.rewards import RewardConfig
+
+    tok = CharTokenizer()
+    cfg = GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=4, reward=RewardConfig("random"), **LOSS)
+    learner, agent = grpo_for_tasks(cfg, _lm(tok, 32), tok, [RandomCalculation(max_difficulty=1, ops="+-")], 12)
+    return learner, agent, None
+
+
+def tool_use():
+    from jaxrl_reason.agents.tool_use import tool_use_learner, tool_use_model
+    from jaxrl_reason.experiments.tool_use import Config
+
+    cfg = dataclasses.replace(Config(), prompts_per_step=2, group_size=2, eval_problems=4, **LOSS)
+    return (*tool_use_learner(cfg, tool_use_model(cfg)), None)
+
+
+def spiral():
+    from jaxrl_reason.agents.spiral.agent import SpiralConfig, spiral_learner
+    from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
+
+    tok = spiral_tokenizer()
+    cfg = SpiralConfig(games=("kuhn_poker",), episodes_per_game=2, max_new_tokens=4, **LOSS)
+    return (*spiral_learner(cfg, _lm(tok, 512), tokenizer=tok), None)
+
+
+def rally():
+    from jaxrl_reason import envs
+    from jaxrl_reason.agents.rally import llm, llm_grpo
+    from jaxrl_reason.models.tokenizer import ByteTokenizer
+
+    tok = ByteTokenizer()
+    env = envs.make("swarm", num_agents=2, num_targets=2, max_steps=4)
+    model = Transformer(dataclasses.replace(llm.default_lm_config(tok), d_model=16, n_layers=1, n_heads=2,
+                                            n_kv_heads=1, d_ff=16), rngs=nnx.Rngs(0))
+    policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model), tokenizer=tok)
+    cfg = llm_grpo.IntentGRPOConfig(iterations=1, num_groups=2, group_size=2, updates=1, minibatch=8, **LOSS)
+    return (*llm_grpo.intent_learner(policy, cfg), None)
+
+
+def copy_letter():
+    from jaxrl_reason.rl.lm import Learner, LearnerConfig
+    from jaxrl_reason.rl.lm.agents import load_agent_factory
+
+    tok = CharTokenizer()
+    learner = Learner(LearnerConfig(**LOSS), _lm(tok, 16))
+    return learner, load_agent_factory("examples/copy_letter.py:make_agent")(learner.graphdef, tok), None
+
+
+AGENTS = {"grpo": grpo, "tool_use": tool_use, "spiral": spiral, "rally": rally, "copy_letter": copy_letter}
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_a_registered_estimator_and_objective_run_one_step_of_every_agent(name):
+    before = dict(TRACED)
+    learner, agent, data = AGENTS[name]()
+    assert learner.config.advantage == EST and learner.config.loss.objective == OBJ
+    try:
+        state = learner.init(jax.random.key(0), agent)
+        state, m = learner.step_fn(agent, data)(state)
+    finally:
+        if hasattr(agent, "close"):
+            agent.close()
+    assert int(state.step) == 1 and np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
+    assert TRACED["estimator"] > before["estimator"] and TRACED["objective"] > before["objective"], TRACED
