@@ -18,7 +18,6 @@ import jax.numpy as jnp
 
 from jaxrl_reason.envs.text import TextEnv, TextStep
 from jaxrl_reason.models.lm.sampler import SamplerConfig
-from jaxrl_reason.rl.lm import Rollout
 from jaxrl_reason.rl.lm.multiturn import lm_responder, make_rollout
 
 LETTERS = "abcd"
@@ -56,10 +55,8 @@ class CopyLetterAgent:
     def rollout(self, policy, key, batch=None):
         ep = self.rollout_fn(policy, key, None)
         groups = jnp.arange(self.episodes) // self.group
-        return (Rollout(ep.seqs, ep.prompt_lens, ep.to_rollout(None).mask, sample_logp=ep.sample_logp,
-                        loss_mask=ep.loss_mask, rewards=ep.reward, groups=groups,
-                        num_groups=self.episodes // self.group),
-                {"first_try": (ep.rewards[:, 0] > 0).mean()})
+        rollout = ep.to_rollout(rewards=ep.reward, groups=groups, num_groups=self.episodes // self.group)
+        return rollout, {"first_try": (ep.rewards[:, 0] > 0).mean()}
 
 
 def make_agent(graphdef, tokenizer, episodes: int = 64, group: int = 8, temperature: float = 1.0):

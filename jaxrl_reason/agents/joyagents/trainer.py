@@ -227,6 +227,10 @@ class JoyAgent:
         """The step-0 memory (empty)."""
         return init_memory(self.config.memory_slots)
 
+    def evaluate(self, policy: tuple, key, req: Requests, memory: Memory) -> dict:
+        """``learner.evaluate``'s hook: greedy accuracy per request type with the learnt memory (``evaluate``)."""
+        return evaluate_policy(self, policy, memory, req)
+
     def rollout(self, policy: tuple, key, req: Requests, memory: Memory) -> tuple[Rollout, dict, Memory]:
         """One RL step's sampling on the Q requests of ``req``, each sampled ``group_size`` times (per node,
         node-wise); the memory written with the route groups (``memory.write``) when ``config.memory``."""
@@ -305,12 +309,18 @@ def policy_of(state: LearnerState) -> tuple:
 
 def evaluate(agent: JoyAgent, state: LearnerState, req: Requests, use_memory: bool | None = None) -> dict:
     """Greedy accuracy overall and per request type; route accuracy needs the correct route = the type. The route
-    hints come from the state's memory (``state.agent_carry``) when ``use_memory`` (default ``config.memory``)."""
+    hints come from the state's memory (``state.agent_carry``) when ``use_memory`` (default ``config.memory``).
+    ``learner.evaluate(state, agent, req)`` is the same (the agent's ``evaluate`` hook)."""
+    return evaluate_policy(agent, policy_of(state), state.agent_carry, req, use_memory)
+
+
+def evaluate_policy(agent: JoyAgent, policy: tuple, memory: Memory, req: Requests,
+                    use_memory: bool | None = None) -> dict:
+    """``evaluate`` of the models' whole states ``policy`` with the route memory ``memory``."""
     use = agent.config.memory if use_memory is None else use_memory
     tok = agent.tokenizer
-    hints = retrieve(state.agent_carry, req.kind, tokenizer=tok) if use else no_hints(len(req), tok)
-    out = run_system(agent.graphdef, policy_of(state), req, hints, jax.random.key(0), config=agent.system,
-                     tokenizer=tok)
+    hints = retrieve(memory, req.kind, tokenizer=tok) if use else no_hints(len(req), tok)
+    out = run_system(agent.graphdef, policy, req, hints, jax.random.key(0), config=agent.system, tokenizer=tok)
     reward, route, kind = (np.asarray(x) for x in (out.reward, out.route, req.kind))
     res = {"accuracy": float(reward.mean()), "route_accuracy": float((route == kind).mean())}
     for i, name in enumerate(TYPES):
@@ -322,4 +332,4 @@ def evaluate(agent: JoyAgent, state: LearnerState, req: Requests, use_memory: bo
 
 
 __all__ = ["JoyAgent", "JoyConfig", "MODES", "build_models", "evaluate", "flat_nodes", "hints_for", "joy_learner",
-           "load_models", "no_hints", "policy_of", "select_top_k", "sft_warm_start"]
+           "load_models", "no_hints", "policy_of", "evaluate_policy", "select_top_k", "sft_warm_start"]

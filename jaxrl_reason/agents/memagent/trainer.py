@@ -116,9 +116,9 @@ def conversations(out: AgentOutput, group_size: int, *, pad_id: int) -> Rollout:
     so the rollout's advantage reaches every one of its conversations."""
     turns = out.turns
     t, r = turns.live.shape
-    rows = turns.to_rollout(jnp.zeros((t, r), jnp.float32), active=turns.info["active"], pad_id=pad_id)
-    return rows.replace(advantages=None, rewards=turns.reward.sum(0), groups=jnp.arange(r) // group_size,
-                        sample=jnp.tile(jnp.arange(r), t), num_groups=r // group_size)
+    return turns.to_rollout(None, active=turns.info["active"], pad_id=pad_id, rewards=turns.reward.sum(0),
+                            groups=jnp.arange(r) // group_size, sample=jnp.tile(jnp.arange(r), t),
+                            num_groups=r // group_size)
 
 
 @dataclasses.dataclass(frozen=True)

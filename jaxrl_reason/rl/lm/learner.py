@@ -29,8 +29,8 @@ Optional hooks of an agent (attributes; a plain function has none):
                                             default: the tempered response log-probs of the LM (``rl.lm.logp``)
     batches(key, rows) -> idx [S, b]        its own minibatches (default: epochs x minibatches shuffles)
     metrics(state) -> dict                  metrics of the state after the update (jitted with the step)
-    evaluate(policy, key, batch) -> dict    ``learner.evaluate``'s numbers (default: the rollout's mean reward,
-                                            its standard error and n)
+    evaluate(policy, key, batch[, carry]) -> dict    ``learner.evaluate``'s numbers (the carry: an agent with
+                                            ``init_carry``; default: the rollout's mean reward, its SE and n)
 
 Programs are cached by (model structure, config, agent): runs of a study with equal agents share them. Device
 placement is done here, once, for every agent: without a mesh every leaf is committed to the parameters' device;
@@ -313,9 +313,9 @@ class Learner:
     def evaluate(self, state: LearnerState, agent, batch=None, key: jax.Array | None = None) -> dict:
         """``agent.evaluate(policy, key, batch)``, or the rollout's mean reward with its standard error and n."""
         key = jax.random.key(0) if key is None else key
-        if hasattr(agent, "evaluate"):
-            return agent.evaluate(self.policy(state), key, batch)
         carry = (state.agent_carry,) if hasattr(agent, "init_carry") else ()
+        if hasattr(agent, "evaluate"):
+            return agent.evaluate(self.policy(state), key, batch, *carry)
         roll = _rollout_fn(agent) if getattr(agent, "host", False) else self._program("rollout", agent)
         rollout = roll(self.policy(state), key, replicate(batch, self.mesh), *carry)[0]
         if hasattr(agent, "score"):

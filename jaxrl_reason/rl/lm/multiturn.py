@@ -124,8 +124,9 @@ class Episodes:
         """[B]: the episode's return (the sum of its turn rewards)."""
         return self.rewards.sum(axis=1)
 
-    def to_rollout(self, advantages: jax.Array, **fields) -> Rollout:
-        """The learner's ``Rollout`` (advantages [B]); ``fields``: more of its fields (ref_logp, extra, ...)."""
+    def to_rollout(self, advantages: jax.Array | None = None, **fields) -> Rollout:
+        """The learner's ``Rollout`` (advantages [B], or None: the learner's estimator makes them from ``fields``'
+        ``rewards`` / ``groups``); ``fields``: more of its fields (rewards, groups, ref_logp, extra, ...)."""
         return Rollout(self.seqs, self.prompt_lens, response_mask(self.lengths, self.loss_mask.shape[1]), advantages,
                        sample_logp=self.sample_logp, loss_mask=self.loss_mask, **fields)
 

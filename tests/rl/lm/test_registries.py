@@ -92,6 +92,38 @@ def rally():
     return (*llm_grpo.intent_learner(policy, cfg), None)
 
 
+def memagent():
+    from jaxrl_reason.agents.memagent.agent import MemAgent, MemAgentConfig
+    from jaxrl_reason.agents.memagent.data import doc_batch
+    from jaxrl_reason.agents.memagent.trainer import MultiConvConfig, multiconv_learner
+    from jaxrl_reason.tasks.longcontext import LongContextTask
+
+    tok = CharTokenizer()
+    task = LongContextTask(num_facts=4, facts_per_chunk=1)
+    agent = MemAgent(MemAgentConfig(chunk_tokens=task.chunk_chars, memory_tokens=4, question_tokens=6,
+                                    answer_tokens=4), tok)
+    batch = doc_batch(task.generate_batch(np.random.default_rng(0), 2), agent)
+    return (*multiconv_learner(MultiConvConfig(group_size=2, **LOSS), agent, _lm(tok, 32)), lambda s: batch)
+
+
+def joyagents(mode: str):
+    from jaxrl_reason.agents.joyagents.system import SystemConfig, requests_from_arrays
+    from jaxrl_reason.agents.joyagents.trainer import JoyConfig, build_models, joy_learner
+    from jaxrl_reason.rl.grpo.recipes import TinyLM
+    from jaxrl_reason.tasks.assistant import AssistantTask, request_arrays
+
+    tok = CharTokenizer()
+    task = AssistantTask(weights=(1.0, 1.0, 1.0, 0.0))
+    system = SystemConfig(request_tokens=task.request_chars, step_tokens=task.call_chars,
+                          answer_tokens=task.answer_chars)
+    models = build_models(TinyLM(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=system.seq_len), system, 0,
+                          tokenizer=tok)
+    req = requests_from_arrays(request_arrays(task.generate_batch(np.random.default_rng(2), 2), system.request_tokens,
+                                              system.answer_tokens, tok))
+    cfg = JoyConfig(mode=mode, group_size=2, top_k=2, **LOSS)
+    return (*joy_learner(cfg, system, models, tokenizer=tok), lambda s: req)
+
+
 def copy_letter():
     from jaxrl_reason.rl.lm import Learner, LearnerConfig
     from jaxrl_reason.rl.lm.agents import load_agent_factory
@@ -101,7 +133,9 @@ def copy_letter():
     return learner, load_agent_factory("examples/copy_letter.py:make_agent")(learner.graphdef, tok), None
 
 
-AGENTS = {"grpo": grpo, "tool_use": tool_use, "spiral": spiral, "rally": rally, "copy_letter": copy_letter}
+AGENTS = {"grpo": grpo, "tool_use": tool_use, "spiral": spiral, "memagent": memagent,
+          "joyagents_joint": lambda: joyagents("joint"), "joyagents_nodewise": lambda: joyagents("nodewise"),
+          "rally": rally, "copy_letter": copy_letter}
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
