@@ -99,16 +99,13 @@ RAW_PROMPT_LEN = 24  # <bos> + the cpu preset's problem text (character tokens),
 
 PRESETS = {
     "cpu": Config(),
-    "gpu": Config(
-        lm=recipes.TinyLM(d_model=512, n_layers=4, n_heads=8, d_ff=2048, max_seq_len=128),
+    "gpu": recipes.gpu_preset(
+        Config(), lm=recipes.TinyLM(d_model=512, n_layers=4, n_heads=8, d_ff=2048, max_seq_len=128),
         task=RandomCalculation(min_difficulty=1, max_difficulty=4, ops="+-*/"),
         warm_start=recipes.WarmStart(problems=2048, steps=400, batch_size=128, seq_len=96),
         arch="qwen3-0.6b",  # Qwen3-0.6B-sized (random weights; --model a Qwen3 checkpoint)
-        grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=512, lr=1e-6,
-                                 minibatches=8),
         lora=LoRAConfig(rank=8, alpha=16.0, targets=("all_linear",)), lora_lr=1e-5,
-        rl_steps=400, eval_every=50, heldout_problems=1024, prompt_len=256, answer_len=16,
-    ),
+        rl_steps=400, eval_every=50, heldout_problems=1024),
 }
 
 
@@ -163,13 +160,12 @@ def _export_lora(config: Config, trained, base, tok, run_dir: RunDir) -> dict:
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
-                                  config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
-                                  grpo=config.grpo, eval_file=config.eval_file)
-    if not config.rl_steps and policy.heldout_file is not None:  # --rl-steps 0 --eval-data F: evaluate F only
-        return recipes.evaluate_only(run_dir, policy.model, policy.heldout_file, "lora")
+    begin = recipes.task_start(config, run_dir, tasks, raw_prompt_len=RAW_PROMPT_LEN,
+                               n_heldout=config.heldout_problems, desc="lora", steps=config.rl_steps)
+    if begin.summary is not None:  # --rl-steps 0 --eval-data F: F evaluated only
+        return begin.summary
+    policy, held = begin.policy, begin.held
     model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)
     n, n_held = config.grpo.max_new_tokens, len(held)
     evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n, tok)["accuracy"]}
     start = evaluate(model)["accuracy"]

@@ -65,14 +65,12 @@ RAW_PROMPT_LEN = 28  # <bos> + the longest problem text of MIX (character tokens
 
 PRESETS = {
     "cpu": Config(),
-    "gpu": Config(lm=recipes.TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=128),
-                  warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
-                  # ProRL's start: DeepSeek-R1-Distill-Qwen-1.5B (random weights of its shape; --model the checkpoint)
-                  arch="r1-distill-qwen-1.5b",
-                  grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=512,
-                                           lr=1e-6, minibatches=8),
-                  rl_steps=600, reset_every=100, eval_every=50, eval_problems=500, final_samples=64,
-                  prompt_len=256, answer_len=16),
+    "gpu": recipes.gpu_preset(Config(), lm=recipes.GPU_LM,
+                              warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
+                              # ProRL's start: DeepSeek-R1-Distill-Qwen-1.5B (random weights of its shape; --model
+                              # the checkpoint)
+                              arch="r1-distill-qwen-1.5b",
+                              rl_steps=600, reset_every=100, eval_every=50, eval_problems=500, final_samples=64),
 }
 
 
@@ -88,14 +86,13 @@ def late_gain(curve: tuple) -> float:
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = list(MIX)
-    policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
-                                  config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
-                                  grpo=config.grpo, eval_file=config.eval_file)
-    if not config.rl_steps and policy.heldout_file is not None:  # --rl-steps 0 --eval-data F: evaluate F only
-        return recipes.evaluate_only(run_dir, policy.model, policy.heldout_file, "prorl")
+    begin = recipes.task_start(config, run_dir, tasks, raw_prompt_len=RAW_PROMPT_LEN, n_heldout=config.eval_problems,
+                               desc="prorl", steps=config.rl_steps)
+    if begin.summary is not None:  # --rl-steps 0 --eval-data F: F evaluated only
+        return begin.summary
+    policy, held = begin.policy, begin.held
     model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
     start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
-    held = recipes.heldout(tasks, config.eval_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)
     n = config.grpo.max_new_tokens
     samples = config.eval_file.eval_samples
     evaluate = lambda m: {"pass@1": pass_at_k_eval(m, tasks, held, tok, samples, (1,), max_new_tokens=n)["pass@1"]}

@@ -65,14 +65,10 @@ RAW_PROMPT_LEN = 24  # <bos> + the cpu preset's problem text (character tokens),
 
 PRESETS = {
     "cpu": Config(),
-    "gpu": Config(lm=recipes.TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=128),
-                  task=RandomCalculation(min_difficulty=1, max_difficulty=3),
-                  warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
-                  arch="qwen2.5-0.5b",  # Qwen2.5-sized (random weights; --model a Qwen2.5 checkpoint)
-                  grpo=dataclasses.replace(Config().grpo, prompts_per_step=128, group_size=16, max_new_tokens=512,
-                                           lr=1e-6, minibatches=8),
-                  rl_steps=300, eval_every=20, heldout_problems=1024, probe_problems=128, prompt_len=256,
-                  answer_len=16),
+    "gpu": recipes.gpu_preset(Config(), lm=recipes.GPU_LM, task=RandomCalculation(min_difficulty=1, max_difficulty=3),
+                              warm_start=recipes.WarmStart(problems=8192, steps=600, batch_size=128, seq_len=96),
+                              arch="qwen2.5-0.5b",  # Qwen2.5-sized (random weights; --model a Qwen2.5 checkpoint)
+                              rl_steps=300, eval_every=20, heldout_problems=1024, probe_problems=128),
 }
 
 
@@ -91,14 +87,13 @@ def _probe_demo(config: Config, graphdef, start_state, tok, prompt_len: int) -> 
 
 def run(config: Config, run_dir: RunDir) -> dict:
     tasks = [config.task]
-    policy = recipes.setup_policy(recipes.PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks,
-                                  config.seed, prompt_len=config.prompt_len, raw_prompt_len=RAW_PROMPT_LEN,
-                                  grpo=config.grpo, eval_file=config.eval_file)
-    if not config.rl_steps and policy.heldout_file is not None:  # --rl-steps 0 --eval-data F: evaluate F only
-        return recipes.evaluate_only(run_dir, policy.model, policy.heldout_file, "spurious_rewards")
+    begin = recipes.task_start(config, run_dir, tasks, raw_prompt_len=RAW_PROMPT_LEN,
+                               n_heldout=config.heldout_problems, desc="spurious_rewards", steps=config.rl_steps)
+    if begin.summary is not None:  # --rl-steps 0 --eval-data F: F evaluated only
+        return begin.summary
+    policy, held = begin.policy, begin.held
     model, tok, fmt, prompt_len = policy.model, policy.tokenizer, policy.fmt, policy.prompt_len
     start_state = jax.tree.map(jax.numpy.copy, nnx.state(model))
-    held = recipes.heldout(tasks, config.heldout_problems, config.seed, prompt_len, config.answer_len, tok, fmt=fmt)
     n = config.grpo.max_new_tokens
     evaluate = lambda m: {"accuracy": greedy_eval(m, tasks, held, n, tok)["accuracy"]}
     start = evaluate(model)["accuracy"]

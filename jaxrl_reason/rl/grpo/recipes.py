@@ -310,6 +310,45 @@ def setup_policy(source: PolicySource, lm: TinyLM, ws: WarmStart, tasks: Sequenc
     return Policy(_build_policy(source, lm, ws, tasks, seed, tok, weights), tok, fmt, prompt_len, held)
 
 
+@dataclasses.dataclass
+class TaskStart:
+    """What ``task_start`` returns: the ``Policy`` and the held-out problems, or (``summary`` not None) the summary
+    of an evaluation-only run, which the experiment returns as it is."""
+
+    policy: Policy
+    held: object = None
+    summary: dict | None = None
+
+
+def task_start(config, run_dir: RunDir, tasks: Sequence, *, raw_prompt_len: int, n_heldout: int, desc: str,
+               steps: int, weights=None) -> TaskStart:
+    """The task experiments' ``run()`` opening (r1_zero, prorl, spurious_rewards, lora): ``setup_policy`` from the
+    config's ``model``, ``arch``, ``lm``, ``warm_start``, ``seed``, ``prompt_len``, ``grpo`` and ``eval_file``; with
+    ``steps`` 0 and ``--eval-data`` the evaluation-only run (``evaluate_only``, its summary in ``.summary``); else
+    ``n_heldout`` held-out problems (``heldout``: the config's ``answer_len``, the policy's prompt length and
+    format)."""
+    policy = setup_policy(PolicySource(config.model, config.arch), config.lm, config.warm_start, tasks, config.seed,
+                          prompt_len=config.prompt_len, raw_prompt_len=raw_prompt_len, grpo=config.grpo,
+                          eval_file=config.eval_file, weights=weights)
+    if not steps and policy.heldout_file is not None:  # --rl-steps 0 --eval-data F: evaluate F only
+        return TaskStart(policy, summary=evaluate_only(run_dir, policy.model, policy.heldout_file, desc))
+    held = heldout(tasks, n_heldout, config.seed, policy.prompt_len, config.answer_len, policy.tokenizer,
+                   weights=weights, fmt=policy.fmt)
+    return TaskStart(policy, held)
+
+
+#: the task experiments' "gpu" preset model (r1_zero, prorl, spurious_rewards)
+GPU_LM = TinyLM(d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_seq_len=128)
+
+
+def gpu_preset(config, **changes):
+    """The task experiments' "gpu" preset: ``config`` with its ``grpo`` at the papers' scale (128 prompts x 16
+    samples, 512 new tokens, lr 1e-6, 8 minibatches), prompts of 256 tokens and answers of 16, then ``changes``."""
+    grpo = dataclasses.replace(config.grpo, prompts_per_step=128, group_size=16, max_new_tokens=512, lr=1e-6,
+                               minibatches=8)
+    return dataclasses.replace(config, **{"grpo": grpo, "prompt_len": 256, "answer_len": 16, **changes})
+
+
 def sft_problems(tasks: Sequence, n: int, seed: int, weights=None):
     rng = np.random.default_rng([seed, *SFT_STREAM])
     return sample_problems(list(tasks), np.ones(len(tasks)) if weights is None else weights, rng, n)[0]
