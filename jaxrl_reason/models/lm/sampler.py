@@ -17,6 +17,13 @@ decoding (temperature 0) they are the model's own log-probabilities of the argma
 The prompt's logits are computed at each row's last prompt position only ([B, V], never [B, P, V]).
 `generate` is the pure function (graphdef static) for use inside larger jitted programs.
 
+A cache kept between calls (multi-turn episodes, ``rl.lm.multiturn``): ``dec = start_decode(graphdef, state,
+prompts, prompt_lens, cache_len)`` prefills the prompts into a cache sized for everything the rows will hold;
+``out, dec = decode_turn(graphdef, state, dec, key, stop_tokens, max_new_tokens, config=cfg)`` is `generate`'s
+decode loop from there (the same draws for the same key as `generate` on each row's whole context so far; a row's
+steps after it stopped go to position -1, so the cache holds its tokens alone); ``dec = extend(graphdef, state,
+dec, tokens, n)`` prefills more tokens (ragged per row, optionally in chunks) at each row's next positions.
+
 Data parallel (``sample(..., mesh=mesh)`` or `generate_data_parallel`): the batch is split over one
 mesh axis and every device runs its own decode loop on its rows with replicated weights (shard_map),
 so nothing crosses devices inside the loop and a shard exits as soon as its own rows have stopped.
@@ -42,7 +49,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, PartitionSpec as P
 
-from jaxrl_reason.models.lm.model import init_cache
+from jaxrl_reason.models.lm.model import KVCache, init_cache
 from jaxrl_reason.models.lm.sequences import join, span_mask
 from jaxrl_reason.parallel.mesh import check_batch_divides
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -189,12 +196,26 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
     h_last = jnp.take_along_axis(h, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
     logits = model.logits(h_last)  # [B, V]: the head runs on the last prompt position only
 
+    toks, lps, lengths, _, _ = _decode(model, layers, cache, logits, prompt_lens, key, stop_tokens, max_new_tokens,
+                                       seqs, config)
+    return SampleOutput(tokens=toks, logprobs=lps, lengths=lengths)
+
+
+def _decode(model, layers, cache, logits, start, key, stop_tokens, max_new_tokens, seqs, config: SamplerConfig,
+            carry: bool = False):
+    """The decode loop from next-token ``logits`` [B, V]: token i of row b at position start[b] + i (cache slot
+    cache.end + i) -> (tokens [B, N], log-probs, lengths, cache, logits). ``carry``: the cache and logits are read
+    afterwards (`decode_turn`): a row's steps after it stopped are written at position -1 (invisible) and its
+    logits stay those after its last token."""
+    b, n, width = logits.shape[0], config.max_new_tokens, seqs.shape[-1]
+
     def cond(c):
         i, *_, done = c
         return (i < n) & ~jnp.all(done)
 
     def body(c):
         i, key, cache, logits, toks, lps, lengths, recent, done = c
+        was_done = done
         key, sub = jax.random.split(key)
         tok, lp = _choose(sub, logits, config)
         tok = jnp.where(done, config.pad_id, tok)
@@ -206,8 +227,12 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
             recent = jnp.concatenate([recent[:, 1:], tok[:, None]], axis=1)
             hit = hit | _ends_with(recent, seqs)
         done = done | hit | (lengths >= max_new_tokens)
-        step_logits, cache, _ = model(tok[:, None], (prompt_lens + i)[:, None], cache, layers)
-        return i + 1, key, cache, step_logits[:, 0], toks, lps, lengths, recent, done
+        if not carry:  # (generate's program, op for op)
+            step_logits, cache, _ = model(tok[:, None], (start + i)[:, None], cache, layers)
+            return i + 1, key, cache, step_logits[:, 0], toks, lps, lengths, recent, done
+        step_logits, cache, _ = model(tok[:, None], jnp.where(was_done, -1, start + i)[:, None], cache, layers)
+        step_logits = jnp.where(was_done[:, None], logits, step_logits[:, 0])
+        return i + 1, key, cache, step_logits, toks, lps, lengths, recent, done
 
     init = (
         jnp.int32(0),
@@ -220,8 +245,78 @@ def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_to
         jnp.full((b, width), -1, jnp.int32),  # the last `width` generated tokens
         max_new_tokens <= 0,
     )
-    _, _, _, _, toks, lps, lengths, _, _ = jax.lax.while_loop(cond, body, init)
-    return SampleOutput(tokens=toks, logprobs=lps, lengths=lengths)
+    _, _, cache, logits, toks, lps, lengths, _, _ = jax.lax.while_loop(cond, body, init)
+    return toks, lps, lengths, cache, logits
+
+
+# ---------------------------------------------------------------------------------------- a carried cache
+@flax.struct.dataclass
+class DecodeState:
+    """A batch's live KV cache between sampling calls (multi-turn episodes: `start_decode`, `decode_turn`,
+    `extend`): the cache, each row's next-token logits [B, V] (after its last token) and its next position [B]
+    (the tokens it holds). Every row's tokens sit at positions 0, 1, ...; slots a row does not use (prompt
+    padding, steps after it stopped, observation padding) hold position -1, invisible to every query."""
+
+    cache: KVCache
+    logits: jax.Array
+    pos: jax.Array
+
+
+def _model_layers(graphdef, state):
+    model = nnx.merge(graphdef, state)
+    return model, (None if model.cfg.scan_layers else model.layer_states())
+
+
+def start_decode(graphdef, state, prompts, prompt_lens, cache_len: int) -> DecodeState:
+    """Prefill right-padded prompts [B, P] (lengths [B]) into a fresh cache of ``cache_len`` slots (slots 0..P-1,
+    as `generate` does) -> DecodeState. ``cache_len`` is every token the rows will ever hold, padding included;
+    a cache past the model's ``max_seq_len`` raises ValueError (at trace time, before anything runs). Jittable."""
+    model, layers = _model_layers(graphdef, state)
+    b, p = prompts.shape
+    if p > cache_len or cache_len > model.cfg.max_seq_len:
+        raise ValueError(f"KV cache of {cache_len} slots: need prompt width {p} <= it <= the model's max_seq_len "
+                         f"{model.cfg.max_seq_len}")
+    cache = init_cache(model.cfg, b, cache_len, stacked=layers is None)
+    prompt_lens = jnp.asarray(prompt_lens, jnp.int32)
+    ar = jnp.arange(p, dtype=jnp.int32)[None]
+    h, cache, _ = model.hidden(prompts, jnp.where(ar < prompt_lens[:, None], ar, -1), cache, layers)
+    h_last = jnp.take_along_axis(h, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
+    return DecodeState(cache=cache, logits=model.logits(h_last), pos=prompt_lens)
+
+
+def extend(graphdef, state, dec: DecodeState, tokens, n, chunk: int | None = None) -> DecodeState:
+    """Prefill each row's tokens[b, :n[b]] (tokens [B, W], ragged n [B]) into the live cache at its next
+    positions, ``chunk`` tokens a call (default W at once): the cache's next W slots are used, a row's unused
+    ones invisible; a row with n = 0 keeps its cache's contents and logits. Jittable."""
+    model, layers = _model_layers(graphdef, state)
+    tokens, n = jnp.asarray(tokens, jnp.int32), jnp.asarray(n, jnp.int32)
+    w = tokens.shape[1]
+    chunk = w if not chunk else min(chunk, w)
+    cache, h_last = dec.cache, jnp.zeros((tokens.shape[0], model.cfg.d_model), model.cfg.jdtype)
+    for c0 in range(0, w, chunk):
+        ar = c0 + jnp.arange(min(chunk, w - c0), dtype=jnp.int32)[None]
+        h, cache, _ = model.hidden(tokens[:, c0:c0 + ar.shape[1]], jnp.where(ar < n[:, None], dec.pos[:, None] + ar, -1),
+                                   cache, layers)
+        last = n - 1 - c0  # each row's last token, where it falls in this chunk
+        here = (last >= 0) & (last < ar.shape[1])
+        h_at = jnp.take_along_axis(h, jnp.clip(last, 0, ar.shape[1] - 1)[:, None, None], axis=1)[:, 0]
+        h_last = jnp.where(here[:, None], h_at.astype(h_last.dtype), h_last)
+    logits = jnp.where((n > 0)[:, None], model.logits(h_last), dec.logits)
+    return DecodeState(cache=cache, logits=logits, pos=dec.pos + n)
+
+
+def decode_turn(graphdef, state, dec: DecodeState, key, stop_tokens, max_new_tokens, stop_sequences=None, *,
+                config: SamplerConfig) -> tuple[SampleOutput, DecodeState]:
+    """`generate`'s decode loop from a live cache: the same draws for the same key as `generate` on each row's
+    whole context so far (same tokens; log-probs within float tolerance) -> (SampleOutput, the cache with the
+    new tokens). Uses at most ``config.max_new_tokens`` more slots (the loop's steps); a row with
+    max_new_tokens[b] = 0 samples nothing and keeps its cache. Arguments as `generate`'s. Jittable."""
+    model, layers = _model_layers(graphdef, state)
+    b = dec.pos.shape[0]
+    seqs = jnp.full((b, 0, 0), -1, jnp.int32) if stop_sequences is None else jnp.asarray(stop_sequences, jnp.int32)
+    toks, lps, lengths, cache, logits = _decode(model, layers, dec.cache, dec.logits, dec.pos, key, stop_tokens,
+                                                max_new_tokens, seqs, config, carry=True)
+    return SampleOutput(tokens=toks, logprobs=lps, lengths=lengths), DecodeState(cache, logits, dec.pos + lengths)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "config", "mesh", "axis"))

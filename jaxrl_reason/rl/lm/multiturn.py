@@ -13,10 +13,20 @@ Two ways a turn's context is built:
 
 ``make_rollout(env, respond, turn_tokens)`` -> pure ``rollout(params, key, data) -> Episodes`` (jit it): one
 growing sequence per episode, ``prompt, turn 1, obs 1, turn 2, obs 2, ...``; a ``lax.scan`` over the turns samples
-each turn on the whole context so far (``respond``), then steps the env; an ended episode samples nothing more
-(its rows stop at once) and keeps its state. ``HostRollout(env, respond, turn_tokens)`` is the same episode with a
+each turn on the whole context so far, then steps the env; an ended episode samples nothing more (its rows stop
+at once) and keeps its state. ``HostRollout(env, respond, turn_tokens)`` is the same episode with a
 ``HostTextEnv``: one jitted program per turn samples (and appends) on the device, the env steps on a thread pool;
 with ``chunks`` > 1 the batch is cut into chunks so one chunk's env steps overlap another's sampling.
+
+KV cache carried across turns (both, with an ``lm_responder``; ``carry_cache=True``, the default): each episode's
+cache lives on the device for the whole episode, sized for it (``episode_cache_len``: P + T N + (T - 1) O slots);
+the prompt is prefilled once, a turn decodes from the live cache, and after it only the observation's tokens are
+prefilled (per row, ragged lengths, ended rows untouched; ``lm_responder(..., prefill_chunk=C)`` C at a time), so a
+turn costs what its own tokens cost instead of re-reading the context (O(T^2) prefill). The draws are those of
+re-prefilling (same key: same tokens, log-probs within float tolerance; tested). An episode whose cache exceeds
+the model's ``max_seq_len`` is refused (ValueError at trace time, before anything runs). ``carry_cache=False`` (or a
+responder that is a plain function, e.g. scripted) calls ``respond`` on the whole context every turn: the
+reference the carried path is tested against.
 ``Episodes.to_rollout(advantages)`` is the learner's ``Rollout``: response = everything after the prompt, ``mask``
 its length, ``loss_mask`` 1 only on the tokens the model wrote (observations are context, never trained on).
 
@@ -44,7 +54,8 @@ import numpy as np
 
 from jaxrl_reason.envs.text import HostTextEnv, TextEnv, TextStep
 from jaxrl_reason.envs.wrappers import where_done
-from jaxrl_reason.models.lm.sampler import SamplerConfig, generate
+from jaxrl_reason.models.lm.sampler import (DecodeState, SampleOutput, SamplerConfig, decode_turn, extend,
+                                               generate, start_decode)
 from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.rl.lm.rollout import Rollout
 
@@ -172,63 +183,144 @@ def _sample_turn(respond, params, ctx: Context, key, live, pad_id: int, max_new=
 
 
 # ---------------------------------------------------------------------------------------- responders
-def lm_responder(graphdef, config: SamplerConfig, stop_tokens: Sequence[int], stop_sequences=None) -> Callable:
+class LMResponder:
+    """The LM as a responder (``lm_responder``): callable as ``respond(params, prompts [B, W], prompt_lens [B], key,
+    live [B], max_new=None) -> SampleOutput`` (the jitted sampler on the whole context), and able to keep each
+    episode's KV cache between turns (``make_rollout`` / ``HostRollout`` with ``carry_cache``): `start` prefills the
+    prompts into a cache sized for the episode, `turn` samples a turn from the live cache (the same draws as
+    ``respond`` on the whole context for the same key), `observe` prefills the observation tokens."""
+
+    def __init__(self, graphdef, config: SamplerConfig, stop_tokens: Sequence[int], stop_sequences=None,
+                 prefill_chunk: int | None = None):
+        self.graphdef, self.config, self.prefill_chunk = graphdef, config, prefill_chunk
+        self.stops = jnp.asarray(list(stop_tokens) or [-1], jnp.int32)
+        self.stop_sequences = stop_sequences
+
+    def _args(self, b, live, max_new):
+        n = self.config.max_new_tokens
+        seqs = None if self.stop_sequences is None else jnp.broadcast_to(self.stop_sequences,
+                                                                           (b,) + self.stop_sequences.shape)
+        limit = n if max_new is None else jnp.clip(max_new, 0, n)
+        return jnp.broadcast_to(self.stops, (b, self.stops.shape[0])), jnp.where(live, limit, 0).astype(jnp.int32), seqs
+
+    def __call__(self, params, prompts, prompt_lens, key, live, max_new=None) -> SampleOutput:
+        b, w = prompts.shape
+        stops, limit, seqs = self._args(b, live, max_new)
+        cfg = dataclasses.replace(self.config, cache_len=w + self.config.max_new_tokens)
+        return generate(self.graphdef, params, prompts, prompt_lens, key, stops, limit, seqs, config=cfg)
+
+    def start(self, params, prompts, prompt_lens, cache_len: int) -> DecodeState:
+        """Prefill the prompts [B, P] into a cache of ``cache_len`` slots (ValueError past the model's window)."""
+        return start_decode(self.graphdef, params, prompts, prompt_lens, cache_len)
+
+    def turn(self, params, dec: DecodeState, key, live, max_new=None) -> tuple[SampleOutput, DecodeState]:
+        """One turn from the live cache (at most ``max_new_tokens`` more slots)."""
+        stops, limit, seqs = self._args(dec.pos.shape[0], live, max_new)
+        return decode_turn(self.graphdef, params, dec, key, stops, limit, seqs, config=self.config)
+
+    def observe(self, params, dec: DecodeState, tokens, n) -> DecodeState:
+        """Prefill tokens[b, :n[b]] ([B, O]; n = 0: the row untouched) into the cache (O more slots)."""
+        return extend(self.graphdef, params, dec, tokens, n, self.prefill_chunk)
+
+
+def lm_responder(graphdef, config: SamplerConfig, stop_tokens: Sequence[int], stop_sequences=None,
+                 prefill_chunk: int | None = None) -> LMResponder:
     """The LM as a responder: ``respond(params, prompts [B, W], prompt_lens [B], key, live [B], max_new=None) ->
     SampleOutput``, the jitted sampler (``params``: the model's full ``nnx.State``) with a cache of W +
     max_new_tokens, stopping at any of ``stop_tokens`` (ids) or ``stop_sequences`` ([Q, L],
-    ``sampler.stop_sequence_array``) or after min(max_new [B], max_new_tokens) tokens (the env's per-turn limit)."""
-    stops = jnp.asarray(list(stop_tokens) or [-1], jnp.int32)
-    n = config.max_new_tokens
+    ``sampler.stop_sequence_array``) or after min(max_new [B], max_new_tokens) tokens (the env's per-turn limit).
+    An ``LMResponder``: ``make_rollout`` and ``HostRollout`` carry its KV cache from turn to turn (observations
+    prefilled ``prefill_chunk`` tokens at a time, default whole)."""
+    return LMResponder(graphdef, config, stop_tokens, stop_sequences, prefill_chunk)
 
-    def respond(params, prompts, prompt_lens, key, live, max_new=None):
-        b, w = prompts.shape
-        cfg = dataclasses.replace(config, cache_len=w + n)
-        seqs = None if stop_sequences is None else jnp.broadcast_to(stop_sequences, (b,) + stop_sequences.shape)
-        limit = n if max_new is None else jnp.clip(max_new, 0, n)
-        return generate(graphdef, params, prompts, prompt_lens, key, jnp.broadcast_to(stops, (b, stops.shape[0])),
-                        jnp.where(live, limit, 0).astype(jnp.int32), seqs, config=cfg)
 
-    return respond
+def _carries(respond, carry_cache: bool, turn_tokens: int) -> bool:
+    """Whether a rollout keeps the responder's cache: ``carry_cache`` and a responder that can (``LMResponder``),
+    whose turns fit the episode's (max_new_tokens <= turn_tokens: the cache is planned for N a turn)."""
+    if not (carry_cache and all(callable(getattr(respond, m, None)) for m in ("start", "turn", "observe"))):
+        return False
+    n = getattr(getattr(respond, "config", None), "max_new_tokens", turn_tokens)
+    if n > turn_tokens:
+        raise ValueError(f"the responder samples up to {n} tokens a turn (max_new_tokens), more than turn_tokens "
+                         f"{turn_tokens}: give the rollout turn_tokens >= {n}")
+    return True
 
 
 # ---------------------------------------------------------------------------------------- pure-JAX envs
-def make_rollout(env: TextEnv, respond: Callable, turn_tokens: int, pad_id: int = 0) -> Callable:
+def make_rollout(env: TextEnv, respond: Callable, turn_tokens: int, pad_id: int = 0,
+                 carry_cache: bool = True) -> Callable:
     """-> pure ``rollout(params, key, data) -> Episodes`` (module docstring): ``lax.scan`` over the env's turns,
-    each sampling on the whole episode so far. Keys and per-turn token limits (``TextStep.max_new``): the module
-    docstring. ``info``: the env's per-turn info, [T, B, ...] (after an
+    each sampling on the whole episode so far: with an ``lm_responder`` (and ``carry_cache``) from the episode's
+    KV cache, carried from turn to turn (each observation prefilled into it), else (``carry_cache=False``, or any
+    other responder) by calling ``respond`` on the whole context. Keys and per-turn token limits
+    (``TextStep.max_new``): the module docstring. ``info``: the env's per-turn info, [T, B, ...] (after an
 episode ended: what a step of its kept state gave; read it where the turn was live)."""
     _check_env(env, turn_tokens)
     t_max, o = env.max_turns, env.obs_tokens
     width = response_width(t_max, turn_tokens, o)
+    carry = _carries(respond, carry_cache, turn_tokens)
 
     def rollout(params, key, data) -> Episodes:
         k_reset, k_play = jax.random.split(key)
         state, first = env.reset(k_reset, data)
         b = first.obs.shape[0]
         ctx = Context.start(first.obs, first.obs_len, width, pad_id)
+        dec = _start(env, respond, params, ctx, width, turn_tokens) if carry else None
 
-        def turn(carry, xs):
-            state, ctx, done, turns, limit, carried = carry
+        def turn(carry_, xs):
+            state, ctx, dec, done, turns, limit, carried = carry_
             t, key = xs
             carried, key = _turn_key(carried, key)
             k_sample, k_env = env.split_key(key)
             live = ~done
-            ctx, out, n = _sample_turn(respond, params, ctx, k_sample, live, pad_id, limit)
+            if carry:
+                ctx, out, n, dec = _cached_turn(respond, params, ctx, dec, k_sample, live, limit)
+            else:
+                ctx, out, n = _sample_turn(respond, params, ctx, k_sample, live, pad_id, limit)
             new_state, st = env.step(k_env, state, out.tokens, n)
             state = where_done(done, state, new_state)  # an ended episode keeps its state
             ended = live & st.done
             keep = live & ~st.done & (t < t_max - 1)  # the last turn's observation is never read
-            ctx = ctx.append(st.obs[:, :o], jnp.where(keep, jnp.minimum(st.obs_len, o), 0))
+            obs, n_obs = st.obs[:, :o], jnp.where(keep, jnp.minimum(st.obs_len, o), 0)
+            ctx = ctx.append(obs, n_obs)
+            if carry and o:  # no observation (the last turn, every episode ended): no slots used
+                dec = jax.lax.cond(jnp.any(n_obs > 0), lambda d: respond.observe(params, d, obs, n_obs), lambda d: d,
+                                   dec)
             reward = jnp.where(live, st.reward, 0.0).astype(jnp.float32)
-            carry = (state, ctx, done | ended, turns + live.astype(jnp.int32), _limit(first, st), carried)
-            return carry, (reward, st.info)
+            carry_ = (state, ctx, dec, done | ended, turns + live.astype(jnp.int32), _limit(first, st), carried)
+            return carry_, (reward, st.info)
 
         carried, keys = _turn_keys(env, k_play)
-        init = (state, ctx, jnp.asarray(first.done, bool), jnp.zeros((b,), jnp.int32), _limit(first, first), carried)
-        (_, ctx, done, turns, *_), (rewards, info) = jax.lax.scan(turn, init, (jnp.arange(t_max), keys))
+        init = (state, ctx, dec, jnp.asarray(first.done, bool), jnp.zeros((b,), jnp.int32), _limit(first, first),
+                carried)
+        (_, ctx, _, done, turns, *_), (rewards, info) = jax.lax.scan(turn, init, (jnp.arange(t_max), keys))
         return _episodes(ctx, rewards.T, turns, done, pad_id, info)
 
     return rollout
+
+
+def episode_cache_len(prompt_tokens: int, max_turns: int, turn_tokens: int, obs_tokens: int) -> int:
+    """KV-cache slots of one carried episode: the prompt, T turns, T - 1 observations (P + T N + (T - 1) O)."""
+    return prompt_tokens + response_width(max_turns, turn_tokens, obs_tokens)
+
+
+def _start(env, respond, params, ctx: Context, width: int, turn_tokens: int) -> DecodeState:
+    """The episode's cache (prompt prefilled); an episode past the model's window refused (at trace time)."""
+    p = ctx.prompt.shape[1]
+    try:
+        return respond.start(params, ctx.prompt, ctx.prompt_len, p + width)
+    except ValueError as e:
+        raise ValueError(f"{type(env).__name__}: an episode needs a KV cache of P + T N + (T - 1) O = {p} + "
+                         f"{env.max_turns} x {turn_tokens} + {env.max_turns - 1} x {env.obs_tokens} = {p + width} "
+                         f"tokens; the model cannot hold it ({e}). Fewer turns, shorter turns or observations, or a "
+                         f"model with a longer max_seq_len") from e
+
+
+def _cached_turn(respond, params, ctx: Context, dec: DecodeState, key, live, max_new=None):
+    """Sample one turn from the carried cache; append it (n = 0 for rows not live) -> (ctx, out, n, dec)."""
+    out, dec = respond.turn(params, dec, key, live, max_new)
+    n = jnp.where(live, out.lengths, 0)
+    return ctx.append(out.tokens, n, out.logprobs), out, n, dec
 
 
 @flax.struct.dataclass
@@ -297,22 +389,31 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True) -> C
 class HostRollout:
     """Episodes of a ``HostTextEnv``: ``episodes, states = HostRollout(env, respond, turn_tokens)(params, key, rows)``.
 
-    Per turn and chunk of rows: one jitted device program samples the turn on the whole context and appends it;
+    Per turn and chunk of rows: one jitted device program samples the turn (from the chunk's carried KV cache, as
+    ``make_rollout``; ``carry_cache=False``: on the whole context) and appends it;
     the env steps that chunk's episodes on a thread pool while the device samples the next chunk (``chunks`` > 1:
     overlap; a chunk's draws then use ``fold_in(sampler key, chunk)``; with one chunk the keys, so the draws, are
     ``make_rollout``'s); the observations are appended on the device
-    before the chunk's next turn. Stops early once every episode has ended. ``states``: the env's episode objects
+    (and prefilled into its cache) before the chunk's next turn. Stops early once every episode has ended. ``states``: the env's episode objects
     (their counters, for metrics). An observation or prompt longer than the env's widths raises ValueError."""
 
     def __init__(self, env: HostTextEnv, respond: Callable, turn_tokens: int, pad_id: int = 0, chunks: int = 1,
-                 workers: int | None = None):
+                 workers: int | None = None, carry_cache: bool = True):
         _check_env(env, turn_tokens)
         if chunks < 1:
             raise ValueError(f"HostRollout: chunks must be >= 1, got {chunks}")
         self.env, self.turn_tokens, self.pad_id, self.chunks = env, turn_tokens, pad_id, chunks
         self.width = response_width(env.max_turns, turn_tokens, env.obs_tokens)
         self.pool = ThreadPoolExecutor(max_workers=workers or chunks, thread_name_prefix="text-env")
-        self._turn = jax.jit(lambda params, ctx, key, live: _sample_turn(respond, params, ctx, key, live, pad_id))
+        self.carry_cache = _carries(respond, carry_cache, turn_tokens)
+        if self.carry_cache:  # the chunk's cache (DecodeState) travels beside its context
+            self._start = jax.jit(lambda params, ctx: _start(env, respond, params, ctx, self.width, turn_tokens))
+            self._turn = jax.jit(lambda params, ctx, dec, key, live: _cached_turn(respond, params, ctx, dec, key, live))
+            self._observe_cache = jax.jit(lambda params, ctx, dec, obs, n: (ctx.append(obs, n),
+                                                                             respond.observe(params, dec, obs, n)))
+        else:
+            self._turn = jax.jit(lambda params, ctx, dec, key, live: (
+                *_sample_turn(respond, params, ctx, key, live, pad_id), None))
         self._observe = jax.jit(lambda ctx, obs, n: ctx.append(obs, n))
 
     def _pad(self, seqs, width: int, what: str):
@@ -345,6 +446,7 @@ class HostRollout:
         prompt, plen = self._pad([p for _, p in reset], env.prompt_tokens, "prompt")
         cuts = np.array_split(np.arange(b), min(self.chunks, b))
         ctxs = [Context.start(prompt[c], plen[c], self.width, self.pad_id) for c in cuts]
+        decs = [self._start(params, ctx) if self.carry_cache else None for ctx in ctxs]
         live = [np.ones(len(c), bool) for c in cuts]
         rewards = np.zeros((b, env.max_turns), np.float32)
         turns, done = np.zeros(b, np.int32), np.zeros(b, bool)
@@ -359,13 +461,17 @@ class HostRollout:
                     rewards[rows_c, t - 1], done[rows_c] = np.where(prev, r, 0.0), done[rows_c] | (prev & d)
                     live[c] = prev & ~d
                     arr, n = self._pad(obs, env.obs_tokens, "observation")
-                    ctxs[c] = self._observe(ctxs[c], arr, np.where(live[c], n, 0))
+                    n = np.where(live[c], n, 0)
+                    if self.carry_cache and n.any():  # prefilled into the chunk's cache
+                        ctxs[c], decs[c] = self._observe_cache(params, ctxs[c], decs[c], arr, n)
+                    else:
+                        ctxs[c] = self._observe(ctxs[c], arr, n)
                 if not live[c].any():
                     outs.append(None)
                     continue
                 k = jax.random.split(keys[t])[0]  # TextEnv.split_key's default
                 k = k if len(cuts) == 1 else jax.random.fold_in(k, c)
-                ctxs[c], out, _ = self._turn(params, ctxs[c], k, live[c])
+                ctxs[c], out, _, decs[c] = self._turn(params, ctxs[c], decs[c], k, live[c])
                 turns[rows_c] += live[c]
                 outs.append(out)
             if all(o is None for o in outs):
@@ -388,5 +494,5 @@ class HostRollout:
         self.pool.shutdown(wait=True)
 
 
-__all__ = ["Context", "Episodes", "HostRollout", "HostTextEnv", "TextEnv", "TextStep", "Turns",
-           "lm_responder", "make_rollout", "make_turn_rollout", "response_width", "write_rows"]
+__all__ = ["Context", "Episodes", "HostRollout", "HostTextEnv", "LMResponder", "TextEnv", "TextStep", "Turns",
+           "episode_cache_len", "lm_responder", "make_rollout", "make_turn_rollout", "response_width", "write_rows"]

@@ -271,3 +271,137 @@ def test_chained_turn_keys_and_a_rollout_that_records_nothing():
     none, final2 = jax.jit(make_turn_rollout(Chained(), respond, record=False))(state, key, data)
     assert none is None
     jax.tree.map(np.testing.assert_array_equal, final, final2)
+
+
+# ---------------------------------------------------------------------------------------- the carried KV cache
+STOPS = [7, 8, 9, 10, 11, 12]  # a random tiny LM stops a turn early now and then
+T4 = 4
+
+
+class Ragged(Count):
+    """``Count`` over 4 turns whose observations have 0..O tokens (by episode, turn and turn length)."""
+
+    max_turns = T4
+
+    def step(self, key, state, turn, turn_len):
+        state, st = super().step(key, state, turn, turn_len)
+        obs = st.obs.at[:, 2].set(40 + state["d"])
+        return state, st.replace(obs=obs, obs_len=(turn_len + state["t"] + state["d"]) % (O + 1))
+
+
+class RaggedBudget(Ragged):
+    """``Ragged`` whose turns have limits of 1..N tokens (``TextStep.max_new``)."""
+
+    def reset(self, key, data):
+        state, st = super().reset(key, data)
+        return state, st.replace(max_new=1 + data % N)
+
+    def step(self, key, state, turn, turn_len):
+        state, st = super().step(key, state, turn, turn_len)
+        return state, st.replace(max_new=1 + (state["t"] + state["d"]) % N)
+
+
+class HostRagged(HostCount):
+    """``Ragged`` stepped in Python."""
+
+    max_turns = T4
+
+    def step(self, ep, turn):
+        ep, obs, r, d = super().step(ep, turn)
+        n = (len(turn) + ep["t"] + ep["d"]) % (O + 1)
+        return ep, (obs + [40 + ep["d"]])[:n], r, d
+
+
+RAGGED = np.array([1, 2, 3, 5, 2, 5, 1, 4, 3, 5], np.int32)  # 5: truncated at 4 turns
+WIDE = P + response_width(T4, N, O)  # an episode's KV cache
+
+
+def small_lm(kind: str, max_seq_len: int = WIDE + N):
+    cfg = {"gqa": dict(n_layers=2, n_heads=4, n_kv_heads=2, qkv_bias=True),
+           "mla_unrolled": dict(n_layers=2, n_heads=2, attention="mla", kv_lora_rank=8, q_lora_rank=8, qk_nope_dim=4,
+                                qk_rope_dim=4, v_head_dim=4, scan_layers=False),
+           "window": dict(n_layers=1, n_heads=2, n_kv_heads=1, sliding_window=5)}[kind]
+    model = Transformer(LMConfig(vocab_size=64, d_model=16, d_ff=32, max_seq_len=max_seq_len, **cfg), rngs=nnx.Rngs(2))
+    return nnx.split(model)
+
+
+def assert_same_episodes(a, b):
+    """The same tokens (and everything that follows from them); the sampler's log-probs within float tolerance."""
+    for f in ("seqs", "prompt_lens", "lengths", "loss_mask", "turns", "done"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), err_msg=f)
+    np.testing.assert_allclose(np.asarray(a.sample_logp), np.asarray(b.sample_logp), atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(a.rewards), np.asarray(b.rewards), atol=1e-6)
+
+
+def _no_whole_context(monkeypatch):
+    """The carried path never samples on the whole context (``LMResponder.__call__``)."""
+    from jaxrl_reason.rl.lm import multiturn
+
+    def refuse(*a, **k):
+        raise AssertionError("the carried rollout re-prefilled the context")
+
+    monkeypatch.setattr(multiturn.LMResponder, "__call__", refuse)
+
+
+@pytest.mark.parametrize("kind", ["gqa", "mla_unrolled", "window"])
+def test_carried_cache_draws_what_reprefilling_the_context_draws(kind, monkeypatch):
+    """Same key: the same tokens, the same log-probs (float tolerance) with the cache carried across turns as when
+    every turn re-prefills the whole context; episodes that end early, observations of 0..O tokens, turns cut by a
+    stop token or the per-turn limit (TextStep.max_new), greedy and sampling, observations prefilled in chunks."""
+    graphdef, state = small_lm(kind)
+    data, key = jnp.asarray(RAGGED), jax.random.key(7)
+    cases = [(Ragged(), 1.0, {}), (RaggedBudget(), 1.0, {})]
+    if kind == "gqa":
+        cases += [(Ragged(), 0.0, {}), (RaggedBudget(), 1.0, dict(prefill_chunk=2)),
+                  (Ragged(), 1.0, dict(stop_sequences=jnp.asarray([[-1, 13], [14, 15]], jnp.int32)))]
+    for env, temperature, kw in cases:
+        respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=temperature), STOPS, **kw)
+        ref = jax.jit(make_rollout(env, respond, N, carry_cache=False))(state, key, data)
+        with monkeypatch.context() as m:
+            _no_whole_context(m)
+            got = jax.jit(make_rollout(env, respond, N))(state, key, data)
+        assert_same_episodes(got, ref)
+        turns, lengths = np.asarray(ref.turns), np.asarray(ref.loss_mask).sum(1)
+        assert (turns < T4).any() and (turns == T4).any()  # some ended early, some ran every turn
+        assert (lengths < turns * N).any()  # some turns stopped before N tokens
+
+
+def test_the_host_path_carries_the_cache_too(monkeypatch):
+    """HostRollout with the cache: what make_rollout re-prefilling draws (one chunk), and with chunks what the host
+    rollout re-prefilling draws."""
+    graphdef, state = small_lm("gqa")
+    key = jax.random.key(8)
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=1.0), STOPS)
+    ref = jax.jit(make_rollout(Ragged(), respond, N, carry_cache=False))(state, key, jnp.asarray(RAGGED))
+    for chunks in (1, 3):
+        if chunks > 1:
+            plain = HostRollout(HostRagged(), respond, N, chunks=chunks, carry_cache=False)
+            ref, _ = plain(state, key, RAGGED.tolist())
+            plain.close()
+        roll = HostRollout(HostRagged(), respond, N, chunks=chunks)
+        assert roll.carry_cache
+        with monkeypatch.context() as m:
+            _no_whole_context(m)
+            got, states = roll(state, key, RAGGED.tolist())
+        roll.close()
+        assert_same_episodes(got, ref)
+        assert [s["t"] for s in states] == np.minimum(RAGGED, T4).tolist()
+
+
+def test_an_episode_past_the_models_window_is_refused_before_it_runs():
+    graphdef, state = small_lm("gqa", max_seq_len=WIDE - 1)  # one slot short
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=1.0), STOPS)
+    with pytest.raises(ValueError, match=f"P \\+ T N \\+ \\(T - 1\\) O = 4 \\+ 4 x 4 \\+ 3 x 3 = {WIDE} tokens"):
+        jax.jit(make_rollout(Ragged(), respond, N))(state, jax.random.key(0), jnp.asarray(RAGGED))
+    roll = HostRollout(HostRagged(), respond, N)
+    with pytest.raises(ValueError, match="max_seq_len 28"):
+        roll(state, jax.random.key(0), RAGGED.tolist())
+    roll.close()
+    longer = lm_responder(graphdef, SamplerConfig(max_new_tokens=N + 1), STOPS)  # turns past the planned N
+    with pytest.raises(ValueError, match="up to 5 tokens a turn"):
+        make_rollout(Ragged(), longer, N)
+    make_rollout(Ragged(), longer, N, carry_cache=False)  # re-prefilling plans no cache: no error
+    # a scripted responder keeps no cache: its rollout samples on the whole context, as before
+    plain = HostRollout(HostRagged(), scripted, N)
+    assert not plain.carry_cache
+    plain.close()
