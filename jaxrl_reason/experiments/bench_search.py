@@ -1,7 +1,7 @@
 """Throughput of the step-level MCTS over a language model (ASTRO's search) next to best-of-N sampling.
 
 Both run jitted and batched over the same held-out problems with the same model (the ASTRO base policy,
-``astro.base_policy``: a tiny LM after a short SFT, so rollouts stop at their answers as in the
+``agents.astro.base_policy``: a tiny LM after a short SFT, so rollouts stop at their answers as in the
 experiment). Timed after compilation, interleaved round by round (``utils.timing``):
 
 - MCTS: simulations/s (problems x simulations per call / seconds) and generated tokens/s (the tokens the
@@ -13,7 +13,7 @@ experiment). Timed after compilation, interleaved round by round (``utils.timing
 
     python experiments/bench_search.py --preset cpu
     python experiments/bench_search.py --preset gpu                      # Llama 3.2 1B shapes, random weights
-    python experiments/bench_search.py --preset gpu --model CKPT_DIR     # a checkpoint (astro.make_tokenizer)
+    python experiments/bench_search.py --preset gpu --model CKPT_DIR     # a checkpoint (agents.astro.make_tokenizer)
 
 ``--model`` / ``--arch`` replace the astro preset's policy (``experiments/astro.py``: a HF checkpoint whose
 tokenizer has the R1 tags as single tokens, or random weights of ``recipes.ARCHS[arch]``).
@@ -27,6 +27,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from jaxrl_reason.agents import astro as stages
 from jaxrl_reason.cli import load_experiment
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.search.lm_mcts import best_of_n, make_step_search
@@ -64,8 +65,8 @@ def run(config: Config, run_dir: RunDir) -> dict:
         raise ValueError(f"astro_preset must be one of {sorted(astro.PRESETS)}, got {config.astro_preset!r}")
     a = astro.PRESETS[config.astro_preset]
     a = dataclasses.replace(a, seed=config.seed, model=config.model or a.model, arch=config.arch or a.arch)
-    tok = astro.make_tokenizer(a)
-    graphdef, params = nnx.split(astro.base_policy(a, tok))
+    tok = stages.make_tokenizer(a)
+    graphdef, params = nnx.split(stages.base_policy(a, tok))
     batch = recipes.heldout([a.task], config.problems, config.seed, a.prompt_len, a.answer_len, tok)
     problem = (batch.prompts, batch.prompt_lens, batch.answers, batch.answer_lens)
     search = make_step_search(graphdef, a.search, tokenizer=tok)
@@ -96,7 +97,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
          "simulations_per_s": float("nan"), "tokens_per_call": per_call["best_of_n"], "tokens_per_s": rate["best_of_n"]},
     ]
     print(run_dir.write_table("results", rows))
-    summary = {"device": jax.devices()[0].device_kind, "policy": astro.policy_name(a),
+    summary = {"device": jax.devices()[0].device_kind, "policy": stages.policy_name(a),
                "simulations_per_s": rows[0]["simulations_per_s"],
                "mcts_tokens_per_s": rate["mcts"], "best_of_n_tokens_per_s": rate["best_of_n"],
                "tokens_per_s_ratio": rate["mcts"] / rate["best_of_n"]}

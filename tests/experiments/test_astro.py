@@ -1,4 +1,4 @@
-"""experiments/astro.py: the step check on a BPE that spells one token per character, a checkpoint tokenizer
+"""experiments/astro.py (its stages in agents/astro.py): the step check on a BPE that spells one token per character, a checkpoint tokenizer
 without the R1 tags refused, a run from a checkpoint, the gpu preset built abstractly."""
 
 import dataclasses
@@ -11,7 +11,8 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.models.lm import Transformer
-from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer
+from jaxrl_reason.agents import astro as stages
+from jaxrl_reason.models.tokenizer import ByteTokenizer, CharTokenizer, SpelledTokenizer
 from jaxrl_reason.search.lm_mcts import StepSearchConfig, step_ids
 from jaxrl_reason.tasks.base import Problem
 from jaxrl_reason.tasks.random_calculation import RandomCalculation
@@ -38,7 +39,7 @@ def astro():
 def test_step_check_reads_a_bpe_spelled_one_token_per_character(bpe, astro):
     from jaxrl_reason.tasks.calc_steps import step_checker, step_is_valid
 
-    spelled = astro.SpelledTokenizer(bpe)
+    spelled = SpelledTokenizer(bpe)
     text = "3+4*2=<think>3+4=7,7*2=14</think>"
     assert spelled.encode(text) == [bpe.encode(c)[0] for c in text]  # plain text: one id per character
     ids = spelled.encode(text, allow_special=True)  # control tokens stay single ids
@@ -65,13 +66,13 @@ def test_checkpoint_tokenizer_without_the_r1_tags_is_refused(tmp_path, astro):
     tok = HFTokenizer.train_bpe(["3+4=7,7*2=14"] * 8, 280, ("<pad>", "<bos>", "<eos>", "<think>", "</think>"))
     tok.save(tmp_path)
     with pytest.raises(ValueError, match=r"\['<answer>', '</answer>'\] as single tokens.*make_start_checkpoint"):
-        astro.make_tokenizer(astro.Config(model=str(tmp_path)))
+        stages.make_tokenizer(astro.Config(model=str(tmp_path)))
     with pytest.raises(ValueError, match=r"the step search needs \['<answer>', '</answer>'\]"):
         step_ids(tok)
     # spelling needs every printable ASCII character as one token: CharTokenizer has no '"'
     with pytest.raises(ValueError, match="CharTokenizer does not encode '\"' as one token"):
-        astro.SpelledTokenizer(CharTokenizer())
-    assert astro.SpelledTokenizer(ByteTokenizer()).encode("7,") == ByteTokenizer().encode("7,")
+        SpelledTokenizer(CharTokenizer())
+    assert SpelledTokenizer(ByteTokenizer()).encode("7,") == ByteTokenizer().encode("7,")
 
 
 def _checkpoint(bpe, path):
@@ -109,16 +110,16 @@ def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
         trace_seq_len=48,
         grpo=astro.GRPOConfig(group_size=2, prompts_per_step=2, max_new_tokens=12), rl_steps=3, eval_every=2,
         heldout_problems=4, prompt_len=16, answer_len=8, eval_file=recipes.EvalFile(str(held), eval_samples=2))
-    tok = astro.make_tokenizer(cfg)
-    assert isinstance(tok, astro.SpelledTokenizer) and tok.vocab_size == bpe.vocab_size
-    model = astro.policy_model(cfg, tok)
+    tok = stages.make_tokenizer(cfg)
+    assert isinstance(tok, SpelledTokenizer) and tok.vocab_size == bpe.vocab_size
+    model = stages.policy_model(cfg, tok)
     assert (model.cfg.vocab_size, model.cfg.d_model, model.cfg.max_seq_len) == (bpe.vocab_size, 32, cfg.max_seq_len)
     # the trace SFT on the checkpoint, failed steps out of the loss: character spans of the spelled trace
     p = Problem(prompt="3+4*2=", answer="11", wrong="12", trace="4*2=9,wrong!back to 0,4*2=8,3+8=11", difficulty=2,
                 task="t")
     trace = types.SimpleNamespace(think=p.trace, direct="4*2=8,3+8=11", failed_spans=((0, 6),))
     before = nnx.state(model, nnx.Param)
-    tuned = astro.sft_on(model, [p], [trace], dataclasses.replace(cfg, loss_on_failed_steps=False, trace_sft_steps=2), direct=False,
+    tuned = stages.sft_on(model, [p], [trace], dataclasses.replace(cfg, loss_on_failed_steps=False, trace_sft_steps=2), direct=False,
                          tokenizer=tok)
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before),
                                                          jax.tree.leaves(nnx.state(tuned, nnx.Param))))
@@ -151,12 +152,12 @@ def test_gpu_preset_builds_llama_3_2_1b_abstractly(astro):
         assert model.cfg.vocab_size >= TOK.vocab_size, name
     gpu, cpu = astro.PRESETS["gpu"], astro.PRESETS["cpu"]
     assert gpu.arch == "llama-3.2-1b" and gpu.model is None and cpu.arch is None and cpu.model is None
-    tok = astro.make_tokenizer(gpu)
+    tok = stages.make_tokenizer(gpu)
     assert isinstance(tok, CharTokenizer)
-    model = nnx.eval_shape(lambda: astro.policy_model(gpu, tok))
+    model = nnx.eval_shape(lambda: stages.policy_model(gpu, tok))
     assert (model.cfg.vocab_size, model.cfg.d_model, model.cfg.n_layers, model.cfg.max_seq_len) == (
         128256, 2048, 16, gpu.max_seq_len)
-    assert astro.Transformer(cpu.lm(tok), rngs=nnx.Rngs(0)).cfg.d_model == cpu.d_model
+    assert Transformer(cpu.lm(tok), rngs=nnx.Rngs(0)).cfg.d_model == cpu.d_model
     with pytest.raises(ValueError, match="unknown arch"):
         astro.Config(arch="llama-70b")
     with pytest.raises(ValueError, match="compare_searches"):

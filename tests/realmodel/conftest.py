@@ -59,7 +59,8 @@ def smollm2():
 @pytest.fixture
 def real_model(smollm2, monkeypatch):
     """``smollm2`` behind every name the experiments load a checkpoint through, for one test."""
-    from jaxrl_reason.experiments import astro, grpo
+    from jaxrl_reason.agents import astro
+    from jaxrl_reason.experiments import grpo
     from jaxrl_reason.models import lm
     from jaxrl_reason.models.lm import pretrained
 

@@ -24,6 +24,8 @@ cache whose buffers are updated in place; the sampler does this when ``cfg.scan_
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -229,3 +231,23 @@ def cache_bytes_per_token(cache: KVCache) -> float:
 
 def param_count(model: nnx.Module) -> int:
     return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+def grow_vocab(model: Transformer, vocab_size: int) -> Transformer:
+    """``model`` with ``vocab_size`` rows of embedding (and of an untied head): the new rows at the mean of the
+    old ones (a new token starts as an average one)."""
+    n = model.cfg.vocab_size
+    if vocab_size <= n:
+        return model
+    cfg = dataclasses.replace(model.cfg, vocab_size=vocab_size)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    old = nnx.state(model)
+
+    def grow(new, have):  # the embedding [V, d] and the head's kernel [d, V] grow along their vocabulary axis
+        axis = [a for a, (x, y) in enumerate(zip(new.shape, have.shape)) if x != y]
+        if not axis:
+            return have
+        mean = jnp.mean(have, axis=axis[0], keepdims=True)
+        return jnp.concatenate([have, jnp.repeat(mean, vocab_size - n, axis=axis[0])], axis=axis[0])
+
+    return nnx.merge(graphdef, jax.tree.map(grow, state, old))
