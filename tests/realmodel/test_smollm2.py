@@ -218,3 +218,44 @@ def test_rally_llm_intent_policy_from_the_real_model(real_model, tmp_path):
     ts = env.reset(jax.random.key(2))[1]
     action = jax.jit(lambda p, k, t: llm.act(p, k, t))(tuned, jax.random.key(3), ts)
     assert action.shape[0] == env.num_agents
+
+
+def test_multiturn_rollout_carries_its_kv_cache_exactly(smollm2):
+    """#54: a multi-turn rollout of the real model with each episode's KV cache carried across turns (only the
+    observations prefilled) draws the tokens that re-prefilling the whole context draws, with the same log-probs
+    (float tolerance): sampling, episodes that end early, observations of 0..4 tokens, per-turn limits."""
+    import jax.numpy as jnp
+
+    from jaxrl_reason.models.lm.sampler import SamplerConfig
+    from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, lm_responder, make_rollout
+
+    tok = smollm2.tokenizer
+    prompts = [tok.encode(t) for t in ("Count to ten:", "Name a colour.", "Say hello to", "The sky is")]
+    obs_ids = tok.encode(" then more.")[:4]
+    p, n = max(map(len, prompts)), 6
+
+    class Chat(TextEnv):  # episode i lasts 1 + i % 3 turns; observation t of episode i: its first (i + t) % 5 ids
+        max_turns, prompt_tokens, obs_tokens = 3, p, len(obs_ids)
+
+        def reset(self, key, data):
+            ids = jnp.asarray([q + [0] * (p - len(q)) for q in prompts], jnp.int32)
+            lens = jnp.asarray([len(q) for q in prompts], jnp.int32)
+            return {"t": jnp.zeros_like(data)}, TextStep(ids, lens, jnp.zeros(data.shape), jnp.zeros(data.shape, bool),
+                                                         max_new=jnp.full(data.shape, n, jnp.int32))
+
+        def step(self, key, state, turn, turn_len):
+            t = state["t"] + 1
+            obs = jnp.broadcast_to(jnp.asarray(obs_ids, jnp.int32), (t.shape[0], len(obs_ids)))
+            d = jnp.arange(t.shape[0])
+            return {"t": t}, TextStep(obs, (d + t) % (len(obs_ids) + 1), turn_len / 10.0, t >= 1 + d % 3,
+                                      max_new=2 + (d + t) % (n - 1))
+
+    graphdef, state = nnx.split(smollm2.model)
+    respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=n, temperature=1.0, pad_id=tok.pad_id),
+                           [tok.eos_id])
+    data, key = jnp.arange(4, dtype=jnp.int32), jax.random.key(0)
+    a, b = (jax.jit(make_rollout(Chat(), respond, n, tok.pad_id, carry_cache=c))(state, key, data) for c in (True, False))
+    for f in ("seqs", "lengths", "loss_mask", "turns", "done"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), err_msg=f)
+    np.testing.assert_allclose(np.asarray(a.sample_logp), np.asarray(b.sample_logp), atol=2e-4)
+    np.testing.assert_array_equal(np.asarray(a.turns), [1, 2, 3, 1])
