@@ -284,6 +284,16 @@ def start_decode(graphdef, state, prompts, prompt_lens, cache_len: int) -> Decod
     return DecodeState(cache=cache, logits=model.logits(h_last), pos=prompt_lens)
 
 
+def repeat_rows(dec: DecodeState, b: int) -> DecodeState:
+    """A one-row DecodeState (e.g. a prefix every row shares) as ``b`` rows. Jittable."""
+    rows = lambda x, axis: jnp.broadcast_to(x, x.shape[:axis] + (b,) + x.shape[axis + 1:])
+    bufs = dec.cache.buffers
+    bufs = (tuple({k: rows(v, 0) for k, v in layer.items()} for layer in bufs) if isinstance(bufs, tuple)
+            else {k: rows(v, 1) for k, v in bufs.items()})  # stacked: [n_layers, B, ...]
+    cache = KVCache(buffers=bufs, pos=rows(dec.cache.pos, 0), end=dec.cache.end)
+    return DecodeState(cache=cache, logits=rows(dec.logits, 0), pos=rows(dec.pos, 0))
+
+
 def extend(graphdef, state, dec: DecodeState, tokens, n, chunk: int | None = None) -> DecodeState:
     """Prefill each row's tokens[b, :n[b]] (tokens [B, W], ragged n [B]) into the live cache at its next
     positions, ``chunk`` tokens a call (default W at once): the cache's next W slots are used, a row's unused

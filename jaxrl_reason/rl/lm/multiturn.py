@@ -55,7 +55,7 @@ import numpy as np
 from jaxrl_reason.envs.text import HostTextEnv, TextEnv, TextStep
 from jaxrl_reason.envs.wrappers import where_done
 from jaxrl_reason.models.lm.sampler import (DecodeState, SampleOutput, SamplerConfig, decode_turn, extend,
-                                               generate, start_decode)
+                                               generate, repeat_rows, start_decode)
 from jaxrl_reason.models.lm.sequences import join, response_mask
 from jaxrl_reason.rl.lm.rollout import Rollout
 
@@ -350,26 +350,39 @@ class Turns:
                        None if advantages is None else flat(advantages), sample_logp=flat(self.logprobs), **fields)
 
 
-def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True) -> Callable:
+def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carry_cache: bool = True) -> Callable:
     """-> pure ``rollout(params, key, data) -> (Turns, final state)``: each turn the model answers the env's latest
     observation alone (``obs_tokens`` = ``prompt_tokens``). Every row samples every turn (``live`` tells the
     responder which episodes still run); keys and per-turn limits as in ``make_rollout``; an ended episode keeps its
-    state. ``record=False``: ``(None, final state)``, nothing kept per turn (memory constant in T)."""
+    state. ``record=False``: ``(None, final state)``, nothing kept per turn (memory constant in T).
+
+    Shared prefix (opt-in): an env whose every prompt starts with the same K tokens (every row, every turn) may say
+    so with ``shared_prefix = K``; with an ``lm_responder`` (and ``carry_cache``) those K tokens are prefilled once
+    per rollout (one row) and each turn prefills only the rest of each prompt on a copy of that cache: the same
+    draws as without (tokens; log-probs within float tolerance). A turn whose live prompts do not start with the
+    prefix (reset's first full-length row's) prefills them whole: a wrong declaration costs time, never exactness."""
     _check_env(env, 1)
     if env.obs_tokens != env.prompt_tokens:
         raise ValueError(f"make_turn_rollout: obs_tokens ({env.obs_tokens}) must equal prompt_tokens "
                          f"({env.prompt_tokens}): each observation is the next prompt")
+    k = getattr(env, "shared_prefix", 0)
+    if not isinstance(k, int) or not 0 <= k <= env.prompt_tokens:
+        raise ValueError(f"{type(env).__name__}.shared_prefix must be an int in [0, prompt_tokens], got {k!r}")
+    n_max = getattr(getattr(respond, "config", None), "max_new_tokens", 1)
+    share = k > 0 and _carries(respond, carry_cache, n_max)
 
     def rollout(params, key, data):
         k_reset, k_play = jax.random.split(key)
         state, first = env.reset(k_reset, data)
+        resp = (_shared_prefix(respond, k, env.prompt_tokens + n_max, params, first.obs, first.obs_len) if share
+                else respond)
 
         def turn(carry, key):
             state, obs, obs_len, done, limit, carried = carry  # (the info's keys may differ between reset and step)
             carried, key = _turn_key(carried, key)
             k_sample, k_env = env.split_key(key)
             live = ~done
-            out = _call(respond, params, obs, obs_len, k_sample, live, limit)
+            out = _call(resp, params, obs, obs_len, k_sample, live, limit)
             new_state, st = env.step(k_env, state, out.tokens, out.lengths)
             state = where_done(done, state, new_state)
             reward, ended = jnp.where(live, st.reward, 0.0), done | st.done
@@ -383,6 +396,25 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True) -> C
         return turns, state
 
     return rollout
+
+
+def _shared_prefix(respond: "LMResponder", k: int, cache_len: int, params, obs, obs_len) -> Callable:
+    """``make_turn_rollout``'s responder with the prefix obs[r, :k] (r: reset's first row that holds it) prefilled
+    once, its cache copied into each turn's; a turn whose live prompts do not all start with it prefills them whole."""
+    prefix = obs[jnp.argmax(obs_len >= k), :k]
+    base = respond.start(params, prefix[None], jnp.full((1,), k, jnp.int32), cache_len)
+
+    def turn(params, prompts, prompt_lens, key, live, max_new=None):
+        b = prompts.shape[0]
+        fits = jnp.all(~live[:, None] | ((prompts[:, :k] == prefix[None]) & (prompt_lens >= k)[:, None]))
+
+        def shared():
+            return respond.observe(params, repeat_rows(base, b), prompts[:, k:], jnp.where(live, prompt_lens - k, 0))
+
+        dec = jax.lax.cond(fits, shared, lambda: respond.start(params, prompts, prompt_lens, cache_len))
+        return respond.turn(params, dec, key, live, max_new)[0]
+
+    return turn
 
 
 # ---------------------------------------------------------------------------------------- host envs

@@ -405,3 +405,60 @@ def test_an_episode_past_the_models_window_is_refused_before_it_runs():
     plain = HostRollout(HostRagged(), scripted, N)
     assert not plain.carry_cache
     plain.close()
+
+
+class Framed(TextEnv):
+    """Each prompt: the same 3 tokens [1, 2, 3], then [40 + turn, 50 + d] (row d % 3 == 0: no second one); turns have
+    limits 1..N; declares ``shared_prefix = 3``."""
+
+    max_turns, prompt_tokens, obs_tokens, shared_prefix = T, 6, 6, 3
+
+    def _obs(self, t, d):
+        b = d.shape[0]
+        obs = jnp.zeros((b, 6), jnp.int32).at[:, :3].set(jnp.asarray([1, 2, 3])).at[:, 3].set(40 + t)
+        return TextStep(obs.at[:, 4].set(50 + d), jnp.where(d % 3 == 0, 4, 5), jnp.zeros((b,)), t >= d,
+                        max_new=1 + (t + d) % N)
+
+    def reset(self, key, data):
+        return {"d": data, "t": jnp.zeros_like(data)}, self._obs(jnp.zeros_like(data), data)
+
+    def step(self, key, state, turn, turn_len):
+        t = state["t"] + 1
+        return {**state, "t": t}, self._obs(t, state["d"]).replace(reward=turn_len / 10.0)
+
+
+class Unframed(Framed):
+    """``Framed`` whose declared prefix is wrong from turn 1 on (the first token changes): each turn falls back."""
+
+    def _obs(self, t, d):
+        st = super()._obs(t, d)
+        return st.replace(obs=st.obs.at[:, 0].set(1 + t))
+
+
+def test_turn_rollout_shares_a_declared_prompt_prefix_exactly(monkeypatch):
+    """make_turn_rollout with an env's shared_prefix: the prefix prefilled once (one row), each turn only the rest
+    of its prompts: the draws of prefilling every prompt whole; a wrong declaration falls back, still exact."""
+    from jaxrl_reason.rl.lm import multiturn
+
+    graphdef, state = small_lm("gqa")
+    data, key = jnp.asarray(RAGGED), jax.random.key(9)
+    copies = []
+    real = multiturn.repeat_rows
+    monkeypatch.setattr(multiturn, "repeat_rows", lambda dec, b: copies.append(dec.pos.shape) or real(dec, b))
+    for env in (Framed(), Unframed()):
+        for temperature in (1.0, 0.0):
+            respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=temperature), STOPS)
+            ref, ref_state = jax.jit(make_turn_rollout(env, respond, carry_cache=False))(state, key, data)
+            got, got_state = jax.jit(make_turn_rollout(env, respond))(state, key, data)
+            for f in ("prompts", "prompt_lens", "tokens", "lengths", "live", "done"):
+                np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(ref, f)), err_msg=f)
+            np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=2e-5)
+            jax.tree.map(np.testing.assert_array_equal, got_state, ref_state)
+            assert (np.asarray(ref.lengths) < N).any() and not np.asarray(ref.live).all()
+    assert copies and all(s == (1,) for s in copies)  # the prefix's one-row cache, copied to the rows
+
+    class TooLong(Framed):
+        shared_prefix = 7
+
+    with pytest.raises(ValueError, match="shared_prefix must be an int in \\[0, prompt_tokens\\]"):
+        make_turn_rollout(TooLong(), lm_responder(graphdef, SamplerConfig(max_new_tokens=N), STOPS))
