@@ -34,21 +34,17 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral import evaluation as E
+from jaxrl_reason.agents.spiral import study
 from jaxrl_reason.agents.spiral.agent import SpiralConfig, spiral_learner
-from jaxrl_reason.agents.spiral.rollout import GAMES
+from jaxrl_reason.agents.spiral.rollout import GAMES  # registration order (envs.games.register_game)
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
-from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.models.lm.config import LMConfig
-from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.lm.sampler import SamplerConfig
-from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
 from jaxrl_reason.rl.base import check_intervals, run_steps
-from jaxrl_reason.rl.grpo.recipes import ARCHS, PolicySource
+from jaxrl_reason.rl.grpo.recipes import ARCHS
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -164,58 +160,16 @@ PRESETS = {
         transfer_problems=512, transfer_max_new_tokens=128),
 }
 
-_EVAL_GAMES = GAMES  # registration order (envs.games.register_game)
-
-
-def load_lm(config: Config) -> tuple[Transformer, Tokenizer, Tokenizer | None]:
-    """-> (LM, its tokenizer, the transfer tasks' tokenizer: ``CharTokenizer`` through ``TaskView``, or None for a
-    checkpoint, whose tasks are encoded with its own tokenizer). An arch's vocabulary (128256 or 151936 ids) holds
-    the byte tokenizer's 264; a checkpoint's pad / bos / eos come from its tokenizer config."""
-    from jaxrl_reason.models.lm import load_tokenizer
-
-    source = PolicySource(config.model, config.arch, config.max_seq_len, config.dtype)
-    model = source.build(config.lm, config.seed, remat=config.remat)
-    if config.model is not None:
-        return model, load_tokenizer(config.model), None
-    return model, spiral_tokenizer(), CharTokenizer()
-
-
-def evaluate_model(config: Config, graphdef, params, model, games, sampler, key, tokenizer: Tokenizer,
-                   task_tokenizer: Tokenizer | None) -> dict:
-    """Final evaluation row: vs every fixed opponent of each game, each game's exact evaluations of the LM's
-    policy (``GameSpec.evaluations``: Kuhn Poker's exploitability, ...), transfer."""
-    row, style = {}, config.spiral.prompt_style
-    for game in games:
-        for opp in E.OPPONENTS[game]:
-            key, sub = jax.random.split(key)
-            r = E.win_rates(graphdef, params, game, opp, config.final_eval_episodes, sampler, sub, style,
-                            tokenizer=tokenizer)
-            for k in ("win", "draw", "loss", "forfeit", "mean_return", "return_se"):
-                row[f"{game}_vs_{opp}/{k}"] = r[k]
-    for game in games:
-        if game_spec(game).evaluations:
-            k = E.lm_policy_evaluations(graphdef, params, game, sampler, config.infoset_samples, key, style,
-                                        tokenizer=tokenizer)
-            for name in (*game_spec(game).evaluations, "valid_rate"):
-                row[f"{game}/{name}"] = k[name]
-    for task, r in E.transfer_eval(model, config.transfer_problems, max_new_tokens=config.transfer_max_new_tokens,
-                                   tokenizer=tokenizer, task_tokenizer=task_tokenizer).items():
-        row[f"transfer_{task}/accuracy"] = r["accuracy"]
-        row[f"transfer_{task}/format_rate"] = r["format_rate"]
-    return row
-
-
 def run(config: Config, run_dir: RunDir) -> dict:
-    all_games = sorted({g for v in config.variants for g in config.variant_config(v).games}, key=_EVAL_GAMES.index)
-    model, tok, task_tok = load_lm(config)
+    all_games = sorted({g for v in config.variants for g in config.variant_config(v).games}, key=GAMES.index)
+    model, tok, task_tok = study.load_lm(config)
     sampler = SamplerConfig(max_new_tokens=config.spiral.max_new_tokens, temperature=config.spiral.temperature,
                             pad_id=tok.pad_id)
     key = jax.random.key(config.seed + 1)
+    evaluate = lambda games: study.evaluate_model(config, *nnx.split(model), model, games, sampler, key, tok, task_tok)
     rows = []
     if config.model is not None and config.warm_start:  # the checkpoint as it came
-        graphdef, full = nnx.split(model)
-        rows.append({"variant": "checkpoint",
-                     **evaluate_model(config, graphdef, full, model, all_games, sampler, key, tok, task_tok)})
+        rows.append({"variant": "checkpoint", **evaluate(all_games)})
         run_dir.write_table("results", rows)
     warm_m = {"examples": 0}
     if config.warm_start:
@@ -226,8 +180,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
                 run_dir.log(i, {"sft/nll": nll})
     warm_graphdef, warm_full = nnx.split(model)
     start = "sft (warm start)" if config.warm_start else ("checkpoint" if config.model is not None else "start")
-    rows.append({"variant": start,
-                 **evaluate_model(config, warm_graphdef, warm_full, model, all_games, sampler, key, tok, task_tok)})
+    rows.append({"variant": start, **evaluate(all_games)})
     run_dir.write_table("results", rows)  # rewritten after every variant, so partial runs leave a table
     curves = {}
     for variant in config.variants:
@@ -235,75 +188,21 @@ def run(config: Config, run_dir: RunDir) -> dict:
         model = nnx.merge(warm_graphdef, jax.tree.map(jnp.copy, warm_full))  # the warm-started LM, a fresh copy
         learner, agent = spiral_learner(vcfg, model, tokenizer=tok)
         vdir = run_dir.child(variant.replace(":", "_").replace("+", "_"))  # own metrics and checkpoints (resume)
-
-        def win_rates(state, learner=learner):
-            """Win rates vs random of the LM at this step (every ``eval_every`` steps and before the first)."""
-            step, full = int(state.step), learner.policy(state)
-            row = {}
-            for g in vcfg.games:
-                r = E.win_rates(learner.graphdef, full, g, "random", config.eval_episodes, sampler,
-                                jax.random.key(1000 + step), vcfg.prompt_style, tokenizer=tok)
-                row.update({f"{g}/eval_{k}_vs_random": r[v] for k, v in
-                            (("win", "win"), ("loss", "loss"), ("return", "mean_return"), ("forfeit", "forfeit"))})
-            return row
-
         state = run_steps(vdir, learner.step_fn(agent), learner.init(jax.random.key(config.seed), agent),
-                          config.steps, config.eval_every, win_rates, desc=variant)
-        by_step = {}
-        for r in vdir.read_metrics():  # a step's training row and its evaluation row, merged
-            by_step.setdefault(r["step"], {}).update(r)
-        hist = [by_step[k] for k in sorted(by_step)]
-        curves[variant] = hist
-        hist = [h for h in hist if "grad_norm" in h]  # the training steps
+                          config.steps, config.eval_every, study.win_rate_eval(config, learner, vcfg, sampler, tok),
+                          desc=variant)
+        curves[variant], row = study.variant_row(vdir, variant, vcfg)
         model = learner.model(state)
-        graphdef, full = nnx.split(model)
-        grad = np.asarray([h["grad_norm"] for h in hist])
-        row = {"variant": variant, "grad_norm_mean": float(grad.mean()), "grad_norm_std": float(grad.std())}
-        for g in vcfg.games:
-            lens = [h[f"{g}/response_length"] for h in hist]
-            row[f"{g}/final_response_length"] = float(np.mean(lens[-5:]))
-            row[f"{g}/train_format_error_last5"] = float(np.mean([h[f"{g}/format_error"] for h in hist[-5:]]))
-        row.update(evaluate_model(config, graphdef, full, model, vcfg.games, sampler, key, tok, task_tok))
-        rows.append(row)
+        rows.append(row | evaluate(vcfg.games))
         run_dir.write_table("results", rows)
-        _compare_plot(run_dir, curves)
-    _compare_plot(run_dir, curves)
+        study.compare_plot(run_dir, curves)
+    study.compare_plot(run_dir, curves)
     # one table per game keeps the markdown readable
     md = run_dir.write_table("results", rows)
     run_dir.save_json("results", rows)
-    summary = {"results_md": str(run_dir.path / "results.md"), "sft_examples": warm_m["examples"]}
-    for r in rows:
-        for k, v in r.items():
-            game, _, name = k.partition("/")
-            if "_vs_random/" in k and name in ("win", "loss", "forfeit", "mean_return") or k == "grad_norm_std" \
-                    or game in GAMES and name in game_spec(game).evaluations:
-                summary[f"{r['variant']} | {k}"] = v
+    summary = study.summarize(rows, warm_m["examples"], run_dir)
     print(md)
     return summary
-
-
-def _compare_plot(run_dir: RunDir, curves: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    games = sorted({k.split("/")[0] for h in curves.values() for k in h[0] if "/" in k})
-    panels = [(f"{g}/{m}", f"{g}: {m}") for g in games
-              for m in ("eval_win_vs_random", "eval_return_vs_random", "response_length", "format_error")]
-    panels += [("grad_norm", "grad norm")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
-    for ax, (key, title) in zip(axes[0], panels):
-        for variant, hist in curves.items():
-            pts = [(h["step"], h[key]) for h in hist if key in h]
-            if pts:
-                ax.plot(*zip(*pts), marker="." if "eval" in key else None, label=variant)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(run_dir.path / "compare.png", dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

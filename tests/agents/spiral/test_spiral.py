@@ -30,6 +30,7 @@ from jaxrl_reason.agents.spiral.rollout import (
     python_rollout,
     response_bytes,
 )
+from jaxrl_reason.agents.spiral.study import load_lm
 from jaxrl_reason.agents.spiral.tokenizer import id_table, spiral_tokenizer
 from jaxrl_reason.agents.spiral.agent import SpiralAgent, SpiralConfig, fixed_opponent, spiral_learner
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, sft_examples
@@ -475,7 +476,7 @@ def test_experiment_runs_from_a_checkpoint(experiment, bpe, tmp_path):
         warm=WarmStartConfig(games_per_game=8, steps=2, batch_size=4),
         spiral=SpiralConfig(episodes_per_game=2, max_new_tokens=8, prompt_style="compact"),
         eval_episodes=2, final_eval_episodes=2, infoset_samples=1, transfer_problems=2, transfer_max_new_tokens=4)
-    model, tok, task_tok = experiment.load_lm(cfg)
+    model, tok, task_tok = load_lm(cfg)
     assert isinstance(tok, HFTokenizer) and tok.eos == "<|im_end|>" and task_tok is None
     assert model.cfg.vocab_size == bpe.vocab_size and model.cfg.max_seq_len == 256  # the checkpoint, not the arch
     run_dir = RunDir.create("spiral", cfg, root=tmp_path / "runs")
@@ -511,7 +512,7 @@ def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
     toks = {}
 
     def build():
-        lm, toks["lm"], toks["task"] = experiment.load_lm(gpu)
+        lm, toks["lm"], toks["task"] = load_lm(gpu)
         return lm
 
     model = nnx.eval_shape(build)
