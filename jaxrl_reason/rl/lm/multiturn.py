@@ -32,7 +32,9 @@ its length, ``loss_mask`` 1 only on the tokens the model wrote (observations are
 
 ``make_turn_rollout(env, respond, record=True)``: each turn's prompt is the env's observation alone (a game rendered
 for the player to move, a memory-update prompt): ``Turns`` [T, B, ...], one trainable row per (turn, episode);
-``record=False`` keeps only the final state (evaluation of long episodes in memory constant in T).
+``record=False`` keeps only the final state (evaluation of long episodes in memory constant in T). An env whose
+prompts all start with the same K tokens may declare ``shared_prefix = K``: with an ``lm_responder`` they are
+prefilled once per rollout and each turn prefills only the rest (exact; a turn that does not match prefills whole).
 
 Shapes: P = ``env.prompt_tokens``, N = ``turn_tokens`` (the responder's max_new_tokens), O = ``env.obs_tokens``,
 T = ``env.max_turns``; the response holds L = T * N + (T - 1) * O tokens (``response_width``), so it never
