@@ -306,6 +306,17 @@ def episode_cache_len(prompt_tokens: int, max_turns: int, turn_tokens: int, obs_
     return prompt_tokens + response_width(max_turns, turn_tokens, obs_tokens)
 
 
+def episode_cache_bytes(model_cfg, batch: int, prompt_tokens: int, max_turns: int, turn_tokens: int,
+                        obs_tokens: int) -> int:
+    """Bytes of the KV cache a carried rollout of ``batch`` episodes holds on the device for the whole episode
+    (``episode_cache_len`` slots of ``model_cfg``'s cache, with its slot-position index), from the cache's shapes."""
+    from jaxrl_reason.models.lm.model import init_cache
+
+    slots = episode_cache_len(prompt_tokens, max_turns, turn_tokens, obs_tokens)
+    cache = jax.eval_shape(lambda: init_cache(model_cfg, batch, slots))
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache)))
+
+
 def _start(env, respond, params, ctx: Context, width: int, turn_tokens: int) -> DecodeState:
     """The episode's cache (prompt prefilled); an episode past the model's window refused (at trace time)."""
     p = ctx.prompt.shape[1]
@@ -529,4 +540,4 @@ class HostRollout:
 
 
 __all__ = ["Context", "Episodes", "HostRollout", "HostTextEnv", "LMResponder", "TextEnv", "TextStep", "Turns",
-           "episode_cache_len", "lm_responder", "make_rollout", "make_turn_rollout", "response_width", "write_rows"]
+           "episode_cache_bytes", "episode_cache_len", "lm_responder", "make_rollout", "make_turn_rollout", "response_width", "write_rows"]

@@ -388,6 +388,15 @@ def test_the_host_path_carries_the_cache_too(monkeypatch):
         assert [s["t"] for s in states] == np.minimum(RAGGED, T4).tolist()
 
 
+def test_the_episode_cache_is_planned_for_t_turns():
+    from jaxrl_reason.rl.lm.multiturn import episode_cache_bytes, episode_cache_len
+
+    cfg = nnx.merge(*small_lm("gqa")).cfg
+    assert episode_cache_len(P, T4, N, O) == WIDE == 4 + 4 * 4 + 3 * 3
+    # 2 layers x (K + V: 2 kv heads x head dim 4) float32 per slot, + the int32 slot position; 10 episodes
+    assert episode_cache_bytes(cfg, 10, P, T4, N, O) == 10 * WIDE * (2 * 2 * 2 * 4 * 4 + 4) + 4
+
+
 def test_an_episode_past_the_models_window_is_refused_before_it_runs():
     graphdef, state = small_lm("gqa", max_seq_len=WIDE - 1)  # one slot short
     respond = lm_responder(graphdef, SamplerConfig(max_new_tokens=N, temperature=1.0), STOPS)
