@@ -31,23 +31,17 @@ or a packaged name) with its own tokenizer, e.g.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxrl_reason import envs
-from jaxrl_reason.agents.rally import evaluate as rally_eval
-from jaxrl_reason.agents.rally import llm_grpo, rmix
+from jaxrl_reason.agents.rally import llm_grpo, rmix, study
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.agents.rally.lookahead import lookahead_policy
-from jaxrl_reason.envs.swarm import render
-from jaxrl_reason.models.tokenizer import ByteTokenizer
 from jaxrl_reason.rl import ppo
 from jaxrl_reason.rl.marl import mappo, qmix
-from jaxrl_reason.utils.experiment import RunDir, read_metrics
-from jaxrl_reason.utils.loop import run_chunks
+from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
 METHODS = ("prior", "prior_lookahead", "ippo", "mappo", "qmix", "rmix", "llm_sft", "llm_grpo", "rmix_llm")
@@ -153,34 +147,6 @@ PRESETS = {
 }
 
 
-def train(run_dir: RunDir, name: str, trainer, key, num_chunks: int, steps_per_chunk: int):
-    sub = run_dir.child(name)
-    state = run_chunks(sub, jax.jit(trainer.init)(key), jax.jit(trainer.update), num_chunks,
-                       steps_per_chunk=steps_per_chunk, desc=name)
-    sub.close()
-    return state
-
-
-def train_rmix(config: Config, settings: RMIXSettings, run_dir: RunDir, name: str, env, prior, key):
-    """RMIX from ``prior``'s transitions -> ((greedy policy_fn, carry), env steps taken)."""
-    cfg = settings.qmix_config(config.qmix)
-    trainer = rmix.make_chunked(cfg, env, prior, roles_only=settings.roles_only)
-    state = train(run_dir, name, trainer, key, cfg.num_chunks, cfg.iters_per_chunk)
-    policy = rmix.greedy_policy(cfg, env, trainer.graphdef, state.params, prior, roles_only=settings.roles_only)
-    return policy, int(state.env_steps)
-
-
-def intent_lm(config: Config) -> dict:
-    """The LLM intent policy's ``tokenizer`` (and ``model``, with ``--model``): a checkpoint's own (its tokenizer
-    must spell the digits and letters a-z as single tokens), else the byte tokenizer (prompts are ASCII, answers
-    one letter) for a fresh small LM."""
-    if config.model is None:
-        return {"tokenizer": ByteTokenizer()}
-    from jaxrl_reason.models.lm import load_model, load_tokenizer
-
-    return {"tokenizer": load_tokenizer(config.model), "model": load_model(config.model)}
-
-
 def run(config: Config, run_dir: RunDir) -> dict:
     env = envs.make("swarm", **config.env_kwargs())
     prior = RulePrior(env)
@@ -196,16 +162,18 @@ def run(config: Config, run_dir: RunDir) -> dict:
     for name, module in (("ippo", ppo), ("mappo", mappo)):
         if name in config.methods:
             trainer = module.make_chunked(config.ppo, env)
-            state = train(run_dir, name, trainer, k_train, config.ppo.num_chunks, config.ppo.updates_per_chunk)
+            state = study.train(run_dir, name, trainer, k_train, config.ppo.num_chunks,
+                                config.ppo.updates_per_chunk)
             policies[name] = module.evaluation_policy(env, trainer.graphdef, state.params, greedy=False)
             env_steps[name] = int(state.update) * config.ppo.num_envs * config.ppo.num_steps
     if "qmix" in config.methods:
         trainer = qmix.make_chunked(config.qmix, env)
-        state = train(run_dir, "qmix", trainer, k_train, config.qmix.num_chunks, config.qmix.iters_per_chunk)
+        state = study.train(run_dir, "qmix", trainer, k_train, config.qmix.num_chunks, config.qmix.iters_per_chunk)
         policies["qmix"] = qmix.greedy_policy(trainer.graphdef, state.params)
         env_steps["qmix"] = int(state.env_steps)
     if "rmix" in config.methods:
-        policies["rmix"], env_steps["rmix"] = train_rmix(config, config.rmix, run_dir, "rmix", env, prior, k_train)
+        policies["rmix"], env_steps["rmix"] = study.train_rmix(config, config.rmix, run_dir, "rmix", env, prior,
+                                                               k_train)
     if "llm_sft" in config.methods:
         from jaxrl_reason.agents.rally import llm
 
@@ -214,95 +182,31 @@ def run(config: Config, run_dir: RunDir) -> dict:
         k_sft, k_rl = jax.random.split(k_train)
         lm_policy = llm.train_llm_policy(env, prior, k_sft, sft_steps=config.llm_sft_steps, batch=config.llm_batch,
                                          lr=config.llm_lr, run_dir=sub, trace_envs=config.llm_trace_envs,
-                                         trace_steps=config.llm_trace_steps, **intent_lm(config))
+                                         trace_steps=config.llm_trace_steps, **study.intent_lm(config))
         sft_steps = config.llm_trace_envs * config.llm_trace_steps
-        policies["llm_sft"], env_steps["llm_sft"] = _intent_fn(lm_policy), sft_steps
+        policies["llm_sft"], env_steps["llm_sft"] = study.intent_fn(lm_policy), sft_steps
         if "llm_grpo" in config.methods:
             tuned, stats = llm_grpo.grpo_finetune(lm_policy, k_rl, config.llm_grpo, run_dir=sub,
                                                   log_offset=config.llm_sft_steps)
-            policies["llm_grpo"], env_steps["llm_grpo"] = _intent_fn(tuned), sft_steps + stats["env_steps"]
+            policies["llm_grpo"], env_steps["llm_grpo"] = study.intent_fn(tuned), sft_steps + stats["env_steps"]
         sub.close()
         if "rmix_llm" in config.methods:  # RALLY's own setting: RMIX from the LLM prior's transitions
-            policies["rmix_llm"], env_steps["rmix_llm"] = train_rmix(config, config.rmix_llm, run_dir, "rmix_llm", env,
-                                                                     lm_policy, k_train)
+            policies["rmix_llm"], env_steps["rmix_llm"] = study.train_rmix(config, config.rmix_llm, run_dir,
+                                                                           "rmix_llm", env, lm_policy, k_train)
     for name in LEARNERS:
         if name in env_steps and env_steps[name] != config.budget:
             raise RuntimeError(f"{name} took {env_steps[name]} env steps, not the budget {config.budget}")
 
-    rows, returns = [], {}
-    sem = lambda x: float(x.std() / np.sqrt(x.size))
-    for name, (fn, carry) in policies.items():
-        stats = jax.jit(functools.partial(rally_eval.play, env, fn, num_episodes=config.eval_episodes,
-                                          with_state=name in PRIVILEGED))(carry, k_eval)
-        stats = {k: np.asarray(v) for k, v in stats.items()}
-        returns[name] = stats["return"]
-        rows.append({"method": name, "env_steps": env_steps[name],
-                     "mean_return": float(stats["return"].mean()), "return_sem": sem(stats["return"]),
-                     "coverage": float(stats["coverage"].mean()), "served": float(stats["served"].mean()),
-                     "captured": float(stats["captured"].mean())})
-    # every method plays the same episodes (same key): paired differences to each baseline that ran
-    for base in (b for b in config.baselines if b in returns):
-        for row in rows:
-            diff = returns[row["method"]] - returns[base]
-            row.update({f"vs_{base}": float(diff.mean()), f"vs_{base}_sem": sem(diff)})
+    rows = study.compare(config, env, policies, env_steps, k_eval, privileged=PRIVILEGED)
     print(run_dir.write_table("results", rows))
     learners = [m for m in LEARNERS if m in policies]
     if learners:
-        _plot_curves(run_dir, learners, config.budget)
-    _plot_bars(run_dir, rows)
-    learned = [r for r in rows if r["method"] not in ("prior", *PRIVILEGED)] or rows
-    best = max(learned, key=lambda r: r["mean_return"])["method"]
-    fn, carry = policies[best]
-    states, actions, alive = jax.jit(functools.partial(rally_eval.record, env, fn))(carry, k_show)
-    render.frame_strip(env, jax.device_get(states), np.asarray(actions), run_dir.path / "episode_strip.png",
-                       alive=np.asarray(alive), title=f"one episode, {best}")
+        study.plot_curves(run_dir, learners, config.budget)
+    study.plot_bars(run_dir, rows)
+    best = study.show_best(run_dir, env, rows, policies, k_show, exclude=("prior", *PRIVILEGED))
     summary = {"results": rows, "best": best, "run_dir": str(run_dir.path)}
     run_dir.save_json("summary.json", summary)
     return summary
-
-
-def _intent_fn(policy):
-    return (lambda carry, key, ts: (carry, act(policy, key, ts))), jnp.zeros(())
-
-
-def _plot_curves(run_dir: RunDir, methods, budget):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    for name in methods:
-        rows = read_metrics(run_dir.path / name / "metrics.jsonl")
-        pts = sorted((r["env_steps"], r["episode_return"]) for r in rows  # rows where episodes ended
-                     if "episode_return" in r and r.get("episodes", 1) > 0)
-        if pts:
-            x, y = map(np.asarray, zip(*pts))
-            k = max(1, len(y) // 20)
-            ax.plot(x[k - 1:], np.convolve(y, np.ones(k) / k, "valid"), label=name)
-    ax.set(xlabel="environment steps", ylabel="training episode return", xlim=(0, budget))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(run_dir.path / "learning_curves.png", dpi=120)
-    plt.close(fig)
-
-
-def _plot_bars(run_dir: RunDir, rows):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
-    names = [r["method"] for r in rows]
-    for ax, key in zip(axes, ("mean_return", "coverage", "captured")):
-        ax.bar(names, [r[key] for r in rows],
-               yerr=[r["return_sem"] for r in rows] if key == "mean_return" else None)
-        ax.set_title(key)
-        ax.tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(run_dir.path / "results.png", dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":
