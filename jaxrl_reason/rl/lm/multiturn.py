@@ -453,9 +453,12 @@ class HostRollout:
         self.carry_cache = _carries(respond, carry_cache, turn_tokens)
         if self.carry_cache:  # the chunk's cache (DecodeState) travels beside its context
             self._start = jax.jit(lambda params, ctx: _start(env, respond, params, ctx, self.width, turn_tokens))
-            self._turn = jax.jit(lambda params, ctx, dec, key, live: _cached_turn(respond, params, ctx, dec, key, live))
+            # the cache is donated: each program updates it in place (no copy of it a turn)
+            self._turn = jax.jit(lambda params, ctx, dec, key, live: _cached_turn(respond, params, ctx, dec, key, live),
+                                 donate_argnums=2)
             self._observe_cache = jax.jit(lambda params, ctx, dec, obs, n: (ctx.append(obs, n),
-                                                                             respond.observe(params, dec, obs, n)))
+                                                                             respond.observe(params, dec, obs, n)),
+                                          donate_argnums=2)
         else:
             self._turn = jax.jit(lambda params, ctx, dec, key, live: (
                 *_sample_turn(respond, params, ctx, key, live, pad_id), None))
