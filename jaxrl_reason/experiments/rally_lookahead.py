@@ -7,7 +7,7 @@ observations at all, with the best possible signal: the lookahead's own choices 
 
 1. The lookahead plays ``teacher_episodes`` episodes; every (step, UAV) decision is recorded with its
    features and the lookahead's role (the prior's role, except where the lookahead changed it).
-2. A classifier (MLP) learns the role from ``local`` features (exactly the RMIX agent net's input:
+2. A classifier (MLP; ``agents.rally.student``) learns the role from ``local`` features (exactly the RMIX agent net's input:
    the UAV's observation, its id and the prior's proposal) or ``global`` ones (plus the swarm's global
    state), role changes weighted ``change_weight`` x.
 3. The student plays: the prior's action, with the role the classifier prefers when its probability
@@ -26,22 +26,16 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from jaxrl_reason import envs
 from jaxrl_reason.agents.rally import evaluate as rally_eval
-from jaxrl_reason.agents.rally import rmix
+from jaxrl_reason.agents.rally import student
 from jaxrl_reason.agents.rally.intent import RulePrior, act
 from jaxrl_reason.agents.rally.lookahead import lookahead_policy
-from jaxrl_reason.envs.swarm import NUM_ROLES
-from jaxrl_reason.models.policies import MLP
-from jaxrl_reason.rl.marl import common, qmix
+from jaxrl_reason.agents.rally.student import FEATURES
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.guard import guard_optimizer
 from jaxrl_reason.utils.validation import check_hyperparameters
-
-FEATURES = ("local", "global")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,85 +67,6 @@ class Config:
 PRESETS = {"cpu": Config(), "full": Config(teacher_episodes=4096, train_steps=20000)}
 
 
-def decision_features(env, kind: str, ts, proposal: jax.Array) -> jax.Array:
-    """ONE environment's timestep, proposal [A] -> [A, D]: the RMIX agent input (``local``), or it with the
-    global state in front (``global``)."""
-    x = rmix.with_proposal(qmix.agent_input(common.flat_obs(ts)), proposal, env.num_actions)
-    if kind == "global":
-        g = common.global_state(ts)
-        x = jnp.concatenate([jnp.broadcast_to(g, (x.shape[0], g.shape[-1])), x], -1)
-    return x
-
-
-def teacher_decisions(env, prior, key, num_episodes: int, kinds) -> dict:
-    """The lookahead plays; -> {"x/<kind>": [N, D], "role": [N] (its role), "prior_role": [N]} over live decisions."""
-    teacher = lookahead_policy(env, prior)
-
-    def episode(key):
-        state, ts = env.reset(key)
-
-        def body(c, k):
-            state, ts, alive = c
-            proposal = act(prior, k, ts).astype(jnp.int32)
-            _, action = teacher(None, k, ts, state)
-            out = ({f"x/{kind}": decision_features(env, kind, ts, proposal) for kind in kinds}, action % NUM_ROLES,
-                   proposal % NUM_ROLES, jnp.broadcast_to(alive, proposal.shape))
-            state, ts = env.step(k, state, action)
-            return (state, ts, alive & ~ts.done), out
-
-        return jax.lax.scan(body, (state, ts, jnp.bool_(True)), jax.random.split(key, env.max_episode_steps))[1]
-
-    x, role, prior_role, alive = jax.jit(jax.vmap(episode))(jax.random.split(key, num_episodes))
-    live = np.asarray(alive)
-    data = {k: np.asarray(v)[live] for k, v in x.items()}
-    return {**data, "role": np.asarray(role)[live], "prior_role": np.asarray(prior_role)[live]}
-
-
-class RoleClassifier(nnx.Module):
-    def __init__(self, in_dim: int, hidden: int, *, rngs: nnx.Rngs):
-        self.torso = MLP([in_dim, hidden, hidden], rngs=rngs)
-        self.head = nnx.Linear(hidden, NUM_ROLES, rngs=rngs)
-
-    def __call__(self, x):
-        return self.head(jnp.tanh(self.torso(x)))
-
-
-def fit(config: Config, x: np.ndarray, role: np.ndarray, weight: np.ndarray, key) -> tuple:
-    """Weighted cross-entropy, Adam -> (graphdef, params)."""
-    graphdef, params = nnx.split(RoleClassifier(x.shape[-1], config.hidden, rngs=nnx.Rngs(config.seed)))
-    tx = guard_optimizer(optax.adam(config.lr))
-
-    def step(carry, k):
-        params, opt = carry
-        idx = jax.random.randint(k, (config.batch_size,), 0, x.shape[0])
-
-        def loss(p):
-            ce = optax.softmax_cross_entropy_with_integer_labels(nnx.merge(graphdef, p)(x[idx]), role[idx])
-            return jnp.sum(weight[idx] * ce) / jnp.sum(weight[idx])
-
-        grads = jax.grad(loss)(params)
-        updates, opt = tx.update(grads, opt, params)
-        return (optax.apply_updates(params, updates), opt), None
-
-    x, role, weight = jnp.asarray(x), jnp.asarray(role), jnp.asarray(weight)
-    (params, _), _ = jax.jit(lambda p, ks: jax.lax.scan(step, (p, tx.init(p)), ks))(
-        params, jax.random.split(key, config.train_steps))
-    return graphdef, params
-
-
-def student_policy(env, prior, kind: str, graphdef, params, threshold: float):
-    """The prior's action, with the classifier's role where it is at least ``threshold`` sure of a change."""
-
-    def policy(carry, key, ts):
-        proposal = act(prior, key, ts).astype(jnp.int32)
-        p = jax.nn.softmax(nnx.merge(graphdef, params)(decision_features(env, kind, ts, proposal)), -1)
-        role = jnp.argmax(p, -1)
-        change = (p.max(-1) >= threshold) & (role != proposal % NUM_ROLES)
-        return carry, jnp.where(change, (proposal // NUM_ROLES) * NUM_ROLES + role, proposal)
-
-    return policy
-
-
 def run(config: Config, run_dir: RunDir) -> dict:
     env = envs.make("swarm", num_agents=config.num_agents, num_targets=config.num_targets, max_steps=config.max_steps)
     prior = RulePrior(env)
@@ -164,17 +79,17 @@ def run(config: Config, run_dir: RunDir) -> dict:
     d = play(lookahead_policy(env, prior), with_state=True) - base
     rows = [{"policy": "prior_lookahead (teacher)", "features": "state + simulator", "threshold": "",
              "recall": 1.0, "precision": 1.0, "vs_prior": float(d.mean()), "vs_prior_se": se(d)}]
-    data = teacher_decisions(env, prior, k_teacher, config.teacher_episodes, config.features)
+    data = student.teacher_decisions(env, prior, k_teacher, config.teacher_episodes, config.features)
     changed = data["role"] != data["prior_role"]
     print(f"teacher: {changed.size} decisions, {changed.mean():.4f} role changes", flush=True)
     for kind in config.features:
         weight = np.where(changed, config.change_weight, 1.0).astype(np.float32)
-        graphdef, params = fit(config, data[f"x/{kind}"], data["role"], weight, k_fit)
+        graphdef, params = student.fit(config, data[f"x/{kind}"], data["role"], weight, k_fit)
         probs = np.asarray(jax.nn.softmax(jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))(params, data[f"x/{kind}"]), -1))
         for t in config.thresholds:  # recall / precision of role changes on the training decisions
             pred = np.where(probs.max(-1) >= t, probs.argmax(-1), data["prior_role"])
             says_change = pred != data["prior_role"]
-            d = play(student_policy(env, prior, kind, graphdef, params, t)) - base
+            d = play(student.student_policy(env, prior, kind, graphdef, params, t)) - base
             rows.append({"policy": "student", "features": kind, "threshold": t,
                          "recall": float(np.mean(pred[changed] == data["role"][changed])),
                          "precision": float(np.mean((pred == data["role"])[says_change])) if says_change.any() else 0.0,

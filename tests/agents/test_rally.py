@@ -126,8 +126,10 @@ def test_lookahead_is_never_worse_than_the_prior_and_its_values_are_exact():
 def test_rally_scripts_lookahead_labels_and_config_errors():
     from jaxrl_reason.cli import load_experiment
 
+    from jaxrl_reason.agents.rally.student import teacher_decisions
+
     mod = load_experiment("rally_lookahead")
-    data = mod.teacher_decisions(ENV, RulePrior(ENV), jax.random.key(0), 2, ("local", "global"))
+    data = teacher_decisions(ENV, RulePrior(ENV), jax.random.key(0), 2, ("local", "global"))
     n = data["role"].shape[0]
     assert n % ENV.num_agents == 0 and 0 < n <= 2 * ENV.max_episode_steps * ENV.num_agents
     changes = (data["role"] != data["prior_role"]).reshape(-1, ENV.num_agents).sum(1)
