@@ -22,7 +22,8 @@ prompts, prompt_lens, cache_len)`` prefills the prompts into a cache sized for e
 ``out, dec = decode_turn(graphdef, state, dec, key, stop_tokens, max_new_tokens, config=cfg)`` is `generate`'s
 decode loop from there (the same draws for the same key as `generate` on each row's whole context so far; a row's
 steps after it stopped go to position -1, so the cache holds its tokens alone); ``dec = extend(graphdef, state,
-dec, tokens, n)`` prefills more tokens (ragged per row, optionally in chunks) at each row's next positions.
+dec, tokens, n)`` prefills more tokens (ragged per row, optionally in chunks) at each row's next positions;
+``repeat_rows(dec, b)`` copies a one-row state (a prefix every row shares) to ``b`` rows.
 
 Data parallel (``sample(..., mesh=mesh)`` or `generate_data_parallel`): the batch is split over one
 mesh axis and every device runs its own decode loop on its rows with replicated weights (shard_map),

@@ -465,6 +465,12 @@ def test_turn_rollout_shares_a_declared_prompt_prefix_exactly(monkeypatch):
             jax.tree.map(np.testing.assert_array_equal, got_state, ref_state)
             assert (np.asarray(ref.lengths) < N).any() and not np.asarray(ref.live).all()
     assert copies and all(s == (1,) for s in copies)  # the prefix's one-row cache, copied to the rows
+    graphdef_u, state_u = small_lm("mla_unrolled")  # a per-layer cache (unrolled layers)
+    respond = lm_responder(graphdef_u, SamplerConfig(max_new_tokens=N, temperature=1.0), STOPS)
+    ref, _ = jax.jit(make_turn_rollout(Framed(), respond, carry_cache=False))(state_u, key, data)
+    got, _ = jax.jit(make_turn_rollout(Framed(), respond))(state_u, key, data)
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+    np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=2e-5)
 
     class TooLong(Framed):
         shared_prefix = 7
