@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jaxrl_reason.agents.joyagents import study
 from jaxrl_reason.agents.joyagents.data import CONFUSION, TraceNoise, scripted_conversations
 from jaxrl_reason.agents.joyagents.memory import init_memory, retrieve, write
 from jaxrl_reason.agents.joyagents.system import (
@@ -525,10 +526,10 @@ def test_experiment_runs_from_a_checkpoint(experiment, tmp_path):
     cfg = experiment.Config(model=ckpt, arch="qwen3-0.6b", sft=SFTConfig(problems=8, steps=2, batch_size=4, lr=1e-3),
                             rl=JoyConfig(group_size=2, top_k=2, lr=1e-4), arms=("nodewise+memory",),
                             requests_per_step=2, rl_steps=1, eval_every=1, heldout=4)
-    tok = experiment.load_tokenizer(cfg)
+    tok = study.load_tokenizer(cfg)
     assert isinstance(tok, HFTokenizer) and tok.eos == "<|im_end|>" and len(tok.encode("13")) == 1  # merges
     sep = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, shared=False))
-    models = experiment.initial_models(sep, tok)
+    models = study.initial_models(sep, tok)
     assert len(models) == 4 and len({id(m) for m in models}) == 4
     c = models[0].cfg
     assert (c.vocab_size, c.d_model, c.max_seq_len) == (tok.vocab_size, 32, cfg.system.seq_len)  # not the arch
@@ -546,16 +547,16 @@ def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
     a node's length; its RL rows split into its minibatches; the cpu preset keeps the tiny LM."""
     gpu, cpu = experiment.PRESETS["gpu"], experiment.PRESETS["cpu"]
     assert gpu.arch == "qwen3-0.6b" and gpu.model is None and cpu.arch is None and cpu.model is None
-    tok = experiment.load_tokenizer(gpu)
+    tok = study.load_tokenizer(gpu)
     assert isinstance(tok, CharTokenizer)
-    model = nnx.eval_shape(lambda: experiment.initial_models(gpu, tok)[0])
+    model = nnx.eval_shape(lambda: study.initial_models(gpu, tok)[0])
     c = model.cfg
     assert (c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.max_seq_len) == (
         151936, 1024, 28, 16, 8, 128, gpu.system.seq_len)
     gpu.system.check_model(c, tok)
     params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     assert 5.5e8 < params < 6.5e8, params  # 0.6B, tied embeddings
-    for arm, (_, _, mult) in experiment.ARMS.items():  # joint_4g included
+    for arm, (_, _, mult) in study.ARMS.items():  # joint_4g included
         assert NUM_NODES * gpu.requests_per_step * gpu.rl.group_size * mult % gpu.rl.minibatches == 0, arm
     with pytest.raises(ValueError, match="arch"):
         dataclasses.replace(gpu, arch="qwen9")
