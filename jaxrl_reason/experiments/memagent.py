@@ -30,17 +30,17 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.memagent.agent import MemAgent, MemAgentConfig, num_chunks
+from jaxrl_reason.agents.memagent import study
+from jaxrl_reason.agents.memagent.agent import MemAgent, MemAgentConfig
 from jaxrl_reason.agents.memagent.data import conversation_arrays, doc_batch
-from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, fits, reader_conversations, run_reader
+from jaxrl_reason.agents.memagent.reader import Reader, ReaderConfig, reader_conversations
 from jaxrl_reason.agents.memagent.trainer import (
-    MultiConvConfig, SFTConfig, agent_memory, evaluate_agent, multiconv_learner, sft_warm_start, train_conversations)
+    MultiConvConfig, SFTConfig, multiconv_learner, sft_warm_start, train_conversations)
 from jaxrl_reason.rl.lm.loss import LossConfig
-from jaxrl_reason.models.lm import Transformer, pretrained
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
 from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
-from jaxrl_reason.tasks.longcontext import LongContextTask, exact_match_text
+from jaxrl_reason.tasks.longcontext import LongContextTask
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -125,30 +125,13 @@ PRESETS = {
 }
 
 
-def load_tokenizer(config: Config) -> Tokenizer:
-    """The checkpoint's tokenizer, else the character tokenizer of the presets."""
-    return pretrained.load_tokenizer(config.model) if config.model is not None else CharTokenizer()
-
-
-def build_lm(config: Config, tokenizer: Tokenizer, max_seq_len: int) -> Transformer:
-    """A fresh LM with a window of ``max_seq_len`` tokens: the checkpoint's weights (fp32), random weights
-    of ``ARCHS[config.arch]`` (activations in ``PolicySource().dtype``), or the tiny ``config.lm``."""
-    tiny = dataclasses.replace(config.lm, max_seq_len=max_seq_len).config(tokenizer.vocab_size)
-    return PolicySource(config.model, config.arch, max_seq_len).build(tiny, config.seed)
-
-
-def _batch(config: Config, agent: MemAgent, mult: int, n: int, stream: int):
-    task = config.task.with_length(config.task.num_facts * mult)
-    return doc_batch(task.generate_batch(np.random.default_rng([config.seed, stream, mult]), n), agent)
-
-
 def run(config: Config, run_dir: RunDir) -> dict:
-    tokenizer = load_tokenizer(config)
+    tokenizer = study.load_tokenizer(config)
     task, agent = config.task, MemAgent(config.agent, tokenizer)
     # the agent's window: the tiny LM's own (the cpu preset's figures), else the longest conversation
     seq_len = config.lm.max_seq_len if config.model is None and config.arch is None else agent.seq_len
     # (1) SFT warm start on oracle memory updates (also on a checkpoint: it teaches the memory format)
-    model = build_lm(config, tokenizer, seq_len)
+    model = study.build_lm(config, tokenizer, seq_len)
     sft_loss = sft_warm_start(model, task, agent, config.sft, seed=config.seed)
     sft_params = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
     run_dir.save_json("sft_loss.json", {"first": float(sft_loss[0]), "last": float(sft_loss[-10:].mean())})
@@ -157,7 +140,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     questions = lambda s: doc_batch(task.generate_batch(np.random.default_rng([config.seed, 2, s]),
                                                         config.questions_per_step), agent)
     learner, rl = multiconv_learner(config.rl, agent, model, questions)
-    held = _batch(config, agent, 1, config.heldout_docs, 3)
+    held = study.length_batch(config, agent, 1, config.heldout_docs, 3)
 
     def held_acc(state):
         return {"eval/accuracy_1x": learner.evaluate(state, rl, held)["accuracy"]}
@@ -165,87 +148,31 @@ def run(config: Config, run_dir: RunDir) -> dict:
     state = run_steps(run_dir, learner.step_fn(rl), learner.init(jax.random.key(config.seed), rl), config.rl_steps,
                       config.eval_every, held_acc, desc="multiconv-rl")
     rl_model = learner.model(state)
-    sft_model = build_lm(config, tokenizer, seq_len)
+    sft_model = study.build_lm(config, tokenizer, seq_len)
     nnx.update(sft_model, sft_params)
 
     # (3) full-context reader baseline (same architecture, window = training length)
     rcfg = config.reader(tokenizer)
     window = rcfg.config.window
-    reader = build_lm(config, tokenizer, window)
+    reader = study.build_lm(config, tokenizer, window)
     rprobs = task.generate_batch(np.random.default_rng([config.seed, 4]), config.reader_sft.problems)
     train_conversations(reader, conversation_arrays(reader_conversations(rprobs, rcfg), window, tokenizer=tokenizer),
                         config.reader_sft, config.seed)
     rgd, rst = nnx.split(reader)
 
     # (4) evaluation vs length
-    rows, splits = [], {"rl": nnx.split(rl_model), "sft": nnx.split(sft_model)}
-    for mult in config.multipliers:
-        n = config.eval_docs if mult < 64 else config.eval_docs_long
-        batch = _batch(config, agent, mult, n, 5)
-        row = {"x": mult, "chunks": num_chunks(batch.doc.shape[1], agent), "doc_tokens": batch.doc.shape[1]}
-        for name, (gd, st) in splits.items():
-            row[f"{name}_acc"] = evaluate_agent(gd, st, batch, agent)["accuracy"]
-        ans, lens = run_reader(rgd, rst, batch, jax.random.key(0), reader=rcfg)
-        row["reader_acc"] = float(exact_match_text(ans, lens, batch.answer, batch.answer_lens, tokenizer).mean())
-        row["reader_fits"] = fits(batch, rcfg)
-        gd, st = splits["rl"]
-        tb = _batch(config, agent, mult, config.timing_docs, 6)
-        mem = agent_memory(gd, st, tb, agent)
-        row.update(temp_bytes=mem["temp"], peak_bytes=mem["peak"], doc_bytes=mem["document"])
-        row["sec_per_doc"] = evaluate_agent(gd, st, tb, agent, timed=True)["seconds_per_doc"]
-        rows.append(row)
-        run_dir.log(mult, {f"length/{k}": v for k, v in row.items() if k != "x"})
-        print(row, flush=True)
+    splits = {"rl": nnx.split(rl_model), "sft": nnx.split(sft_model)}
+    rows = [study.length_row(config, agent, mult, splits, (rgd, rst), rcfg, tokenizer, run_dir)
+            for mult in config.multipliers]
 
     # plots + table
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    xs = [r["x"] for r in rows]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for k, lab in (("rl_acc", "MemAgent (SFT + Multi-Conv RL)"), ("sft_acc", "MemAgent (SFT only)"),
-                   ("reader_acc", "full-context reader (truncated past window)")):
-        ax.plot(xs, [r[k] for r in rows], marker="o", label=lab)
-    ax.axvline(1, color="grey", ls=":", lw=0.8)
-    ax.set(xscale="log", xlabel="document length (x training length)", ylabel="exact-match accuracy", ylim=(-0.02, 1.02))
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(run_dir.path / "accuracy_vs_length.png", dpi=100)
-    plt.close(fig)
-    for key, fname, ylab in (("mem", "memory_vs_length.png", "bytes (XLA compiled memory analysis)"),
-                             ("time", "time_vs_length.png", "seconds per document")):
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        if key == "mem":
-            for k in ("temp_bytes", "peak_bytes", "doc_bytes"):
-                ax.plot(xs, [r[k] for r in rows], marker="o", label=k.replace("_bytes", ""))
-            ax.set_yscale("log")
-            ax.legend(fontsize=7)
-        else:
-            ax.plot(xs, [r["sec_per_doc"] for r in rows], marker="o", label="measured")
-            ax.plot(xs, [rows[-1]["sec_per_doc"] * x / xs[-1] for x in xs], ls="--", label="linear")
-            ax.set_yscale("log")
-            ax.legend(fontsize=7)
-        ax.set(xscale="log", xlabel="document length (x training length)", ylabel=ylab)
-        fig.tight_layout()
-        fig.savefig(run_dir.path / fname, dpi=100)
-        plt.close(fig)
+    study.plot_length(run_dir, rows)
     s = lambda k: series(run_dir, k)
     plot_curves(run_dir.path / "rl_curves.png", {"held-out greedy accuracy (1x)": {"agent": s("eval/accuracy_1x")},
                                                  "train reward": {"rollouts": s("reward")}},
                 title="Multi-Conv RL")
     print(run_dir.write_table("results", rows))
-    by = {r["x"]: r for r in rows}
-    first, last = rows[0], rows[-1]
-    summary = {
-        "rl_acc_1x": first["rl_acc"], "sft_acc_1x": first["sft_acc"], "reader_acc_1x": first["reader_acc"],
-        **{f"rl_acc_{m}x": by[m]["rl_acc"] for m in xs}, **{f"sft_acc_{m}x": by[m]["sft_acc"] for m in xs},
-        **{f"reader_acc_{m}x": by[m]["reader_acc"] for m in xs},
-        "temp_bytes_ratio_last_vs_1x": last["temp_bytes"] / first["temp_bytes"],
-        "time_ratio_last_vs_1x": last["sec_per_doc"] / first["sec_per_doc"], "length_ratio": last["x"] / first["x"],
-        "run_dir": str(run_dir.path),
-    }
+    summary = study.summarize(rows, run_dir)
     run_dir.save_json("summary.json", summary)
     return summary
 

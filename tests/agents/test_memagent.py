@@ -22,6 +22,7 @@ from jaxrl_reason.agents.memagent.trainer import (
     sft_warm_start)
 from jaxrl_reason.rl.grpo.recipes import TinyLM, build_model
 from jaxrl_reason.agents.memagent import agent as agent_module
+from jaxrl_reason.agents.memagent import study
 from jaxrl_reason.agents.memagent.agent import MemoryEnv
 from jaxrl_reason.rl.lm.multiturn import TextEnv, Turns
 from jaxrl_reason.models.lm import LMConfig, Transformer
@@ -429,9 +430,9 @@ def test_experiment_runs_from_a_checkpoint(experiment, tmp_path):
         agent=MemAgentConfig(chunk_tokens=task.chunk_chars, memory_tokens=4, question_tokens=4, answer_tokens=4),
         sft=sft, reader_sft=sft, rl=MultiConvConfig(group_size=2, lr=1e-4, temperature=0.5), questions_per_step=2,
         rl_steps=1, eval_every=1, multipliers=(1,), eval_docs=2, eval_docs_long=2, heldout_docs=2, timing_docs=2)
-    tok = experiment.load_tokenizer(cfg)
+    tok = study.load_tokenizer(cfg)
     assert isinstance(tok, HFTokenizer) and tok.eos == "<|im_end|>"
-    assert experiment.build_lm(cfg, tok, 40).cfg.vocab_size == tok.vocab_size  # the checkpoint, not the arch
+    assert study.build_lm(cfg, tok, 40).cfg.vocab_size == tok.vocab_size  # the checkpoint, not the arch
     summary = experiment.run(cfg, RunDir.create("memagent", cfg, root=tmp_path / "runs"))
     nums = {k: v for k, v in summary.items() if k != "run_dir"}
     assert nums and all(math.isfinite(v) for v in nums.values()), summary
@@ -444,7 +445,7 @@ def test_gpu_preset_builds_qwen25_05b_abstractly(experiment):
     gpu, tok = experiment.PRESETS["gpu"], CharTokenizer()
     assert gpu.arch == "qwen2.5-0.5b" and gpu.model is None and experiment.PRESETS["cpu"].arch is None
     agent = MemAgent(gpu.agent, tok)
-    model = nnx.eval_shape(lambda: experiment.build_lm(gpu, tok, agent.seq_len))
+    model = nnx.eval_shape(lambda: study.build_lm(gpu, tok, agent.seq_len))
     c = model.cfg
     assert (c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.max_seq_len) == (151936, 896, 24, 14, 2,
                                                                                              agent.seq_len)
@@ -452,6 +453,6 @@ def test_gpu_preset_builds_qwen25_05b_abstractly(experiment):
     params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     assert 4.5e8 < params < 5.5e8, params
     window = gpu.reader(tok).config.window
-    assert nnx.eval_shape(lambda: experiment.build_lm(gpu, tok, window)).cfg.max_seq_len == window
+    assert nnx.eval_shape(lambda: study.build_lm(gpu, tok, window)).cfg.max_seq_len == window
     with pytest.raises(ValueError, match="arch"):
         dataclasses.replace(gpu, arch="qwen9")
