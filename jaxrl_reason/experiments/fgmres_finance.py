@@ -19,12 +19,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import sparse as jsparse
 
-from jaxrl_reason.solvers import fgmres, finance, learned, scipy_reference
-from jaxrl_reason.solvers import preconditioners as pc
-from jaxrl_reason.solvers.blocksize_env import BlockSizeEnv, alternate, evaluate
-from jaxrl_reason.utils import timing
+from jaxrl_reason.solvers import finance_study as study
+from jaxrl_reason.solvers.blocksize_env import BlockSizeEnv, alternate, evaluate, policy_rows
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -80,142 +77,6 @@ PRESETS = {
 }
 
 
-def stack_blocks(seeds, ns, dt):
-    ts = [learned.block_tridiagonal(finance.to_jax(finance.heston(int(s), ns=ns, dt=dt).A), ns) for s in seeds]
-    return jax.tree.map(lambda *a: jnp.stack(a), *ts)
-
-
-def train_learned(config: Config):
-    rng = np.random.default_rng(config.seed)
-    dts = rng.uniform(0.5 * config.heston_dt, 1.5 * config.heston_dt, config.train_systems)
-    systems = [stack_blocks([1000 + i], config.train_ns, float(dt)) for i, dt in enumerate(dts)]
-    systems = jax.tree.map(lambda *a: jnp.concatenate(a), *systems)
-    return learned.train_coefficient_net(systems, levels=config.levels, degree=config.degree,
-                                         steps=config.train_steps, seed=config.seed)
-
-
-def methods_for(family: str, A, config: Config, net):
-    """name -> jittable builder ``A -> preconditioner`` (None: not applicable)."""
-    out = {"none": None, "jacobi": jax.jit(pc.jacobi)}
-    for k in config.block_sizes:
-        out[f"block-jacobi k={k}"] = jax.jit(lambda A, k=k: pc.block_jacobi(A, k))
-    # dense KKT (markowitz): ILU(0) would be a full LU
-    if family != "markowitz" and A.shape[0] <= config.ilu0_max_n:
-        out["ilu0 (exact tri solves)"] = pc.ilu0  # host pattern analysis + jitted sweeps
-    if family == "heston":
-        k = config.heston_ns
-        out["cyclic reduction (truncated)"] = jax.jit(
-            lambda A: learned.base_preconditioner(learned.block_tridiagonal(A, k, check=False), config.levels))
-        out["learned polynomial on truncated CR"] = jax.jit(
-            lambda A: learned.learned_preconditioner(net, A, learned.block_tridiagonal(A, k, check=False), config.levels))
-        out["cyclic reduction (exact, direct)"] = jax.jit(
-            lambda A: learned.cyclic_reduction(learned.block_tridiagonal(A, k, check=False)))
-    if family == "black_scholes":
-        out["cyclic reduction (exact, direct)"] = jax.jit(
-            lambda A: learned.cyclic_reduction(learned.block_tridiagonal(A, 1, check=False)))
-    return out
-
-
-def held_out_systems(config: Config):
-    return {
-        "markowitz": finance.markowitz_kkt(7_001, n_assets=config.markowitz_n, idio_scale=0.2),
-        "black_scholes": finance.black_scholes(7_002, n=config.bs_n, dt=0.5, theta=0.5),
-        "heston": finance.heston(0, ns=config.heston_ns, dt=config.heston_dt, randomize=False),
-    }
-
-
-def solve_table(config: Config, run_dir: RunDir, net):
-    rows, hists = [], {}
-    for family, s in held_out_systems(config).items():
-        A = finance.to_jax(s.A, sparse=True)
-        b = jnp.asarray(s.b)
-        for name, build in methods_for(family, A, config, net).items():
-            t0 = time.perf_counter()
-            M = None if build is None else jax.block_until_ready(build(A))
-            setup = time.perf_counter() - t0 if build is pc.ilu0 else None
-            if build is not None and setup is None:
-                M, setup = timing.after_warmup(build, A)
-            solve_fn = lambda b, M=M: fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter, rtol=config.rtol)
-            res, solve = timing.after_warmup(solve_fn, b)
-            rows.append(dict(family=family, n=s.n, method=name, iterations=int(res.iterations),
-                             converged=bool(res.converged), relres=float(res.relative_residual),
-                             setup_ms=1e3 * (setup or 0.0), solve_ms=1e3 * solve,
-                             total_ms=1e3 * ((setup or 0.0) + solve)))
-            hists[(family, name)] = np.asarray(res.residual_history)[: int(res.iterations) + 1]
-            print(rows[-1], flush=True)
-    return rows, hists
-
-
-def batch_heston(config: Config):
-    """``config.batch_systems`` held-out Heston systems (seeds 9,000+, randomised coefficients, dt =
-    ``heston_dt``) on one sparsity pattern: ``(scipy CSR list, data [S, nnz], indices [nnz, 2], b [S, n])``."""
-    systems = [finance.heston(9_000 + i, ns=config.heston_ns, dt=config.heston_dt) for i in range(config.batch_systems)]
-    union = sum(abs(s.A) for s in systems).tocoo()
-    rows, cols = union.row, union.col
-    data = np.stack([np.asarray(s.A[rows, cols]).ravel() for s in systems])
-    return [s.A for s in systems], data, np.stack([rows, cols], 1), np.stack([s.b for s in systems])
-
-
-def batch_table(config: Config, net) -> list[dict]:
-    """A batch of held-out Heston systems, set-up + solve: ours is ONE jitted ``vmap`` over the systems of
-    (block view + truncated cyclic reduction + learned polynomial set-up + FGMRES) from the stacked matrix
-    entries; the anchor is scipy spilu + GMRES(restart) solving them one by one (the anchor script's
-    settings). Times after compilation; ours the mean of 3 calls."""
-    mats, data, idx, B = batch_heston(config)
-    n, k = B.shape[1], config.heston_ns
-
-    def solve_one(d, b):
-        A = jsparse.BCOO((d, idx), shape=(n, n))
-        M = learned.learned_preconditioner(net, A, learned.block_tridiagonal(A, k, check=False), config.levels)
-        return fgmres(A, b, M=M, restart=config.restart, maxiter=config.maxiter, rtol=config.rtol)
-
-    res, ours = timing.after_warmup(jax.jit(jax.vmap(solve_one)), jnp.asarray(data), jnp.asarray(B), repeats=3)
-    its_scipy, ok_scipy, rel_scipy = [], [], []
-    t = time.perf_counter()
-    for A, b in zip(mats, B):
-        M = scipy_reference.spilu_preconditioner(A)
-        if M is None:  # the factor is exactly singular: the anchor fails on this system
-            its_scipy.append(0)
-            ok_scipy.append(False)
-            rel_scipy.append(np.nan)
-            continue
-        x, its = scipy_reference.gmres(A, b, M, rtol=config.rtol, restart=config.restart, maxiter=config.maxiter)
-        its_scipy.append(its)
-        rel_scipy.append(np.linalg.norm(b - A @ x) / np.linalg.norm(b))
-        ok_scipy.append(rel_scipy[-1] <= config.rtol * (1 + 1e-6))
-    scipy_s = time.perf_counter() - t
-
-    def row(solver, s, its, ok, rel):
-        failed = np.asarray(rel)[~np.asarray(ok)]
-        return dict(solver=solver, systems=len(mats), n=n, total_ms=1e3 * s, ms_per_system=1e3 * s / len(mats),
-                    mean_iterations=float(np.mean(its)), max_iterations=int(np.max(its)), converged=int(np.sum(ok)),
-                    failed_relres=", ".join(f"{r:.1e}" for r in np.sort(failed)))  # nan: spilu found a singular factor
-
-    return [row(f"ours: vmap(learned set-up + FGMRES), {jax.default_backend()}", ours, np.asarray(res.iterations),
-                np.asarray(res.converged), np.asarray(res.relative_residual)),
-            row("scipy spilu + GMRES, one by one (CPU)", scipy_s, its_scipy, ok_scipy, rel_scipy)]
-
-
-def plot_histories(run_dir: RunDir, hists):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for family in sorted({f for f, _ in hists}):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for (f, name), h in hists.items():
-            if f == family:
-                ax.semilogy(np.maximum(h, 1e-16), label=name)
-        ax.set_xlabel("FGMRES iteration")
-        ax.set_ylabel("relative residual")
-        ax.set_title(family)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(run_dir.path / f"convergence_{family}.png", dpi=100)
-        plt.close(fig)
-
-
 def rl_table(config: Config, run_dir: RunDir):
     from jaxrl_reason.rl import ppo
 
@@ -242,40 +103,22 @@ def rl_table(config: Config, run_dir: RunDir):
     results[f"k={test.block_sizes[big[1]]} and k={test.block_sizes[big[0]]} in turn per cycle"] = evaluate(
         test, alternate(int(big[1]), int(big[0])), idx)
     results["PPO block-size policy"] = evaluate(test, choose, idx)
-    return rl_rows(results, test.families, [f"fixed k={k}" for k in test.block_sizes])
-
-
-def rl_rows(results: dict, families, fixed_names) -> list[dict]:
-    """Table rows: mean iterations / work / converged over held-out systems, iterations per family, and the
-    paired per-system difference of iterations to the best single fixed size (mean, standard error)."""
-    families = np.asarray(families)
-    mean_its = {name: float(np.asarray(results[name]["iterations"]).mean()) for name in fixed_names}
-    best_fixed = np.asarray(results[min(fixed_names, key=lambda n: (not np.all(results[n]["converged"]), mean_its[n]))]
-                            ["iterations"], np.float64)
-    rows = []
-    for name, r in results.items():
-        its = np.asarray(r["iterations"], np.float64)
-        d = its - best_fixed
-        rows.append(dict(policy=name, iterations=float(its.mean()), work=float(np.asarray(r["work"]).mean()),
-                         converged=float(np.asarray(r["converged"]).mean()),
-                         **{f"its_{f}": float(its[families == f].mean()) for f in dict.fromkeys(families)},
-                         vs_best_fixed=float(d.mean()), vs_best_fixed_se=float(d.std(ddof=1) / np.sqrt(d.size))))
-    return rows
+    return policy_rows(results, test.families, [f"fixed k={k}" for k in test.block_sizes])
 
 
 def run(config: Config, run_dir: RunDir) -> dict:
     with jax.enable_x64(True):
         t = time.perf_counter()
-        net, losses = train_learned(config)
+        net, losses = study.train_learned(config)
         train_s = time.perf_counter() - t
         for i, v in enumerate(np.asarray(losses)):
             run_dir.log(i, {"learned_residual_loss": float(v)})
-        rows, hists = solve_table(config, run_dir, net)
-        batch = batch_table(config, net) if config.batch_systems else []
+        rows, hists = study.solve_table(config, run_dir, net)
+        batch = study.batch_table(config, net) if config.batch_systems else []
     print(run_dir.write_table("results", rows))
     if batch:
         print(run_dir.write_table("batch_systems", batch))
-    plot_histories(run_dir, hists)
+    study.plot_histories(run_dir, hists)
     summary = {"learned_train_s": train_s, "learned_final_loss": float(np.asarray(losses)[-5:].mean()) if len(losses) else None}
     for r in rows:
         if r["family"] == "heston":

@@ -224,3 +224,21 @@ def evaluate(env: BlockSizeEnv, choose, idxs) -> dict:
         return dict(iterations=s.iterations, work=s.work, converged=s.rnorm <= env.rtol, relres=s.rnorm, ret=ret)
 
     return jax.jit(jax.vmap(one))(jnp.asarray(idxs, jnp.int32))
+
+
+def policy_rows(results: dict, families, fixed_names) -> list[dict]:
+    """Table rows: mean iterations / work / converged over held-out systems, iterations per family, and the
+    paired per-system difference of iterations to the best single fixed size (mean, standard error)."""
+    families = np.asarray(families)
+    mean_its = {name: float(np.asarray(results[name]["iterations"]).mean()) for name in fixed_names}
+    best_fixed = np.asarray(results[min(fixed_names, key=lambda n: (not np.all(results[n]["converged"]), mean_its[n]))]
+                            ["iterations"], np.float64)
+    rows = []
+    for name, r in results.items():
+        its = np.asarray(r["iterations"], np.float64)
+        d = its - best_fixed
+        rows.append(dict(policy=name, iterations=float(its.mean()), work=float(np.asarray(r["work"]).mean()),
+                         converged=float(np.asarray(r["converged"]).mean()),
+                         **{f"its_{f}": float(its[families == f].mean()) for f in dict.fromkeys(families)},
+                         vs_best_fixed=float(d.mean()), vs_best_fixed_se=float(d.std(ddof=1) / np.sqrt(d.size))))
+    return rows
