@@ -110,3 +110,38 @@ def test_test_folders_are_packages_and_the_helpers_stay_importable():
            and not p.name.startswith("test_") and p.name != "__init__.py"
            and not (p.parent == TESTS and p.name in HELPERS) and p.name != "conftest.py"]  # a folder's fixtures
     assert not odd, f"python files in tests/ that are neither test modules nor the known helpers: {odd}"
+
+
+EXPERIMENTS = PACKAGE / "experiments"
+MAX_EXPERIMENT_LINES = 250  # issue 53: an experiment is a config, presets and a run that calls library functions
+
+
+def _wiring_experiments():
+    """The experiments held to "experiments are wiring": all but the benchmarks and the device check."""
+    return [p for p in sorted(EXPERIMENTS.glob("*.py"))
+            if p.name != "__init__.py" and not p.name.startswith("bench_") and p.name != "device_check.py"]
+
+
+def test_experiments_are_short_wiring():
+    long = {p.name: n for p in _wiring_experiments() if (n := len(p.read_text().splitlines())) > MAX_EXPERIMENT_LINES}
+    assert not long, (
+        f"experiments over {MAX_EXPERIMENT_LINES} lines (move their logic into the library: rl/, search/, agents/, "
+        f"solvers/ ...; docs/design.md's layering): {long}")
+
+
+def test_experiments_define_no_classes_but_configs():
+    """A class in an experiment is a config: a dataclass (``@dataclasses.dataclass``, frozen or not). Models,
+    tokenizers, trainers and helpers belong in the library, where they are tested."""
+    import ast
+
+    def is_dataclass(node: ast.ClassDef) -> bool:
+        for dec in node.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
+            if name == "dataclass":
+                return True
+        return False
+
+    others = [f"{p.name}:{node.lineno} {node.name}" for p in _wiring_experiments()
+              for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.ClassDef) and not is_dataclass(node)]
+    assert not others, f"classes in experiments that are not configs (dataclasses): {others}"
