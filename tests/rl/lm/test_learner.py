@@ -1,4 +1,4 @@
-"""Registries reach every agent: an advantage estimator and a policy objective registered here, outside the
+"""The one learner: its registries reach every agent: an advantage estimator and a policy objective registered here, outside the
 package, run one learner step of each LM agent (GRPO, tool use, SPIRAL, MemAgent, JoyAgents both modes, RALLY's
 intent model, a user's agent from its file). The functions count their traces: each agent's step used both."""
 
@@ -16,11 +16,10 @@ from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer
 from jaxrl_reason.rl.lm import ESTIMATORS, OBJECTIVES, LossConfig, register_estimator, register_objective
 
-EST, OBJ = "_test_max_baseline", "_test_plain_pg"
+EST, OBJ = "_test_learner_max_baseline", "_test_learner_plain_pg"
 TRACED = {"estimator": 0, "objective": 0}
 
 
-@register_estimator(EST)
 def max_baseline(rewards, group_ids, num_groups, valid=None, carry=None):
     """r - the best valid reward of the group."""
     TRACED["estimator"] += 1
@@ -29,7 +28,6 @@ def max_baseline(rewards, group_ids, num_groups, valid=None, carry=None):
     return jnp.where(jnp.isfinite(r), rewards - best, 0.0), carry
 
 
-@register_objective(OBJ)
 def plain_pg(logp, old_logp, adv, mask, config):
     """log pi * A, no ratio and no clipping."""
     TRACED["objective"] += 1
@@ -37,12 +35,16 @@ def plain_pg(logp, old_logp, adv, mask, config):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def unregister():
-    yield  # (registered at import: configs check their names when made)
+def registered():
+    """Registered for this module's tests only (configs check the names when they are made)."""
+    register_estimator(EST)(max_baseline)
+    register_objective(OBJ)(plain_pg)
+    yield
     del ESTIMATORS[EST], OBJECTIVES[OBJ]
 
 
-LOSS = dict(loss=LossConfig(objective=OBJ, aggregation="token_mean"), advantage=EST)
+def loss_kw() -> dict:
+    return dict(loss=LossConfig(objective=OBJ, aggregation="token_mean"), advantage=EST)
 
 
 def _lm(tok, seq=64):
@@ -56,7 +58,7 @@ def grpo():
     from jaxrl_reason.tasks.rewards import RewardConfig
 
     tok = CharTokenizer()
-    cfg = GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=4, reward=RewardConfig("random"), **LOSS)
+    cfg = GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=4, reward=RewardConfig("random"), **loss_kw())
     learner, agent = grpo_for_tasks(cfg, _lm(tok, 32), tok, [RandomCalculation(max_difficulty=1, ops="+-")], 12)
     return learner, agent, None
 
@@ -65,7 +67,7 @@ def tool_use():
     from jaxrl_reason.agents.tool_use import tool_use_learner, tool_use_model
     from jaxrl_reason.experiments.tool_use import Config
 
-    cfg = dataclasses.replace(Config(), prompts_per_step=2, group_size=2, eval_problems=4, **LOSS)
+    cfg = dataclasses.replace(Config(), prompts_per_step=2, group_size=2, eval_problems=4, **loss_kw())
     return (*tool_use_learner(cfg, tool_use_model(cfg)), None)
 
 
@@ -74,7 +76,7 @@ def spiral():
     from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 
     tok = spiral_tokenizer()
-    cfg = SpiralConfig(games=("kuhn_poker",), episodes_per_game=2, max_new_tokens=4, **LOSS)
+    cfg = SpiralConfig(games=("kuhn_poker",), episodes_per_game=2, max_new_tokens=4, **loss_kw())
     return (*spiral_learner(cfg, _lm(tok, 512), tokenizer=tok), None)
 
 
@@ -88,7 +90,7 @@ def rally():
     model = Transformer(dataclasses.replace(llm.default_lm_config(tok), d_model=16, n_layers=1, n_heads=2,
                                             n_kv_heads=1, d_ff=16), rngs=nnx.Rngs(0))
     policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model), tokenizer=tok)
-    cfg = llm_grpo.IntentGRPOConfig(iterations=1, num_groups=2, group_size=2, updates=1, minibatch=8, **LOSS)
+    cfg = llm_grpo.IntentGRPOConfig(iterations=1, num_groups=2, group_size=2, updates=1, minibatch=8, **loss_kw())
     return (*llm_grpo.intent_learner(policy, cfg), None)
 
 
@@ -103,7 +105,7 @@ def memagent():
     agent = MemAgent(MemAgentConfig(chunk_tokens=task.chunk_chars, memory_tokens=4, question_tokens=6,
                                     answer_tokens=4), tok)
     batch = doc_batch(task.generate_batch(np.random.default_rng(0), 2), agent)
-    return (*multiconv_learner(MultiConvConfig(group_size=2, **LOSS), agent, _lm(tok, 32)), lambda s: batch)
+    return (*multiconv_learner(MultiConvConfig(group_size=2, **loss_kw()), agent, _lm(tok, 32)), lambda s: batch)
 
 
 def joyagents(mode: str):
@@ -120,7 +122,7 @@ def joyagents(mode: str):
                           tokenizer=tok)
     req = requests_from_arrays(request_arrays(task.generate_batch(np.random.default_rng(2), 2), system.request_tokens,
                                               system.answer_tokens, tok))
-    cfg = JoyConfig(mode=mode, group_size=2, top_k=2, **LOSS)
+    cfg = JoyConfig(mode=mode, group_size=2, top_k=2, **loss_kw())
     return (*joy_learner(cfg, system, models, tokenizer=tok), lambda s: req)
 
 
@@ -129,7 +131,7 @@ def copy_letter():
     from jaxrl_reason.rl.lm.agents import load_agent_factory
 
     tok = CharTokenizer()
-    learner = Learner(LearnerConfig(**LOSS), _lm(tok, 16))
+    learner = Learner(LearnerConfig(**loss_kw()), _lm(tok, 16))
     return learner, load_agent_factory("examples/copy_letter.py:make_agent")(learner.graphdef, tok), None
 
 
