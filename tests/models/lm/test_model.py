@@ -134,3 +134,28 @@ def test_fp8_training_tracks_bf16_with_mtp():
     assert l16[-1] < 0.6 * l16[0] and l8[-1] < 0.6 * l8[0]
     assert m16[-1] < 0.8 * m16[0] and m8[-1] < 0.8 * m8[0], (m16, m8)
     assert np.max(np.abs(l8 - l16)) < 0.1 * l16[0], (l8, l16)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_grow_vocab_appends_mean_rows_and_keeps_the_old_ones(tied):
+    """``grow_vocab`` (ASTRO's new R1-tag tokens): the embedding (and an untied head) grow to the new vocabulary,
+    the old rows unchanged and the new ones at the mean of the old; the old tokens' logits are unchanged."""
+    from jaxrl_reason.models.lm.model import grow_vocab
+
+    model = Transformer(dataclasses.replace(GQA, tie_embeddings=tied), rngs=nnx.Rngs(0))
+    assert grow_vocab(model, GQA.vocab_size) is model  # nothing to grow
+    grown = grow_vocab(model, GQA.vocab_size + 3)
+    assert grown.cfg.vocab_size == GQA.vocab_size + 3
+    old, new = (jax.tree.leaves(nnx.state(m, nnx.Param)) for m in (model, grown))
+    for a, b in zip(old, new):
+        axis = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
+        if not axis:
+            np.testing.assert_array_equal(a, b)
+            continue
+        kept = np.take(np.asarray(b), np.arange(a.shape[axis[0]]), axis=axis[0])
+        added = np.take(np.asarray(b), np.arange(a.shape[axis[0]], b.shape[axis[0]]), axis=axis[0])
+        np.testing.assert_array_equal(kept, a)
+        np.testing.assert_allclose(added, np.broadcast_to(np.asarray(a).mean(axis[0], keepdims=True), added.shape),
+                                   rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(grown(TOKS)[0])[..., :GQA.vocab_size], np.asarray(model(TOKS)[0]), rtol=1e-5,
+                               atol=1e-5)
