@@ -107,3 +107,26 @@ def test_eval_files_render_as_the_task_prompts_and_bad_rewards_fail_first(tmp_pa
         recipes.setup_policy(recipes.PolicySource(), recipes.TinyLM(), recipes.WarmStart(),
                              [RandomCalculation(1, 1, 9, "+-*")], 0, prompt_len=5, raw_prompt_len=24,
                              grpo=GRPOConfig(max_new_tokens=8))
+
+
+def test_gpu_preset_scales_grpo_and_prompts_then_applies_the_changes():
+    """``gpu_preset``: the task experiments' shared "gpu" block (128 prompts x 16, 512 new tokens, lr 1e-6,
+    8 minibatches, prompts of 256 and answers of 16), the other GRPO settings kept, then the changes given."""
+    import dataclasses
+
+    from jaxrl_reason.rl.grpo.agent import GRPOConfig
+    from jaxrl_reason.rl.grpo.recipes import GPU_LM, TinyLM, gpu_preset
+
+    @dataclasses.dataclass(frozen=True)
+    class Cfg:
+        lm: TinyLM = TinyLM()
+        grpo: GRPOConfig = GRPOConfig(temperature=0.7, max_new_tokens=20)
+        prompt_len: int | None = None
+        answer_len: int = 12
+        rl_steps: int = 10
+
+    gpu = gpu_preset(Cfg(), lm=GPU_LM, rl_steps=400, answer_len=20)
+    g = gpu.grpo
+    assert (g.prompts_per_step, g.group_size, g.max_new_tokens, g.lr, g.minibatches, g.temperature) == (
+        128, 16, 512, 1e-6, 8, 0.7)
+    assert (gpu.prompt_len, gpu.answer_len, gpu.rl_steps, gpu.lm) == (256, 20, 400, GPU_LM)
