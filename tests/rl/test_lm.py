@@ -1,10 +1,14 @@
-"""The LM trainers on ``rl.lm`` (the learner core) give what they gave before it: short runs of every trainer,
+"""The LM agents on the one learner give what their trainers gave before it: short runs of every agent,
 fingerprinted, against ``lm/golden.json`` (the same metrics and parameter change within float tolerance). The runs
 without a KL term and with one epoch of one minibatch (old log-probs fused into the loss forward, no reference pass)
 drop only the ``kl`` metrics.
 
 ``lm/golden.json`` holds what these runs gave with the trainers as they were before ``rl.lm`` (commit 486f4f4,
 issue 41), recorded with ``python tests/rl/test_lm.py [name ...]`` under the test suite's XLA flags.
+``lm/golden_one_learner.json`` holds what the five trainer classes gave just before they became agents of the one
+learner (commit 08606fb, issue 52), recorded the same way: every run but RALLY's must equal it bitwise (RALLY's
+group advantages are now the estimator's segment form, not the dense one: metrics within 3e-7, the parameter
+change's signed projection within 4e-6).
 Each run -> {"metrics": {name: float}, "delta_norm": |p1 - p0|, "delta_proj": <p1 - p0, fixed signs>}.
 """
 
@@ -27,6 +31,7 @@ from flax import nnx
 from jaxrl_reason.rl.lm.loss import LossConfig
 
 PATH = pathlib.Path(__file__).parent / "lm" / "golden.json"
+BEFORE_ONE_LEARNER = pathlib.Path(__file__).parent / "lm" / "golden_one_learner.json"
 
 
 def fingerprint(p0, p1) -> dict:
@@ -186,14 +191,14 @@ RUNS = {
 }
 
 
-def load() -> dict:
-    return json.loads(PATH.read_text())
+def load(path=PATH) -> dict:
+    return json.loads(path.read_text())
 
 
-def compare(name: str, got: dict, rtol: float = 1e-4, atol: float = 1e-5, skip=()):
+def compare(name: str, got: dict, rtol: float = 1e-4, atol: float = 1e-5, skip=(), path=PATH):
     """Assert ``got`` (a run of RUNS[name]) matches the recorded one: every recorded metric (but ``skip``) and the
     fingerprint of the parameter change."""
-    want = load()[name]
+    want = load(path)[name]
     for k, v in want["metrics"].items():
         if k not in skip:
             assert k in got["metrics"], f"{name}: metric {k} missing"
@@ -205,11 +210,18 @@ def compare(name: str, got: dict, rtol: float = 1e-4, atol: float = 1e-5, skip=(
 KL = ("kl", "kl_ref")
 
 
+def unchanged_by_the_one_learner(name: str, got: dict):
+    """``got`` equals what the trainer classes gave before the one learner: bitwise (RALLY: within 1e-5)."""
+    tol = dict(rtol=1e-5, atol=0.0) if name == "rally" else dict(rtol=0.0, atol=0.0)
+    compare(name, got, path=BEFORE_ONE_LEARNER, **tol)
+
+
 @pytest.mark.parametrize("name, skip", [("grpo_kl_epochs", ()), ("grpo_fused", KL), ("grpo_fused_seq_mean", KL)])
 def test_grpo_matches_the_code_before_the_learner_core(name, skip):
     got = RUNS[name]()
     assert not set(skip) & set(got["metrics"])  # no reference pass without a KL term
     compare(name, got, skip=skip)
+    unchanged_by_the_one_learner(name, got)
 
 
 def test_shared_prompts_keep_the_update_within_float_tolerance():
@@ -225,12 +237,16 @@ def test_remat_gives_the_same_update(remat):
 
 @pytest.mark.parametrize("name", ["memagent", "joyagents_joint", "joyagents_nodewise"])
 def test_agents_match_the_code_before_the_learner_core(name):
-    compare(name, RUNS[name]())
+    got = RUNS[name]()
+    compare(name, got)
+    unchanged_by_the_one_learner(name, got)
 
 
 @pytest.mark.parametrize("name", ["spiral", "rally"])
 def test_spiral_and_rally_match_the_code_before_the_learner_core(name):
-    compare(name, RUNS[name]())
+    got = RUNS[name]()
+    compare(name, got)
+    unchanged_by_the_one_learner(name, got)
 
 
 if __name__ == "__main__":
