@@ -283,7 +283,8 @@ class Learner:
             rollout, metrics = _rollout_fn(agent)(self.policy(state), k_roll, batch)
         t1 = time.perf_counter()
         passes = self._program("passes", agent)
-        logps = {} if passes is None else passes(state, rollout.rows_only())  # dispatched: runs while the host scores
+        # the old / reference log-probs, while the reward functions the rollout started run on host threads
+        logps = {} if passes is None else passes(state, rollout.rows_only())
         jax.block_until_ready(logps)
         t2 = time.perf_counter()
         if hasattr(agent, "score"):
