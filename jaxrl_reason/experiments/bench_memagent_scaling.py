@@ -16,9 +16,10 @@ import sys
 from flax import nnx
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import memagent  # noqa: E402  (the experiment's presets and batch builder)
+import memagent  # noqa: E402  (the experiment's presets)
 
 from jaxrl_reason.agents.memagent.agent import MemAgent  # noqa: E402
+from jaxrl_reason.agents.memagent.study import build_lm, length_batch  # noqa: E402
 from jaxrl_reason.agents.memagent.trainer import agent_memory, evaluate_agent  # noqa: E402
 from jaxrl_reason.models.tokenizer import CharTokenizer  # noqa: E402
 
@@ -27,10 +28,10 @@ def main(mults=(1, 4, 16, 64, 256), docs: int = 8) -> list[dict]:
     config = memagent.PRESETS["cpu"]
     tokenizer = CharTokenizer()
     agent = MemAgent(config.agent, tokenizer)
-    graphdef, state = nnx.split(memagent.build_lm(config, tokenizer, config.lm.max_seq_len))
+    graphdef, state = nnx.split(build_lm(config, tokenizer, config.lm.max_seq_len))
     rows = []
     for mult in mults:
-        batch = memagent._batch(config, agent, mult, docs, stream=5)
+        batch = length_batch(config, agent, mult, docs, stream=5)
         seconds = evaluate_agent(graphdef, state, batch, agent, timed=True)["seconds_per_doc"]
         memory = agent_memory(graphdef, state, batch, agent)
         rows.append({"x": mult, "sec_per_doc": seconds, "sec_per_doc_per_x": seconds / mult, **memory})

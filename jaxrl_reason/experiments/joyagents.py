@@ -57,7 +57,7 @@ from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM
 from jaxrl_reason.tasks.assistant import TYPES, AssistantTask
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import Rule, at_least, check_hyperparameters, require
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -80,24 +80,21 @@ class Config:
     eval_every: int = 5
     heldout: int = 256
 
+    CHECKS = ((("requests_per_step", "seeds"), at_least(1)),
+              ("heldout", at_least(len(TYPES)), "one per request type at least"),
+              ("arms", Rule(lambda a: bool(a) and all(x in ARMS for x in a), f"a non-empty subset of {tuple(ARMS)}")))
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(f"joyagents Config: {msg}")
-
-        need(self.system.request_tokens >= self.task.request_chars,
-             f"system.request_tokens ({self.system.request_tokens}) < the task's longest request ({self.task.request_chars})")
-        need(self.system.step_tokens >= self.task.call_chars, "system.step_tokens too small for the task's calls")
-        need(self.system.answer_tokens >= self.task.answer_chars, "system.answer_tokens too small for the task's answers")
+        system, task = self.system, self.task
+        require(self, system.request_tokens >= task.request_chars,
+                f"system.request_tokens ({system.request_tokens}) < the task's longest request ({task.request_chars})")
+        require(self, system.step_tokens >= task.call_chars, "system.step_tokens too small for the task's calls")
+        require(self, system.answer_tokens >= task.answer_chars, "system.answer_tokens too small for the task's answers")
         PolicySource(self.model, self.arch)  # a known arch
-        need(self.model is not None or self.arch is not None or self.lm.max_seq_len >= self.system.seq_len,
-             f"lm.max_seq_len ({self.lm.max_seq_len}) < a node's length ({self.system.seq_len})")
-        need(bool(self.arms) and all(a in ARMS for a in self.arms), f"arms must be a non-empty subset of {tuple(ARMS)}")
+        require(self, self.model is not None or self.arch is not None or self.lm.max_seq_len >= system.seq_len,
+                f"lm.max_seq_len ({self.lm.max_seq_len}) < a node's length ({system.seq_len})")
         check_intervals(self.rl_steps, eval_every=self.eval_every)
-        need(self.requests_per_step >= 1 and self.heldout >= len(TYPES), "requests_per_step >= 1, heldout >= 4")
-        need(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
 
 
 #: issue 40: agents from the real pretrained SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a packaged

@@ -42,7 +42,7 @@ from jaxrl_reason.rl.base import check_intervals, run_steps
 from jaxrl_reason.rl.grpo.recipes import PolicySource, TinyLM, plot_curves, series
 from jaxrl_reason.tasks.longcontext import LongContextTask
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.validation import check_hyperparameters
+from jaxrl_reason.utils.validation import Rule, at_least, check_hyperparameters, require
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,29 +74,24 @@ class Config:
     heldout_docs: int = 64  # 1x accuracy logged during RL
     timing_docs: int = 8
 
+    CHECKS = ((("questions_per_step", "eval_docs", "eval_docs_long", "heldout_docs", "timing_docs"), at_least(1)),
+              ("multipliers", Rule(lambda m: bool(m) and min(m) >= 1, "non-empty, each >= 1")))  # (utils.validation)
+
     def __post_init__(self):
         check_hyperparameters(self)
-
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(f"memagent Config: {msg}")
-
-        need(self.agent.chunk_tokens % self.task.slot_chars == 0,
-             f"agent.chunk_tokens ({self.agent.chunk_tokens}) must be a multiple of the task's fact width "
-             f"({self.task.slot_chars}) so that no fact straddles two chunks")
-        need(self.agent.initial_memory == self.task.no_answer, "agent.initial_memory must equal task.no_answer")
-        need(self.agent.question_tokens >= self.task.question_chars, "agent.question_tokens too small for the task")
-        need(self.agent.answer_tokens >= self.task.answer_chars and self.agent.memory_tokens >= self.task.answer_chars,
-             "agent.answer_tokens / memory_tokens too small for the task's answers")
+        agent, task = self.agent, self.task
+        require(self, agent.chunk_tokens % task.slot_chars == 0,
+                f"agent.chunk_tokens ({agent.chunk_tokens}) must be a multiple of the task's fact width "
+                f"({task.slot_chars}) so that no fact straddles two chunks")
+        require(self, agent.initial_memory == task.no_answer, "agent.initial_memory must equal task.no_answer")
+        require(self, agent.question_tokens >= task.question_chars, "agent.question_tokens too small for the task")
+        require(self, agent.answer_tokens >= task.answer_chars and agent.memory_tokens >= task.answer_chars,
+                "agent.answer_tokens / memory_tokens too small for the task's answers")
         PolicySource(self.model, self.arch)  # a known arch
-        seq_len = MemAgent(self.agent, CharTokenizer()).seq_len  # also checks initial_memory and the templates
-        need(self.model is not None or self.arch is not None or self.lm.max_seq_len >= seq_len,
-             f"lm.max_seq_len ({self.lm.max_seq_len}) < agent conversation length ({seq_len})")
-        need(self.task.num_facts >= 1 and self.multipliers and min(self.multipliers) >= 1,
-             "training length and multipliers must be >= 1")
+        seq_len = MemAgent(agent, CharTokenizer()).seq_len  # also checks initial_memory and the templates
+        require(self, self.model is not None or self.arch is not None or self.lm.max_seq_len >= seq_len,
+                f"lm.max_seq_len ({self.lm.max_seq_len}) < agent conversation length ({seq_len})")
         check_intervals(self.rl_steps, eval_every=self.eval_every)
-        need(min(self.questions_per_step, self.eval_docs, self.eval_docs_long, self.heldout_docs, self.timing_docs) >= 1,
-             "batch sizes must be >= 1")
 
     def reader(self, tokenizer: Tokenizer) -> Reader:
         """Full-context reader whose window holds exactly the training length."""
