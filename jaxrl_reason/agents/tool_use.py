@@ -38,7 +38,8 @@ from jaxrl_reason.rl.grpo.start import StartConfig, start_model_config
 from jaxrl_reason.rl.lm import Learner, LearnerConfig, Rollout
 from jaxrl_reason.rl.lm.advantages import REGISTERED
 from jaxrl_reason.rl.lm.loss import LossConfig
-from jaxrl_reason.rl.lm.multiturn import HostRollout, lm_responder, response_width
+from jaxrl_reason.rl.lm.host_rollout import HostRollout
+from jaxrl_reason.rl.lm.multiturn import lm_responder, response_width
 from jaxrl_reason.tasks.tool_calc import CalcEnv, CalcProblem, ToolCalcTask, calc_metrics, segment_rows, tool_tokenizer
 from jaxrl_reason.utils.validation import check_hyperparameters
 

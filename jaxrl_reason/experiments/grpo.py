@@ -66,7 +66,7 @@ from jaxrl_reason.rl.grpo.start import StartConfig
 from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.tasks import RandomCalculation
 from jaxrl_reason.utils.experiment import RunDir
-from jaxrl_reason.utils.validation import NONNEGATIVE, VALID
+from jaxrl_reason.utils.validation import NONNEGATIVE, VALID, check_hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +119,7 @@ class Config:
     fit_new_tokens: bool = False
 
     def __post_init__(self):
+        check_hyperparameters(self)
         check_config(self)  # every option, every reward loaded (rl.grpo.flags)
 
 

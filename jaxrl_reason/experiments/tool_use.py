@@ -8,7 +8,7 @@ The start: a byte tokenizer with the tool's tags (``tasks.tool_calc.tool_tokeniz
 (``rl.grpo.start.start_model_config``) given a deliberately short SFT on oracle episodes (``CalcEnv.oracle``): half
 with the tool (call, result, answer), half without (the answer alone), so the format is known and the copying only
 partly learnt. GRPO then trains on tool episodes (``tasks.tool_calc.CalcEnv``, a ``HostTextEnv``: the calculator
-runs on host threads between the device's turns, ``rl.lm.multiturn.HostRollout``) on the one LM learner
+runs on host threads between the device's turns, ``rl.lm.host_rollout.HostRollout``) on the one LM learner
 (``rl.lm.Learner``: advantages by the registered estimator ``advantage``); the loss covers only the
 model's tokens (``Episodes.to_rollout``: the results are context). Evaluation: greedy, on ``eval_problems``
 problems held out whole (in neither SFT nor RL data), with the tool and without it (the same model, turns and

@@ -32,6 +32,7 @@ NOT_CONFIGS = {
     "jaxrl_reason.agents.memagent.trainer.MultiConvAgent",  # a rollout of the LM learner (MultiConvConfig)
     "jaxrl_reason.agents.joyagents.trainer.JoyAgent",  # a rollout of the LM learner (JoyConfig)
     "jaxrl_reason.agents.rally.llm_grpo.IntentAgent",  # a rollout of the LM learner (IntentGRPOConfig)
+    "jaxrl_reason.rl.grpo.recipes.TaskStart",  # what a task experiment's run() opening returns (policy, held-out)
     "jaxrl_reason.envs.games.spec.GameSpec",  # a game's parts (env class, text, players, hooks), registered once
     "jaxrl_reason_experiment_device_check.Bench",  # a row of the device check: functions and budgets
     "jaxrl_reason.rl.onpolicy.Hooks",  # the on-policy trainer's functions (losses, critic input, partner)

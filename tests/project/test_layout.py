@@ -145,3 +145,12 @@ def test_experiments_define_no_classes_but_configs():
     others = [f"{p.name}:{node.lineno} {node.name}" for p in _wiring_experiments()
               for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.ClassDef) and not is_dataclass(node)]
     assert not others, f"classes in experiments that are not configs (dataclasses): {others}"
+
+
+MAX_CORE_MODULE_LINES = 500  # issue 53: no module over ~500 lines in models/ or rl/ (one job per module)
+
+
+def test_model_and_rl_modules_are_short():
+    long = {str(p.relative_to(PACKAGE)): n for folder in ("models", "rl") for p in sorted((PACKAGE / folder).rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_CORE_MODULE_LINES}
+    assert not long, f"modules of models/ and rl/ over {MAX_CORE_MODULE_LINES} lines (split them by job): {long}"

@@ -78,11 +78,13 @@ def test_memagent_step(real_model):
     from jaxrl_reason.agents.memagent.data import doc_batch
     from jaxrl_reason.agents.memagent.trainer import multiconv_learner
 
+    from jaxrl_reason.agents.memagent import study
+
     module = load_experiment("memagent")
     config = dataclasses.replace(module.PRESETS["cpu"], model=NAME)
-    tok = module.load_tokenizer(config)
+    tok = study.load_tokenizer(config)
     agent = MemAgent(config.agent, tok)
-    model = module.build_lm(config, tok, agent.seq_len)
+    model = study.build_lm(config, tok, agent.seq_len)
     assert model.cfg.max_seq_len == agent.seq_len and model.cfg.vocab_size == tok.vocab_size == 49152
     questions = lambda s: doc_batch(config.task.generate_batch(np.random.default_rng([0, s]), 1), agent)
     before, state, m = one_step(*multiconv_learner(dataclasses.replace(config.rl, group_size=2), agent, model,
@@ -95,9 +97,11 @@ def test_spiral_step(real_model):
     """SPIRAL self-play (RAE) on Kuhn Poker: 2 episodes of the real model against itself, one update."""
     from jaxrl_reason.agents.spiral.agent import spiral_learner
 
+    from jaxrl_reason.agents.spiral import study
+
     module = load_experiment("spiral")
     config = dataclasses.replace(module.PRESETS["smollm2"], max_seq_len=256)
-    model, tok, task_tok = module.load_lm(config)
+    model, tok, task_tok = study.load_lm(config)
     assert tok is real_model.tokenizer and task_tok is None and model.cfg.remat
     vcfg = dataclasses.replace(config.variant_config("rae:kuhn_poker"), episodes_per_game=2, max_new_tokens=8)
     before, state, m = one_step(*spiral_learner(vcfg, model, tokenizer=tok))
@@ -112,13 +116,15 @@ def test_joyagents_step(real_model):
     another), one node-wise update."""
     from jaxrl_reason.agents.joyagents.trainer import joy_learner
 
+    from jaxrl_reason.agents.joyagents import study
+
     module = load_experiment("joyagents")
     config = module.PRESETS["smollm2"]
-    tok = module.load_tokenizer(config)
+    tok = study.load_tokenizer(config)
     loads = real_model.loads
-    models = module.initial_models(config, tok)
+    models = study.initial_models(config, tok)
     assert len(models) == config.system.num_models and real_model.loads == loads + 1  # loaded once
-    requests = lambda s: module._requests(config, config.task.generate_batch(np.random.default_rng([0, s]), 1), tok)
+    requests = lambda s: study.requests(config, config.task.generate_batch(np.random.default_rng([0, s]), 1), tok)
     rl = dataclasses.replace(config.rl, group_size=2)
     before, state, m = one_step(*joy_learner(rl, config.system, models, tokenizer=tok, requests=requests))
     assert np.isfinite(float(m["loss"])) and np.isfinite(float(m["grad_norm"]))
@@ -130,14 +136,15 @@ def test_astro_needs_r1_tags_and_adds_them(real_model):
     is refused with one error naming them; ``add_r1_tags`` adds them and grows the tied embedding."""
     from jaxrl_reason.models.lm import HFImportError
 
-    module = load_experiment("astro")
-    config = module.PRESETS["smollm2"]
+    from jaxrl_reason.agents import astro
+
+    config = load_experiment("astro").PRESETS["smollm2"]
     with pytest.raises(HFImportError, match="does not have the R1 tags .*--add-r1-tags"):
-        module.make_tokenizer(dataclasses.replace(config, add_r1_tags=False))
-    tok = module.make_tokenizer(config)
+        astro.make_tokenizer(dataclasses.replace(config, add_r1_tags=False))
+    tok = astro.make_tokenizer(config)
     tags = [tok.single_token_id(t) for t in ("<think>", "</think>", "<answer>", "</answer>")]
     assert tags == list(range(49152, 49156)) and tok.vocab_size == 49156
-    model = module.policy_model(config, tok)
+    model = astro.policy_model(config, tok)
     embed = np.asarray(model.embed[...])
     assert embed.shape == (49156, 576)
     np.testing.assert_array_equal(embed[:49152], np.asarray(real_model.model.embed[...]))
@@ -203,10 +210,12 @@ def test_rally_llm_intent_policy_from_the_real_model(real_model, tmp_path):
     from jaxrl_reason.agents.rally.intent import RulePrior
     from jaxrl_reason import envs
 
+    from jaxrl_reason.agents.rally import study
+
     module = load_experiment("rally")
     config = dataclasses.replace(module.PRESETS["cpu"], model=NAME, llm_lr=1e-5)
     env = envs.make("swarm", **dataclasses.replace(config, max_steps=4).env_kwargs())
-    lm = module.intent_lm(config)
+    lm = study.intent_lm(config)
     assert lm["tokenizer"] is real_model.tokenizer and lm["model"].cfg.vocab_size == 49152
     before = nnx.state(real_model.model, nnx.Param)  # the checkpoint's weights (2 SFT steps: the first's lr is 0)
     policy = llm.train_llm_policy(env, RulePrior(env), jax.random.key(0), sft_steps=2, batch=2, lr=config.llm_lr,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxrl_reason.models.lm.sampler import SampleOutput
-from jaxrl_reason.rl.lm.multiturn import HostRollout
+from jaxrl_reason.rl.lm.host_rollout import HostRollout
 from jaxrl_reason.tasks import tool_calc
 from jaxrl_reason.tasks.tool_calc import (CalcEnv, CalcError, CalcLimits, ToolCalcTask, calc_metrics, safe_eval,
                                           segment_rows, tool_tokenizer)

@@ -9,7 +9,6 @@ import dataclasses
 from jaxrl_reason.rewards.answers import check_require
 from jaxrl_reason.rl.base import check_intervals
 from jaxrl_reason.rl.grpo.on_data import DTYPES, lora_config, prompt_format, reward_names, synthetic_rows
-from jaxrl_reason.utils.validation import check_hyperparameters
 
 #: the grpo.* options an evaluation-only run (--steps 0) uses
 EVAL_GRPO_FLAGS = {"grpo.max_new_tokens", "grpo.temperature", "grpo.top_p", "grpo.top_k", "grpo.min_p", "grpo.seed"}
@@ -18,8 +17,8 @@ TRAIN_FLAGS = {"eval_every", "save_every", "log_every", "sample_every", "export_
 
 
 def check_config(config) -> None:
-    """ValueError on a bad value or combination; every reward loaded and checked (``reward_names``)."""
-    check_hyperparameters(config)
+    """ValueError on a bad value or combination; every reward loaded and checked (``reward_names``). (The config's
+    own ``__post_init__`` calls ``check_hyperparameters`` first.)"""
     check_intervals(config.steps, eval_every=config.eval_every, save_every=config.save_every,
                     log_every=config.log_every, sample_every=config.sample_every, eval_samples=config.eval_samples)
     check_require(config.require)

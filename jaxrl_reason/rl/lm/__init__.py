@@ -1,8 +1,9 @@
-"""The LM learner and its parts: ``Learner`` / ``LearnerConfig`` (learner.py: every LM agent is a rollout it
-trains), ``Rollout`` (rollout.py: what a rollout hands it), the registered advantage estimators (advantages.py) and
-policy objectives (loss.py), one policy update ``make_update`` / ``UpdateConfig`` (update.py), the policy's response
-log-probs with a remat choice (logp.py), the one optimiser (optim.py), the multi-turn engine (multiturn.py), user
-rollouts from a file (agents.py) and the plan of a run's memory and compute before it starts (plan.py)."""
+"""The LM learner and its parts: ``Learner`` / ``LearnerConfig`` (learner.py, its jitted programs in programs.py:
+every LM agent is a rollout it trains), ``Rollout`` (rollout.py: what a rollout hands it), the registered advantage
+estimators (advantages.py) and policy objectives (loss.py), one policy update ``make_update`` / ``UpdateConfig``
+(update.py), the policy's response log-probs with a remat choice (logp.py), the one optimiser (optim.py), the
+multi-turn engine (multiturn.py; its host-env path in host_rollout.py), user rollouts from a file (agents.py) and the
+plan of a run's memory and compute before it starts (plan.py)."""
 
 from jaxrl_reason.rl.lm.advantages import ESTIMATORS, register_estimator
 from jaxrl_reason.rl.lm.learner import Learner, LearnerConfig, LearnerState

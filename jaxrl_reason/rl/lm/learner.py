@@ -32,8 +32,8 @@ Optional hooks of an agent (attributes; a plain function has none):
     evaluate(policy, key, batch[, carry]) -> dict    ``learner.evaluate``'s numbers (the carry: an agent with
                                             ``init_carry``; default: the rollout's mean reward, its SE and n)
 
-Programs are cached by (model structure, config, agent): runs of a study with equal agents share them. Device
-placement is done here, once, for every agent: without a mesh every leaf is committed to the parameters' device;
+Programs (``rl.lm.programs``) are cached by (model structure, config, agent): runs of a study with equal agents
+share them. Device placement is done here, once, for every agent: without a mesh every leaf is committed to the parameters' device;
 with ``mesh`` (``parallel.mesh.make_mesh`` spec; in a multi-process run ``None`` means data over all devices) the
 parameters are sharded by the LM partition rules (FSDP / tensor axes where the mesh has them) and the rest of the
 state is replicated; a pure rollout's batch is replicated and split by the agent over the data axis.
@@ -42,9 +42,8 @@ state is replicated; a pure rollout's batch is replicated and split by the agent
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import flax
 import jax
@@ -56,12 +55,12 @@ from flax import nnx
 from jaxrl_reason.models.lm.lora import LoRAConfig, LoRAParam, apply_lora, has_lora, lora_off
 from jaxrl_reason.parallel.distributed import to_global
 from jaxrl_reason.parallel.mesh import config_mesh, replicate
-from jaxrl_reason.rl.lm.advantages import REGISTERED, check_estimator, estimate, init_carry, select_groups
-from jaxrl_reason.rl.lm.logp import REMAT, lm_logp_fn, remat_graphdef, trainable_rows_only
-from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
+from jaxrl_reason.rl.lm.advantages import REGISTERED, check_estimator, init_carry
+from jaxrl_reason.rl.lm.logp import REMAT, remat_graphdef
+from jaxrl_reason.rl.lm.loss import LossConfig
 from jaxrl_reason.rl.lm.optim import ADAM_B2, lm_optimizer
-from jaxrl_reason.rl.lm.rollout import Rollout
-from jaxrl_reason.rl.lm.update import OLD_LOGP, UpdateConfig, make_update
+from jaxrl_reason.rl.lm.programs import default_keys, merged, program, rollout_fn
+from jaxrl_reason.rl.lm.update import OLD_LOGP, UpdateConfig
 from jaxrl_reason.utils.validation import NONNEGATIVE, POSITIVE, at_least, check_hyperparameters, one_of, or_none, require
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
@@ -169,21 +168,6 @@ class LearnerState:
     agent_carry: Any = None  # the agent's own state (``init_carry``)
 
 
-def _rollout_fn(agent) -> Callable:
-    return getattr(agent, "rollout", agent)
-
-
-def default_keys(key, step):
-    """The step's (rollout key, update key): ``split(fold_in(key, step))``."""
-    return tuple(jax.random.split(jax.random.fold_in(key, step)))
-
-
-def _merged(params, rest, multi: bool):
-    if multi:
-        return tuple(nnx.merge_state(p, r) for p, r in zip(params, rest))
-    return nnx.merge_state(params, rest)
-
-
 class Learner:
     """The LM learner (module docstring). ``model``: an ``nnx`` LM, or a sequence of LMs of one structure (one per
     agent role, each trained; rows pick theirs with ``rows.extra["model"]``)."""
@@ -251,7 +235,7 @@ class Learner:
 
     def policy(self, state: LearnerState):
         """The model's whole state (a tuple of them for several models): what a rollout samples with."""
-        return _merged(state.params, state.rest, self.multi)
+        return merged(state.params, state.rest, self.multi)
 
     def model(self, state: LearnerState, index: int = 0) -> nnx.Module:
         """The (``index``-th) model with the state's weights (LoRA: the adapters on the frozen base)."""
@@ -277,10 +261,10 @@ class Learner:
         t0 = time.perf_counter()
         k_roll, k_update = getattr(agent, "keys", default_keys)(state.key, step)
         if hasattr(agent, "init_carry"):
-            rollout, metrics, agent_carry = _rollout_fn(agent)(self.policy(state), k_roll, batch, state.agent_carry)
+            rollout, metrics, agent_carry = rollout_fn(agent)(self.policy(state), k_roll, batch, state.agent_carry)
             state = state.replace(agent_carry=agent_carry)
         else:
-            rollout, metrics = _rollout_fn(agent)(self.policy(state), k_roll, batch)
+            rollout, metrics = rollout_fn(agent)(self.policy(state), k_roll, batch)
         t1 = time.perf_counter()
         passes = self._program("passes", agent)
         # the old / reference log-probs, while the reward functions the rollout started run on host threads
@@ -301,14 +285,8 @@ class Learner:
         return jnp.int32(self.config.ref_reset_every or 0)
 
     def _program(self, kind: str, agent):
-        """The cached jitted program ``kind`` (step | rollout | passes | update) of ``agent``: a step holds the agent's
-        rollout; passes and updates only its hooks, so host agents with equal hooks share them."""
-        key = agent if kind in ("step", "rollout") else _Hooks.of(agent)
-        try:
-            hash(key)
-        except TypeError:  # an unhashable agent: its own programs
-            key = _ByIdentity(key)
-        return _programs(self.graphdef, self.loss_graphdef, self._key_config, self.multi, kind, key)
+        """The cached jitted program ``kind`` of ``agent`` (``rl.lm.programs``)."""
+        return program(self.graphdef, self.loss_graphdef, self._key_config, self.multi, kind, agent)
 
     # ----------------------------------------------------------------- evaluation, plan, checkpoints, export
     def evaluate(self, state: LearnerState, agent, batch=None, key: jax.Array | None = None) -> dict:
@@ -317,7 +295,7 @@ class Learner:
         carry = (state.agent_carry,) if hasattr(agent, "init_carry") else ()
         if hasattr(agent, "evaluate"):
             return agent.evaluate(self.policy(state), key, batch, *carry)
-        roll = _rollout_fn(agent) if getattr(agent, "host", False) else self._program("rollout", agent)
+        roll = rollout_fn(agent) if getattr(agent, "host", False) else self._program("rollout", agent)
         rollout = roll(self.policy(state), key, replicate(batch, self.mesh), *carry)[0]
         if hasattr(agent, "score"):
             rollout = agent.score(rollout)[0]
@@ -372,175 +350,6 @@ class Learner:
             except ValueError as e:
                 print(f"note: no PEFT adapter written ({e}); {path} holds the adapters merged", flush=True)
         return {"hf": hf, "adapter": adapter}
-
-
-# --------------------------------------------------------------------------------------------- the programs
-class _Hooks(NamedTuple):
-    """The hooks of an agent that its update programs call (module docstring)."""
-
-    logp: Callable | None
-    batches: Callable | None
-    metrics: Callable | None
-
-    @staticmethod
-    def of(agent) -> "_Hooks":
-        return _Hooks(*(getattr(agent, name, None) for name in _Hooks._fields))
-
-
-class _ByIdentity:
-    """A cache key of an unhashable object: the object itself (kept alive by the cache)."""
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __hash__(self):
-        return id(self.obj)
-
-    def __eq__(self, other):
-        return isinstance(other, _ByIdentity) and other.obj is self.obj
-
-
-@functools.lru_cache(maxsize=None)
-def _programs(graphdef, loss_graphdef, cfg: LearnerConfig, multi: bool, kind: str, key):
-    key = key.obj if isinstance(key, _ByIdentity) else key
-    hooks = _Hooks.of(key) if kind in ("step", "rollout") else key
-    if kind == "passes":
-        return _passes(graphdef, cfg, multi, hooks)
-    learn = functools.partial(_learn, graphdef, loss_graphdef, cfg, multi, hooks)
-    if kind == "update":
-        return jax.jit(learn, donate_argnums=0)
-    agent = key
-    if kind == "rollout":  # a pure agent's rollout alone (evaluation)
-        return jax.jit(_rollout_fn(agent))
-    keys = getattr(agent, "keys", default_keys)
-    rollout_fn, carried = _rollout_fn(agent), hasattr(agent, "init_carry")
-
-    def step(state: LearnerState, batch, reset_every):
-        k_roll, k_update = keys(state.key, state.step)
-        policy = _merged(state.params, state.rest, multi)
-        if carried:
-            rollout, metrics, agent_carry = rollout_fn(policy, k_roll, batch, state.agent_carry)
-            state = state.replace(agent_carry=agent_carry)
-        else:
-            rollout, metrics = rollout_fn(policy, k_roll, batch)
-        state, m = learn(state, rollout, {}, k_update, reset_every)
-        return state, {**m, **metrics}
-
-    return jax.jit(step, donate_argnums=0)
-
-
-def _logp_fn(graphdef, cfg: LearnerConfig, multi: bool, hooks: _Hooks, n: int, remat: str):
-    """(params, rest, rows) -> (logp [B, n], entropy [B, n] or None): the agent's ``logp`` or the LM's tempered
-    response log-probs; several models: each row under ``rows.extra["model"]``'s."""
-    own = hooks.logp
-    if own is not None:
-        one = lambda params, rest, rows: own(nnx.merge(graphdef, params, rest), rows)
-    else:
-        one = lm_logp_fn(graphdef, n, cfg.temperature, cfg.logprob_chunk, remat, cfg.prompt_group)
-    if cfg.update_rows:
-        one = trainable_rows_only(one, cfg.update_rows)
-    if not multi:
-        return one
-
-    def each(params, rest, rows):
-        out = [one(p, r, rows) for p, r in zip(params, rest)]
-        if len(out) == 1:
-            return out[0]
-        pick = lambda xs: jnp.choose(rows.extra["model"][:, None], xs, mode="clip")
-        return pick([o[0] for o in out]), (None if out[0][1] is None else pick([o[1] for o in out]))
-
-    return each
-
-
-def _passes(graphdef, cfg: LearnerConfig, multi: bool, hooks: _Hooks):
-    """Jitted: (state, rows) -> {"old", "old_entropy"} (when the update needs a pass of its own) and {"ref"} (with a
-    reference), each [B, N], over every row a host rollout gave; None when neither is needed."""
-    old = cfg.needs_old_pass(hooks.batches is not None)
-    if not (old or cfg.needs_ref):
-        return None
-
-    def run(state: LearnerState, rows: Rollout):
-        logp = _logp_fn(graphdef, cfg, multi, hooks, rows.mask.shape[1], "none")
-        out = {}
-        if old:
-            out["old"], out["old_entropy"] = logp(state.params, state.rest, rows)
-        if cfg.needs_ref:
-            out["ref"] = logp(state.ref_params, state.rest, rows)[0]
-        return {k: v for k, v in out.items() if v is not None}
-
-    return jax.jit(run)
-
-
-def _mean(x, w=None):
-    return x.mean() if w is None else (x * w).sum() / jnp.maximum(w.sum(), 1.0)
-
-
-def _learn(graphdef, loss_graphdef, cfg: LearnerConfig, multi: bool, hooks: _Hooks, state: LearnerState,
-           rollout: Rollout, logps: dict, key, reset_every):
-    """The update of one step (pure): advantages, reference log-probs, the optimiser steps, the reference reset."""
-    r, metrics, carry = rollout, {}, state.advantage_carry
-    rows = None  # the kept rows (Rollout.keep), when groups are selected
-    valid = None if r.valid is None else jnp.asarray(r.valid, jnp.float32)
-    if r.rewards is not None:
-        rewards = jnp.asarray(r.rewards, jnp.float32)
-        metrics["reward"] = _mean(rewards, valid)
-    if r.advantages is None:
-        if r.rewards is None:
-            raise ValueError("the rollout gave neither advantages nor rewards")
-        if r.keep:  # rows are samples, in num_groups equal consecutive groups: train on ``keep`` of them
-            q = r.num_groups or rewards.shape[0]
-            g = rewards.shape[0] // q
-            grouped, gvalid = rewards.reshape(q, g), None if valid is None else valid.reshape(q, g)
-            sel, metrics["frac_filtered"] = select_groups(grouped, r.keep, cfg.dynamic_sampling, gvalid)
-            metrics["reward_selected"] = _mean(grouped[sel], None if gvalid is None else gvalid[sel])
-            rows = (sel[:, None] * g + jnp.arange(g)[None]).reshape(-1)
-            kept = None if valid is None else valid[rows]
-            adv, carry = estimate(cfg.advantage, rewards[rows], jnp.repeat(jnp.arange(r.keep), g), r.keep,
-                                  None if kept is None else kept > 0, carry)
-            r = r.take(rows).replace(advantages=adv)
-            valid = kept
-        else:
-            groups = jnp.zeros(rewards.shape, jnp.int32) if r.groups is None else r.groups
-            adv, carry = estimate(cfg.advantage, rewards, groups, r.num_groups or rewards.shape[0],
-                                  None if valid is None else valid > 0, carry)
-            r = r.replace(advantages=adv if r.sample is None else adv[r.sample])
-    metrics["response_length"] = r.mask.sum(-1).mean()
-    if valid is not None:  # excluded samples add no loss
-        row_valid = valid if r.sample is None else valid[r.sample]
-        r = r.replace(mask=r.mask * row_valid[:, None])
-    metrics["mean_abs_adv"] = _mean(jnp.abs(r.advantages), (r.mask.sum(-1) > 0).astype(jnp.float32))  # trained rows
-    pick = lambda k: None if k not in logps else (logps[k] if rows is None else logps[k][rows])
-    r = r.rows_only().replace(ref_logp=r.ref_logp if pick("ref") is None else pick("ref"),
-                              old_logp=r.old_logp if pick("old") is None else pick("old"),
-                              old_entropy=r.old_entropy if pick("old_entropy") is None else pick("old_entropy"))
-    n = r.mask.shape[1]
-    if cfg.needs_ref and r.ref_logp is None:  # a pure rollout: the reference pass here, on the trained rows
-        ref = _logp_fn(graphdef, cfg, multi, hooks, n, "none")(state.ref_params, state.rest, r)[0]
-        r = r.replace(ref_logp=jax.lax.stop_gradient(ref))
-    if cfg.dropout:  # one seed per row; a minibatch uses its first row's
-        key, k_drop = jax.random.split(key)
-        r = r.replace(extra={**r.extra, "dropout_seed": jax.random.randint(k_drop, (len(r),), 0,
-                                                                           jnp.iinfo(jnp.int32).max)})
-    optimizer = cfg.optimizer()
-    logp_fn = _logp_fn(loss_graphdef, cfg, multi, hooks, n, cfg.remat)
-    learn = make_update(lambda p, rows: logp_fn(p, state.rest, rows), make_loss(cfg.loss), optimizer,
-                        cfg.update_config, deterministic=not cfg.dropout, batches=hooks.batches)
-    (params, opt_state), m = learn(state.params, state.opt_state, r, key)
-    step = state.step + 1
-    reset = (reset_every > 0) & (step % jnp.maximum(reset_every, 1) == 0)
-    keep_or = lambda a, b: jax.tree.map(lambda x, y: jnp.where(reset, x, y), a, b)
-    ref_params = None if state.ref_params is None else keep_or(params, state.ref_params)
-    opt_state = keep_or(optimizer.init(params), opt_state)
-    metrics.update({k: v.mean() for k, v in m.items()})
-    metrics["ref_reset"] = reset.astype(jnp.float32)
-    if "kl" in m:
-        metrics["kl_ref"] = m["kl"].reshape(-1)[0]
-    if cfg.scheduled:
-        metrics["lr"] = jnp.asarray(cfg.learning_rate()(state.step), jnp.float32)
-    new = state.replace(params=params, ref_params=ref_params, opt_state=opt_state, step=step, advantage_carry=carry)
-    if hooks.metrics is not None:
-        metrics.update(hooks.metrics(new))
-    return new, metrics
 
 
 __all__ = ["LR_SCHEDULES", "Learner", "LearnerConfig", "LearnerState", "default_keys"]

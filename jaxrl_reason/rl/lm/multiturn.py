@@ -46,13 +46,11 @@ the jitted sampler; a row with ``live`` False samples nothing), called with ``ma
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxrl_reason.envs.text import HostTextEnv, TextEnv, TextStep
 from jaxrl_reason.envs.wrappers import where_done
@@ -67,7 +65,7 @@ def response_width(max_turns: int, turn_tokens: int, obs_tokens: int) -> int:
     return max_turns * turn_tokens + (max_turns - 1) * obs_tokens
 
 
-def _check_env(env, turn_tokens: int) -> None:
+def check_env(env, turn_tokens: int) -> None:
     for name in ("max_turns", "prompt_tokens", "obs_tokens"):
         if not isinstance(getattr(env, name, None), int) or getattr(env, name) < (0 if name == "obs_tokens" else 1):
             raise ValueError(f"{type(env).__name__}.{name} must be an int >= {0 if name == 'obs_tokens' else 1}, "
@@ -144,7 +142,7 @@ class Episodes:
                        sample_logp=self.sample_logp, loss_mask=self.loss_mask, **fields)
 
 
-def _episodes(ctx: Context, rewards, turns, done, pad_id: int, info=None) -> Episodes:
+def episodes_of(ctx: Context, rewards, turns, done, pad_id: int, info=None) -> Episodes:
     return Episodes(seqs=ctx.sequences(pad_id), prompt_lens=ctx.prompt_len, lengths=ctx.length,
                     loss_mask=ctx.loss_mask, sample_logp=ctx.logp, rewards=rewards, turns=turns, done=done,
                     info=info or {})
@@ -177,7 +175,7 @@ def _turn_key(carried, key):
     return carried, key
 
 
-def _sample_turn(respond, params, ctx: Context, key, live, pad_id: int, max_new=None):
+def sample_turn(respond, params, ctx: Context, key, live, pad_id: int, max_new=None):
     """Sample one turn on the whole context; append it (n = 0 for rows not live) -> (ctx, out, n)."""
     out = _call(respond, params, ctx.sequences(pad_id), ctx.prompt_len + ctx.length, key, live, max_new)
     n = jnp.where(live, out.lengths, 0)
@@ -236,7 +234,7 @@ def lm_responder(graphdef, config: SamplerConfig, stop_tokens: Sequence[int], st
     return LMResponder(graphdef, config, stop_tokens, stop_sequences, prefill_chunk)
 
 
-def _carries(respond, carry_cache: bool, turn_tokens: int) -> bool:
+def carries_cache(respond, carry_cache: bool, turn_tokens: int) -> bool:
     """Whether a rollout keeps the responder's cache: ``carry_cache`` and a responder that can (``LMResponder``),
     whose turns fit the episode's (max_new_tokens <= turn_tokens: the cache is planned for N a turn)."""
     if not (carry_cache and all(callable(getattr(respond, m, None)) for m in ("start", "turn", "observe"))):
@@ -257,17 +255,17 @@ def make_rollout(env: TextEnv, respond: Callable, turn_tokens: int, pad_id: int 
     other responder) by calling ``respond`` on the whole context. Keys and per-turn token limits
     (``TextStep.max_new``): the module docstring. ``info``: the env's per-turn info, [T, B, ...] (after an
 episode ended: what a step of its kept state gave; read it where the turn was live)."""
-    _check_env(env, turn_tokens)
+    check_env(env, turn_tokens)
     t_max, o = env.max_turns, env.obs_tokens
     width = response_width(t_max, turn_tokens, o)
-    carry = _carries(respond, carry_cache, turn_tokens)
+    carry = carries_cache(respond, carry_cache, turn_tokens)
 
     def rollout(params, key, data) -> Episodes:
         k_reset, k_play = jax.random.split(key)
         state, first = env.reset(k_reset, data)
         b = first.obs.shape[0]
         ctx = Context.start(first.obs, first.obs_len, width, pad_id)
-        dec = _start(env, respond, params, ctx, width, turn_tokens) if carry else None
+        dec = start_cache(env, respond, params, ctx, width, turn_tokens) if carry else None
 
         def turn(carry_, xs):
             state, ctx, dec, done, turns, limit, carried = carry_
@@ -276,9 +274,9 @@ episode ended: what a step of its kept state gave; read it where the turn was li
             k_sample, k_env = env.split_key(key)
             live = ~done
             if carry:
-                ctx, out, n, dec = _cached_turn(respond, params, ctx, dec, k_sample, live, limit)
+                ctx, out, n, dec = cached_turn(respond, params, ctx, dec, k_sample, live, limit)
             else:
-                ctx, out, n = _sample_turn(respond, params, ctx, k_sample, live, pad_id, limit)
+                ctx, out, n = sample_turn(respond, params, ctx, k_sample, live, pad_id, limit)
             new_state, st = env.step(k_env, state, out.tokens, n)
             state = where_done(done, state, new_state)  # an ended episode keeps its state
             ended = live & st.done
@@ -296,7 +294,7 @@ episode ended: what a step of its kept state gave; read it where the turn was li
         init = (state, ctx, dec, jnp.asarray(first.done, bool), jnp.zeros((b,), jnp.int32), _limit(first, first),
                 carried)
         (_, ctx, _, done, turns, *_), (rewards, info) = jax.lax.scan(turn, init, (jnp.arange(t_max), keys))
-        return _episodes(ctx, rewards.T, turns, done, pad_id, info)
+        return episodes_of(ctx, rewards.T, turns, done, pad_id, info)
 
     return rollout
 
@@ -317,7 +315,7 @@ def episode_cache_bytes(model_cfg, batch: int, prompt_tokens: int, max_turns: in
     return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache)))
 
 
-def _start(env, respond, params, ctx: Context, width: int, turn_tokens: int) -> DecodeState:
+def start_cache(env, respond, params, ctx: Context, width: int, turn_tokens: int) -> DecodeState:
     """The episode's cache (prompt prefilled); an episode past the model's window refused (at trace time)."""
     p = ctx.prompt.shape[1]
     try:
@@ -329,7 +327,7 @@ def _start(env, respond, params, ctx: Context, width: int, turn_tokens: int) -> 
                          f"model with a longer max_seq_len") from e
 
 
-def _cached_turn(respond, params, ctx: Context, dec: DecodeState, key, live, max_new=None):
+def cached_turn(respond, params, ctx: Context, dec: DecodeState, key, live, max_new=None):
     """Sample one turn from the carried cache; append it (n = 0 for rows not live) -> (ctx, out, n, dec)."""
     out, dec = respond.turn(params, dec, key, live, max_new)
     n = jnp.where(live, out.lengths, 0)
@@ -374,7 +372,7 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carr
     per rollout (one row) and each turn prefills only the rest of each prompt on a copy of that cache: the same
     draws as without (tokens; log-probs within float tolerance). A turn whose live prompts do not start with the
     prefix (reset's first full-length row's) prefills them whole: a wrong declaration costs time, never exactness."""
-    _check_env(env, 1)
+    check_env(env, 1)
     if env.obs_tokens != env.prompt_tokens:
         raise ValueError(f"make_turn_rollout: obs_tokens ({env.obs_tokens}) must equal prompt_tokens "
                          f"({env.prompt_tokens}): each observation is the next prompt")
@@ -382,7 +380,7 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carr
     if not isinstance(k, int) or not 0 <= k <= env.prompt_tokens:
         raise ValueError(f"{type(env).__name__}.shared_prefix must be an int in [0, prompt_tokens], got {k!r}")
     n_max = getattr(getattr(respond, "config", None), "max_new_tokens", 1)
-    share = k > 0 and _carries(respond, carry_cache, n_max)
+    share = k > 0 and carries_cache(respond, carry_cache, n_max)
 
     def rollout(params, key, data):
         k_reset, k_play = jax.random.split(key)
@@ -430,117 +428,6 @@ def _shared_prefix(respond: "LMResponder", k: int, cache_len: int, params, obs, 
     return turn
 
 
-# ---------------------------------------------------------------------------------------- host envs
-class HostRollout:
-    """Episodes of a ``HostTextEnv``: ``episodes, states = HostRollout(env, respond, turn_tokens)(params, key, rows)``.
-
-    Per turn and chunk of rows: one jitted device program samples the turn (from the chunk's carried KV cache, as
-    ``make_rollout``; ``carry_cache=False``: on the whole context) and appends it;
-    the env steps that chunk's episodes on a thread pool while the device samples the next chunk (``chunks`` > 1:
-    overlap; a chunk's draws then use ``fold_in(sampler key, chunk)``; with one chunk the keys, so the draws, are
-    ``make_rollout``'s); the observations are appended on the device
-    (and prefilled into its cache) before the chunk's next turn. Stops early once every episode has ended. ``states``: the env's episode objects
-    (their counters, for metrics). An observation or prompt longer than the env's widths raises ValueError."""
-
-    def __init__(self, env: HostTextEnv, respond: Callable, turn_tokens: int, pad_id: int = 0, chunks: int = 1,
-                 workers: int | None = None, carry_cache: bool = True):
-        _check_env(env, turn_tokens)
-        if chunks < 1:
-            raise ValueError(f"HostRollout: chunks must be >= 1, got {chunks}")
-        self.env, self.turn_tokens, self.pad_id, self.chunks = env, turn_tokens, pad_id, chunks
-        self.width = response_width(env.max_turns, turn_tokens, env.obs_tokens)
-        self.pool = ThreadPoolExecutor(max_workers=workers or chunks, thread_name_prefix="text-env")
-        self.carry_cache = _carries(respond, carry_cache, turn_tokens)
-        if self.carry_cache:  # the chunk's cache (DecodeState) travels beside its context
-            self._start = jax.jit(lambda params, ctx: _start(env, respond, params, ctx, self.width, turn_tokens))
-            # the cache is donated: each program updates it in place (no copy of it a turn)
-            self._turn = jax.jit(lambda params, ctx, dec, key, live: _cached_turn(respond, params, ctx, dec, key, live),
-                                 donate_argnums=2)
-            self._observe_cache = jax.jit(lambda params, ctx, dec, obs, n: (ctx.append(obs, n),
-                                                                             respond.observe(params, dec, obs, n)),
-                                          donate_argnums=2)
-        else:
-            self._turn = jax.jit(lambda params, ctx, dec, key, live: (
-                *_sample_turn(respond, params, ctx, key, live, pad_id), None))
-        self._observe = jax.jit(lambda ctx, obs, n: ctx.append(obs, n))
-
-    def _pad(self, seqs, width: int, what: str):
-        arr = np.full((len(seqs), max(width, 1)), self.pad_id, np.int32)
-        lens = np.zeros(len(seqs), np.int32)
-        for i, s in enumerate(seqs):
-            if len(s) > width:
-                raise ValueError(f"{type(self.env).__name__}: a {what} of {len(s)} tokens exceeds its width {width}")
-            arr[i, : len(s)], lens[i] = s, len(s)
-        return arr[:, :width], lens
-
-    def _step_rows(self, states, rows, tokens, lengths, live):
-        """Host: step the live episodes ``rows`` -> (obs ids lists, rewards, dones) for those rows."""
-        obs, rewards, dones = [], np.zeros(len(rows), np.float32), np.ones(len(rows), bool)
-        for j, i in enumerate(rows):
-            if not live[j]:
-                obs.append([])
-                continue
-            states[i], o, r, d = self.env.step(states[i], tokens[j, : lengths[j]].tolist())
-            obs.append(list(o))
-            rewards[j], dones[j] = float(r), bool(d)
-        return obs, rewards, dones
-
-    def __call__(self, params, key, rows: Sequence) -> tuple[Episodes, list]:
-        env, b = self.env, len(rows)
-        if b < 1:
-            raise ValueError("HostRollout: no rows")
-        reset = list(self.pool.map(env.reset, rows))
-        states = [s for s, _ in reset]
-        prompt, plen = self._pad([p for _, p in reset], env.prompt_tokens, "prompt")
-        cuts = np.array_split(np.arange(b), min(self.chunks, b))
-        ctxs = [Context.start(prompt[c], plen[c], self.width, self.pad_id) for c in cuts]
-        decs = [self._start(params, ctx) if self.carry_cache else None for ctx in ctxs]
-        live = [np.ones(len(c), bool) for c in cuts]
-        rewards = np.zeros((b, env.max_turns), np.float32)
-        turns, done = np.zeros(b, np.int32), np.zeros(b, bool)
-        pending = [None] * len(cuts)
-        keys = jax.random.split(jax.random.split(key)[1], env.max_turns)  # make_rollout's keys: same draws
-        for t in range(env.max_turns):
-            outs = []
-            for c, rows_c in enumerate(cuts):
-                if pending[c] is not None:  # the chunk's last env step: append its observations, then sample
-                    (obs, r, d), pending[c] = pending[c].result(), None
-                    prev = live[c]
-                    rewards[rows_c, t - 1], done[rows_c] = np.where(prev, r, 0.0), done[rows_c] | (prev & d)
-                    live[c] = prev & ~d
-                    arr, n = self._pad(obs, env.obs_tokens, "observation")
-                    n = np.where(live[c], n, 0)
-                    if self.carry_cache and n.any():  # prefilled into the chunk's cache
-                        ctxs[c], decs[c] = self._observe_cache(params, ctxs[c], decs[c], arr, n)
-                    else:
-                        ctxs[c] = self._observe(ctxs[c], arr, n)
-                if not live[c].any():
-                    outs.append(None)
-                    continue
-                k = jax.random.split(keys[t])[0]  # TextEnv.split_key's default
-                k = k if len(cuts) == 1 else jax.random.fold_in(k, c)
-                ctxs[c], out, _, decs[c] = self._turn(params, ctxs[c], decs[c], k, live[c])
-                turns[rows_c] += live[c]
-                outs.append(out)
-            if all(o is None for o in outs):
-                break
-            for c, rows_c in enumerate(cuts):  # each chunk's tokens as soon as they exist: its env steps start
-                if outs[c] is None:
-                    pending[c] = None
-                    continue
-                tokens, lengths = jax.device_get((outs[c].tokens, outs[c].lengths))
-                pending[c] = self.pool.submit(self._step_rows, states, rows_c, tokens, lengths, live[c].copy())
-        for c, rows_c in enumerate(cuts):  # the last turn's steps: rewards and dones (no observation)
-            if pending[c] is not None:
-                _, r, d = pending[c].result()
-                rewards[rows_c, t] = np.where(live[c], r, 0.0)
-                done[rows_c] |= live[c] & d
-        ctx = jax.tree.map(lambda *x: jnp.concatenate(x), *ctxs)
-        return _episodes(ctx, jnp.asarray(rewards), jnp.asarray(turns), jnp.asarray(done), self.pad_id), states
-
-    def close(self):
-        self.pool.shutdown(wait=True)
-
-
-__all__ = ["Context", "Episodes", "HostRollout", "HostTextEnv", "LMResponder", "TextEnv", "TextStep", "Turns",
-           "episode_cache_bytes", "episode_cache_len", "lm_responder", "make_rollout", "make_turn_rollout", "response_width", "write_rows"]
+__all__ = ["Context", "Episodes", "HostTextEnv", "LMResponder", "TextEnv", "TextStep", "Turns", "cached_turn",
+           "carries_cache", "check_env", "episode_cache_bytes", "episode_cache_len", "episodes_of", "lm_responder",
+           "make_rollout", "make_turn_rollout", "response_width", "sample_turn", "start_cache", "write_rows"]

@@ -10,7 +10,8 @@ from flax import nnx
 from jaxrl_reason.models.lm import LMConfig, Transformer
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig
 from jaxrl_reason.rl.lm.loss import LossConfig, make_loss
-from jaxrl_reason.rl.lm.multiturn import (HostRollout, HostTextEnv, TextEnv, TextStep, lm_responder, make_rollout,
+from jaxrl_reason.rl.lm.host_rollout import HostRollout
+from jaxrl_reason.rl.lm.multiturn import (HostTextEnv, TextEnv, TextStep, lm_responder, make_rollout,
                                           make_turn_rollout, response_width)
 
 P, O, T, N = 4, 3, 3, 4
