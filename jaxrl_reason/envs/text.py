@@ -17,6 +17,9 @@ at most min(max_new, N) tokens for the row: turns of one episode may have differ
 Static attributes: T = ``max_turns`` (the model's turns at most), P = ``prompt_tokens`` (the first observation's
 width), O = ``obs_tokens`` (every later observation's width); ``chain_keys`` and ``split_key``: how a ``TextEnv``'s
 turn keys are made (``rl.lm.multiturn``'s docstring).
+
+``FixedTextEnv(prompts, prompt_lens, obs, max_turns)``: a ``TextEnv`` for benchmarks: given prompts, the same
+observation after every turn, never ends early, reward 0 (every episode does the same work).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 
 import flax
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 
 @flax.struct.dataclass
@@ -80,3 +85,31 @@ class HostTextEnv(abc.ABC):
     @abc.abstractmethod
     def step(self, episode, turn: list[int]) -> tuple[Any, list[int], float, bool]:
         """The model's turn ids -> (episode, the next observation's ids (at most ``obs_tokens``), reward, done)."""
+
+
+class FixedTextEnv(TextEnv):
+    """Episodes of a fixed shape, for benchmarks: episode b's prompt is ``prompts[data[b]]`` ([R, P] int ids,
+    right-padded; ``prompt_lens`` [R]), every turn is answered with the same observation ``obs`` [O] (all O tokens),
+    no episode ends before ``max_turns`` (T), every reward is 0. State: the turns taken [B] int32."""
+
+    def __init__(self, prompts, prompt_lens, obs, max_turns: int):
+        self.prompts, self.prompt_lens = np.asarray(prompts, np.int32), np.asarray(prompt_lens, np.int32)
+        self.obs = np.asarray(obs, np.int32)
+        if self.prompts.ndim != 2 or self.prompt_lens.shape != self.prompts.shape[:1] or self.obs.ndim != 1:
+            raise ValueError(f"FixedTextEnv: need prompts [R, P], prompt_lens [R], obs [O]; got "
+                             f"{self.prompts.shape}, {self.prompt_lens.shape}, {self.obs.shape}")
+        if not np.all((self.prompt_lens >= 1) & (self.prompt_lens <= self.prompts.shape[1])):
+            raise ValueError(f"FixedTextEnv: prompt_lens must be in [1, {self.prompts.shape[1]}]")
+        self.max_turns, self.prompt_tokens, self.obs_tokens = int(max_turns), self.prompts.shape[1], self.obs.shape[0]
+
+    def reset(self, key, data):
+        b = data.shape[0]
+        step = TextStep(jnp.asarray(self.prompts)[data], jnp.asarray(self.prompt_lens)[data], jnp.zeros((b,)),
+                        jnp.zeros((b,), bool))
+        return jnp.zeros((b,), jnp.int32), step
+
+    def step(self, key, state, turn, turn_len):
+        b = turn.shape[0]
+        obs = jnp.broadcast_to(jnp.asarray(self.obs), (b, self.obs_tokens))
+        return state + 1, TextStep(obs, jnp.full((b,), self.obs_tokens, jnp.int32), jnp.zeros((b,)),
+                                   jnp.zeros((b,), bool))

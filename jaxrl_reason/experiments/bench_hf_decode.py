@@ -31,6 +31,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer, cache_bytes_per_token, init_cache, param_count
+from jaxrl_reason.models.lm.hf_reference import random_hf_checkpoint
 from jaxrl_reason.models.lm.sampler import SamplerConfig, generate, prepare
 from jaxrl_reason.utils import timing
 from jaxrl_reason.utils.experiment import RunDir
@@ -78,21 +79,6 @@ PRESETS = {
 }
 
 
-def _make_hf_checkpoint(c: Config, path: pathlib.Path, family: str) -> None:
-    import torch
-    import transformers
-
-    kw = dict(vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
-              num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, tie_word_embeddings=True,
-              max_position_embeddings=c.prompt_len + c.new_tokens)
-    if family == "qwen3":
-        cfg, cls = transformers.Qwen3Config(head_dim=c.head_dim, **kw), transformers.Qwen3ForCausalLM
-    else:
-        cfg, cls = transformers.Qwen2Config(**kw), transformers.Qwen2ForCausalLM
-    torch.manual_seed(c.seed)
-    cls(cfg).eval().save_pretrained(path, safe_serialization=True)
-
-
 def _load_ours(c: Config, path: pathlib.Path):
     from jaxrl_reason.models.lm.hf_import import load_hf_model
 
@@ -110,8 +96,9 @@ def _checkpoint(c: Config, run_dir: RunDir):
         path = pathlib.Path(c.model)
         return path, json.loads((path / "config.json").read_text()).get("model_type", "?"), _load_ours(c, path)
     for family in ("qwen3", "qwen2"):
-        path = run_dir.path / f"hf_{family}"
-        _make_hf_checkpoint(c, path, family)
+        path = random_hf_checkpoint(run_dir.path / f"hf_{family}", family, vocab_size=c.vocab_size, d_model=c.d_model,
+                                    n_layers=c.n_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, d_ff=c.d_ff,
+                                    max_len=c.prompt_len + c.new_tokens, head_dim=c.head_dim, seed=c.seed)
         try:
             return path, family, _load_ours(c, path)
         except HFImportError as e:
