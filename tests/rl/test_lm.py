@@ -211,8 +211,12 @@ KL = ("kl", "kl_ref")
 
 
 def unchanged_by_the_one_learner(name: str, got: dict):
-    """``got`` equals what the trainer classes gave before the one learner: bitwise (RALLY: within 1e-5)."""
+    """``got`` equals what the trainer classes gave before the one learner: bitwise (RALLY: within 1e-5; GRPO:
+    within float tolerance since its sampler prefills each prompt once per group (issue 54): the same tokens and
+    rewards, the sampler's log-probs from a smaller prefill matmul differ in their last bits)."""
     tol = dict(rtol=1e-5, atol=0.0) if name == "rally" else dict(rtol=0.0, atol=0.0)
+    if name.startswith("grpo"):
+        tol = dict(rtol=1e-5, atol=1e-7)
     compare(name, got, path=BEFORE_ONE_LEARNER, **tol)
 
 

@@ -23,7 +23,9 @@ prompts, prompt_lens, cache_len)`` prefills the prompts into a cache sized for e
 decode loop from there (the same draws for the same key as `generate` on each row's whole context so far; a row's
 steps after it stopped go to position -1, so the cache holds its tokens alone); ``dec = extend(graphdef, state,
 dec, tokens, n)`` prefills more tokens (ragged per row, optionally in chunks) at each row's next positions;
-``repeat_rows(dec, b)`` copies a one-row state (a prefix every row shares) to ``b`` rows.
+``repeat_rows(dec, k)`` repeats each row k times (a prefix every row shares; a prompt a group shares).
+``generate(..., group=g)`` (GRPO: B = prompts x g consecutive copies): each prompt is prefilled once and its cache
+shared by its g rows, which then decode apart; the same draws as ``group=1``.
 
 Data parallel (``sample(..., mesh=mesh)`` or `generate_data_parallel`): the batch is split over one
 mesh axis and every device runs its own decode loop on its rows with replicated weights (shard_map),
@@ -177,28 +179,28 @@ def _ends_with(recent, stop_sequences):
     return jnp.any(match, axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "config"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "config", "group"))
 def generate(graphdef, state, prompts, prompt_lens, key, stop_tokens, max_new_tokens, stop_sequences=None, *,
-             config: SamplerConfig):
+             config: SamplerConfig, group: int = 1):
     """Pure sampler. prompts [B, P] int32, prompt_lens [B], stop_tokens [B, S] (-1 unused),
     max_new_tokens [B] (<= config.max_new_tokens), stop_sequences None or [B, Q, L] (see
-    `stop_sequence_array`) -> SampleOutput."""
-    model = nnx.merge(graphdef, state)
+    `stop_sequence_array`) -> SampleOutput.
+
+    ``group`` > 1: the rows come in groups of ``group`` consecutive copies of one prompt (GRPO's B = prompts x
+    group): each prompt is prefilled once and its cache shared by the group's rows, which then decode apart. The
+    same draws as ``group=1`` for the same key (tested); rows of a group that differ would decode from the first
+    row's prompt."""
+    model, layers = _model_layers(graphdef, state)
     b, p = prompts.shape
+    if b % group:
+        raise ValueError(f"generate: {b} rows are not whole groups of {group}")
     n = config.max_new_tokens
     seqs = jnp.full((b, 0, 0), -1, jnp.int32) if stop_sequences is None else jnp.asarray(stop_sequences, jnp.int32)
-    width = seqs.shape[-1]
-    # unrolled layers: weights unstacked once and a per-layer cache, so the decode loop copies neither
-    layers = None if model.cfg.scan_layers else model.layer_states()
-    cache = init_cache(model.cfg, b, config.cache_len or p + n, stacked=layers is None)
-    ar = jnp.arange(p, dtype=jnp.int32)[None]
-    pos = jnp.where(ar < prompt_lens[:, None], ar, -1)  # padding after each prompt stays invisible
-    h, cache, _ = model.hidden(prompts, pos, cache, layers)
-    h_last = jnp.take_along_axis(h, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
-    logits = model.logits(h_last)  # [B, V]: the head runs on the last prompt position only
-
-    toks, lps, lengths, _, _ = _decode(model, layers, cache, logits, prompt_lens, key, stop_tokens, max_new_tokens,
-                                       seqs, config)
+    dec = _prefill(model, layers, prompts[::group], prompt_lens[::group], config.cache_len or p + n)
+    if group > 1:
+        dec = repeat_rows(dec, group)
+    toks, lps, lengths, _, _ = _decode(model, layers, dec.cache, dec.logits, prompt_lens, key, stop_tokens,
+                                       max_new_tokens, seqs, config)
     return SampleOutput(tokens=toks, logprobs=lps, lengths=lengths)
 
 
@@ -264,19 +266,16 @@ class DecodeState:
 
 
 def _model_layers(graphdef, state):
+    """(model, its unstacked layers or None): unrolled layers get their weights unstacked once and a per-layer
+    cache, so the decode loop copies neither."""
     model = nnx.merge(graphdef, state)
     return model, (None if model.cfg.scan_layers else model.layer_states())
 
 
-def start_decode(graphdef, state, prompts, prompt_lens, cache_len: int) -> DecodeState:
-    """Prefill right-padded prompts [B, P] (lengths [B]) into a fresh cache of ``cache_len`` slots (slots 0..P-1,
-    as `generate` does) -> DecodeState. ``cache_len`` is every token the rows will ever hold, padding included;
-    a cache past the model's ``max_seq_len`` raises ValueError (at trace time, before anything runs). Jittable."""
-    model, layers = _model_layers(graphdef, state)
+def _prefill(model, layers, prompts, prompt_lens, cache_len: int) -> DecodeState:
+    """Right-padded prompts [B, P] (lengths [B]) into a fresh cache of ``cache_len`` slots (slots 0..P-1; padding
+    after each prompt invisible) -> DecodeState; the LM head runs on each row's last prompt position only."""
     b, p = prompts.shape
-    if p > cache_len or cache_len > model.cfg.max_seq_len:
-        raise ValueError(f"KV cache of {cache_len} slots: need prompt width {p} <= it <= the model's max_seq_len "
-                         f"{model.cfg.max_seq_len}")
     cache = init_cache(model.cfg, b, cache_len, stacked=layers is None)
     prompt_lens = jnp.asarray(prompt_lens, jnp.int32)
     ar = jnp.arange(p, dtype=jnp.int32)[None]
@@ -285,9 +284,22 @@ def start_decode(graphdef, state, prompts, prompt_lens, cache_len: int) -> Decod
     return DecodeState(cache=cache, logits=model.logits(h_last), pos=prompt_lens)
 
 
-def repeat_rows(dec: DecodeState, b: int) -> DecodeState:
-    """A one-row DecodeState (e.g. a prefix every row shares) as ``b`` rows. Jittable."""
-    rows = lambda x, axis: jnp.broadcast_to(x, x.shape[:axis] + (b,) + x.shape[axis + 1:])
+def start_decode(graphdef, state, prompts, prompt_lens, cache_len: int) -> DecodeState:
+    """Prefill right-padded prompts [B, P] (lengths [B]) into a fresh cache of ``cache_len`` slots (slots 0..P-1,
+    as `generate` does) -> DecodeState. ``cache_len`` is every token the rows will ever hold, padding included;
+    a cache past the model's ``max_seq_len`` raises ValueError (at trace time, before anything runs). Jittable."""
+    model, layers = _model_layers(graphdef, state)
+    p = prompts.shape[1]
+    if p > cache_len or cache_len > model.cfg.max_seq_len:
+        raise ValueError(f"KV cache of {cache_len} slots: need prompt width {p} <= it <= the model's max_seq_len "
+                         f"{model.cfg.max_seq_len}")
+    return _prefill(model, layers, prompts, prompt_lens, cache_len)
+
+
+def repeat_rows(dec: DecodeState, times: int) -> DecodeState:
+    """Each row of a DecodeState ``times`` times, consecutively (row r -> rows r*times .. r*times + times - 1): a
+    prefix every row shares (one row -> ``times`` rows), a prompt a group shares. Jittable."""
+    rows = lambda x, axis: jnp.repeat(x, times, axis=axis)
     bufs = dec.cache.buffers
     bufs = (tuple({k: rows(v, 0) for k, v in layer.items()} for layer in bufs) if isinstance(bufs, tuple)
             else {k: rows(v, 1) for k, v in bufs.items()})  # stacked: [n_layers, B, ...]

@@ -229,7 +229,8 @@ class GRPOAgent:
             self.stop_sequences, (b,) + self.stop_sequences.shape))
         stops = self._put(jnp.broadcast_to(self.stop_tokens, (b,) + self.stop_tokens.shape))
         out = generate(self.graphdef, policy, prompts, plens, key, stops,
-                       self._put(jnp.full((b,), cfg.max_new_tokens, jnp.int32)), seqs, config=self.sampler_config)
+                       self._put(jnp.full((b,), cfg.max_new_tokens, jnp.int32)), seqs, config=self.sampler_config,
+                       group=cfg.group_size)  # batch(): each prompt group_size times in a row, prefilled once
         tokens, lengths = host_values([out.tokens, out.lengths])  # all rows, on every process
         completions = self.tokenizer.decode_completions(tokens, lengths)
         fields = {k: [r[k] for r in rows] for k in rows[0] if all(k in r for r in rows)}

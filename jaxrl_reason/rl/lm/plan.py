@@ -18,14 +18,19 @@ temporaries. Memory terms (bytes per device):
     peak = resident state + the largest program's working memory (its temp + outputs not aliased to
            inputs + inputs that are not the state)
 
-FLOPs per step are analytic (2 x matmul params x tokens per forward, plus attention; the update's backward
-twice its forward, a "block" remat one forward more): XLA's ``cost_analysis()`` counts a loop body once
-(the layer scan, the decode loop), so its figure (``flops_xla``) is a lower bound only. The step time
-estimate is flops / ``flops_per_s`` (default: a short matmul on the device, or a table for accelerators).
+FLOPs per step are analytic and count useful work, what the tokens need (2 x matmul params x tokens per forward,
+plus causal attention; sampling: each group's prompt once, the LM head only where a token is drawn; the update's
+backward twice its forward, a "block" remat one forward more): XLA's ``cost_analysis()`` counts a loop body once
+(the layer scan, the decode loop), so its figure (``flops_xla``) is a lower bound only. Bytes per step are the
+least memory traffic: the weights once per forward / backward pass and per decode step, the KV cache read at every
+decode step, the optimiser reading and writing its state (activations not counted). A program's time estimate is
+its roofline, max(flops / ``flops_per_s``, bytes / ``bandwidth``) (defaults: measured on the device by
+``measured_flops_per_s`` / ``measured_bandwidth``, or a table for accelerators).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import NamedTuple
@@ -98,8 +103,10 @@ class Plan(NamedTuple):
     reference: int
     kv_cache: int
     programs: dict  # name -> ProgramPlan ("sample", "logprobs", "update")
-    flops: dict  # name -> analytic FLOPs per step
+    flops: dict  # name -> analytic FLOPs per step (useful work)
     flops_per_s: float
+    bytes: dict = {}  # name -> least bytes moved per step (weights, KV cache, optimiser state)
+    bandwidth: float = float("inf")  # bytes/s
 
     @property
     def resident(self) -> int:
@@ -117,9 +124,13 @@ class Plan(NamedTuple):
     def step_flops(self) -> float:
         return float(sum(self.flops.values()))
 
+    def time_s(self, name: str) -> float:
+        """Program ``name``'s roofline estimate: compute- or bandwidth-bound, whichever is slower."""
+        return max(self.flops.get(name, 0.0) / self.flops_per_s, self.bytes.get(name, 0.0) / self.bandwidth)
+
     @property
     def step_time_s(self) -> float:
-        return self.step_flops / self.flops_per_s
+        return float(sum(self.time_s(name) for name in set(self.flops) | set(self.bytes)))
 
     def terms(self) -> dict:
         """The memory terms (bytes) the check names."""
@@ -133,10 +144,15 @@ class Plan(NamedTuple):
         lines += [f"  {k:<16} {gib(v)}" for k, v in self.terms().items()]
         lines.append(f"  {'peak':<16} {gib(self.peak)}")
         for name, p in self.programs.items():
+            bound = "" if name not in self.bytes else (
+                "  bandwidth-bound" if self.bytes[name] / self.bandwidth > self.flops.get(name, 0) / self.flops_per_s
+                else "  compute-bound")
             lines.append(f"  program {name:<8} temp {gib(p.temp)}  working {gib(p.working)}  "
-                         f"flops {self.flops.get(name, 0):.3g}")
-        lines.append(f"  flops / step     {self.step_flops:.3g}   est. step time {self.step_time_s:.3g} s "
-                     f"(at {self.flops_per_s:.3g} flop/s)")
+                         f"flops {self.flops.get(name, 0):.3g}  bytes {self.bytes.get(name, 0):.3g}  "
+                         f"est. {self.time_s(name):.3g} s{bound}")
+        lines.append(f"  flops / step     {self.step_flops:.3g}   bytes / step {sum(self.bytes.values()):.3g}   "
+                     f"est. step time {self.step_time_s:.3g} s (at {self.flops_per_s:.3g} flop/s, "
+                     f"{self.bandwidth:.3g} B/s)")
         return "\n".join(lines)
 
     def check(self, device_memory: int | None = None) -> "Plan":
@@ -184,6 +200,30 @@ def measured_flops_per_s(device=None, n: int = 512) -> float:
     return 2 * n**3 / best
 
 
+#: memory bandwidth (bytes/s) of accelerators the estimate knows (device_kind substrings)
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "TPU v5p": 2.76e12, "TPU v5": 0.82e12,
+                  "TPU v4": 1.2e12}
+
+
+@functools.lru_cache(maxsize=None)
+def measured_bandwidth(device=None, mib: int = 256) -> float:
+    """Memory bandwidth of ``device`` (bytes/s read by a jitted sum over ``mib`` MiB of float32, best of a few
+    runs; an accelerator's from the table at 80%): the CPU's estimate."""
+    device = device or jax.devices()[0]
+    for kind, peak in PEAK_BANDWIDTH.items():
+        if kind in getattr(device, "device_kind", ""):
+            return 0.8 * peak
+    x = jax.device_put(jnp.ones((mib << 18,), jnp.float32), device)
+    f = jax.jit(jnp.sum)
+    f(x).block_until_ready()
+    best = np.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        f(x).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return x.nbytes / best
+
+
 def forward_flops(model_cfg, matmul_params: int, rows: int, tokens: int, context: int) -> float:
     """2 x matmul params per token, plus attention (QK^T and AV over ``context`` keys), for ``rows`` x ``tokens``."""
     heads = model_cfg.n_heads * (model_cfg.head_dim or model_cfg.d_model // model_cfg.n_heads)
@@ -205,22 +245,51 @@ def logp_flops(model_cfg, matmul_params: int, rows: int, prompt: int, new: int, 
     return float(blocks + rows * new * 2 * head)
 
 
+def sample_flops(model_cfg, matmul_params: int, groups: int, group: int, prompt: int, new: int) -> float:
+    """Useful FLOPs of sampling ``groups`` x ``group`` rows of ``new`` tokens after a ``prompt``-token prompt each
+    group shares (``generate(..., group=)``): the prompt's blocks once per group, causal attention, the LM head at
+    its last position; then every row's ``new`` decode steps (blocks + head), each attending to the tokens so far."""
+    head = model_cfg.vocab_size * model_cfg.d_model
+    body = forward_flops(model_cfg, matmul_params - head, 1, 1, 0)  # per token, without attention
+    attn = lambda r, t, ctx: forward_flops(model_cfg, 0, r, t, ctx)
+    prefill = groups * prompt * body + attn(groups, prompt, (prompt + 1) / 2) + groups * 2 * head
+    rows = groups * group
+    decode = rows * new * (body + 2 * head) + attn(rows, new, prompt + (new + 1) / 2)
+    return float(prefill + decode)
+
+
+def sample_bytes(weight_bytes: int, kv_bytes_per_token: float, groups: int, group: int, prompt: int,
+                 new: int) -> float:
+    """Least bytes moved by that sampling: the weights once for the prefill and once per decode step, the prompts'
+    cache written once, each decode step reading every row's cache so far."""
+    rows = groups * group
+    return float(weight_bytes * (1 + new) + kv_bytes_per_token * (groups * prompt + rows * new * (prompt + new / 2)))
+
+
+def update_bytes(weight_bytes: int, opt_bytes: int, trainable_bytes: int, passes: float, steps: int) -> float:
+    """Least bytes moved by ``steps`` optimiser steps of ``passes`` forward-equivalent passes each: the weights once
+    a pass, the optimiser reading and writing its state and the trainable parameters, reading their gradients."""
+    return float(steps * (passes * weight_bytes + 2 * opt_bytes + 3 * trainable_bytes))
+
+
 def _abstract_state(learner, agent):
     key = jax.random.key(0)
     return jax.eval_shape(lambda p, r: learner.new_state(p, r, key, agent), learner._params, learner._rest)
 
 
-def _plan(learner, state, programs: dict, flops: dict, kv: int, device_memory_bytes, flops_per_s) -> Plan:
+def _plan(learner, state, programs: dict, flops: dict, moved: dict, kv: int, device_memory_bytes, flops_per_s,
+          bandwidth) -> Plan:
     dev = jax.devices()[0]
     return Plan(device=f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
                 device_memory=device_memory(dev) if device_memory_bytes is None else device_memory_bytes,
                 params=_bytes(state.params), rest=_bytes(state.rest), optimizer_state=_bytes(state.opt_state),
                 reference=_bytes(state.ref_params), kv_cache=kv, programs=programs, flops=flops,
-                flops_per_s=flops_per_s or measured_flops_per_s(dev))
+                flops_per_s=flops_per_s or measured_flops_per_s(dev), bytes=moved,
+                bandwidth=bandwidth or (measured_bandwidth(dev) if moved else float("inf")))
 
 
 def plan_step(learner, agent, batch=None, *, device_memory_bytes: int | None = None,
-              flops_per_s: float | None = None) -> Plan:
+              flops_per_s: float | None = None, bandwidth: float | None = None) -> Plan:
     """A pure agent's plan: its one jitted step program (rollout + update) compiled for ``batch`` (single
     process; per device with a mesh). Its FLOPs are XLA's count (loop bodies once: a lower bound)."""
     if getattr(agent, "host", False):
@@ -228,11 +297,12 @@ def plan_step(learner, agent, batch=None, *, device_memory_bytes: int | None = N
     state = _abstract_state(learner, agent)
     compiled = learner._program("step", agent).lower(state, batch, jax.ShapeDtypeStruct((), jnp.int32)).compile()
     update = ProgramPlan.of(compiled, _bytes(state))
-    return _plan(learner, state, {"update": update}, {"update": update.flops_xla}, 0, device_memory_bytes,
-                 flops_per_s)
+    return _plan(learner, state, {"update": update}, {"update": update.flops_xla}, {}, 0, device_memory_bytes,
+                 flops_per_s, bandwidth)
 
 
-def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_per_s: float | None = None) -> Plan:
+def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_per_s: float | None = None,
+              bandwidth: float | None = None) -> Plan:
     """Compile GRPO's (``rl.grpo.GRPOAgent`` on ``learner``) sampling, log-prob and update programs for its shapes,
     without running them, and return their ``Plan`` (single process; per device with a mesh)."""
     from jaxrl_reason.models.lm.sampler import generate
@@ -248,7 +318,7 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
     stops = i32(b, *np.shape(agent.stop_tokens))
     seqs = None if agent.stop_sequences is None else i32(b, *np.shape(agent.stop_sequences))
     sample = generate.lower(learner.graphdef, model_state, i32(b, p), i32(b), key, stops, i32(b), seqs,
-                            config=agent.sampler_config).compile()
+                            config=agent.sampler_config, group=cfg.group_size).compile()
     params_b, rest_b = _bytes(state.params), _bytes(state.rest)
     programs = {"sample": ProgramPlan.of(sample, params_b + rest_b)}
     rows = Rollout(i32(b, p + n), i32(b), f32(b, n), sample_logp=f32(b, n), num_groups=cfg.groups_sampled,
@@ -265,21 +335,28 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
     from jaxrl_reason.models.lm.model import init_cache
 
     kv = _bytes(jax.eval_shape(lambda: init_cache(model_cfg, b, p + n)))
+    weights, opt = params_b + rest_b, _bytes(state.opt_state)
     embed = model_cfg.vocab_size * model_cfg.d_model  # a lookup, not a matmul (unless it is the tied head)
     matmul = _count(learner._params) + _count(learner._rest) - (0 if model_cfg.tie_embeddings else embed)
     rows_trained = cfg.prompts_per_step * cfg.group_size
     fwd = logp_flops(model_cfg, matmul, rows_trained, p, n, cfg.prompt_group)
     passes_n = 3 + (cfg.remat == "block")  # forward + backward (2 x), + the blocks' recomputation
-    flops = {"sample": forward_flops(model_cfg, matmul, b, p + n, p + n), "update": passes_n * fwd * cfg.epochs}
+    groups = cfg.groups_sampled
+    flops = {"sample": sample_flops(model_cfg, matmul, groups, cfg.group_size, p, n),
+             "update": passes_n * fwd * cfg.epochs}
+    moved = {"sample": sample_bytes(weights, kv / (b * (p + n)), groups, cfg.group_size, p, n),
+             "update": update_bytes(weights, opt, params_b, passes_n, cfg.epochs * cfg.minibatches)}
     if passes is not None:
-        flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * (lcfg.needs_old_pass()
-                                                                                        + lcfg.needs_ref)
-    return _plan(learner, state, programs, flops, kv, device_memory_bytes, flops_per_s)
+        n_passes = lcfg.needs_old_pass() + lcfg.needs_ref
+        flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * n_passes
+        moved["logprobs"] = float(weights * n_passes)
+    return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth)
 
 
 def _count(tree) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)))
 
 
-__all__ = ["ADVICE", "Plan", "PlanError", "ProgramPlan", "device_memory", "forward_flops", "measured_flops_per_s",
-           "plan_grpo", "plan_step"]
+__all__ = ["ADVICE", "PEAK_BANDWIDTH", "PEAK_FLOPS", "Plan", "PlanError", "ProgramPlan", "device_memory",
+           "forward_flops", "logp_flops", "measured_bandwidth", "measured_flops_per_s", "plan_grpo", "plan_step",
+           "sample_bytes", "sample_flops", "update_bytes"]

@@ -162,3 +162,26 @@ def test_data_parallel_bad_mesh(model):
         sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY, mesh=make_mesh("data=2", jax.devices()[:2]))
     with pytest.raises(ValueError, match="no axis 'data'"):
         sample(model, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY, mesh=make_mesh("tensor=3", jax.devices()[:3]))
+
+
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_group_prefill_draws_as_one_prefill_per_row(scan_layers):
+    """generate(group=g): each prompt prefilled once, its cache shared by its g rows: the same tokens as
+    prefilling every row (sampling, same key) and log-probs within float tolerance; rows not whole groups refused."""
+    from jaxrl_reason.models.lm.sampler import generate
+
+    m = Transformer(dataclasses.replace(CFG, scan_layers=scan_layers), rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(m)
+    g = 4
+    prompts, lens = jnp.repeat(PROMPTS, g, axis=0), jnp.repeat(LENS, g)
+    b = prompts.shape[0]
+    cfg = SamplerConfig(max_new_tokens=N, temperature=1.0)
+    args = (prompts, lens, jax.random.PRNGKey(3), jnp.full((b, 1), 2, jnp.int32), jnp.full((b,), N, jnp.int32))
+    every = generate(graphdef, state, *args, config=cfg)
+    shared = generate(graphdef, state, *args, config=cfg, group=g)
+    np.testing.assert_array_equal(shared.tokens, every.tokens)
+    np.testing.assert_array_equal(shared.lengths, every.lengths)
+    np.testing.assert_allclose(shared.logprobs, every.logprobs, rtol=1e-5, atol=1e-6)
+    assert len({tuple(r) for r in np.asarray(every.tokens)}) > 3  # the group's rows decode apart
+    with pytest.raises(ValueError, match="whole groups"):
+        generate(graphdef, state, *args, config=cfg, group=5)

@@ -39,19 +39,23 @@ def _trainer(cfg):
 
 def test_plan_terms_and_the_check():
     tr = _trainer(dataclasses.replace(CFG, loss=LossConfig(kl_coef=0.1)))
-    p = plan_grpo(*tr, device_memory_bytes=1 << 40, flops_per_s=1e9)
+    p = plan_grpo(*tr, device_memory_bytes=1 << 40, flops_per_s=1e9, bandwidth=1e15)
     n_params = sum(x.size for x in jax.tree.leaves(tr[0]._params))
     assert p.params == 4 * n_params and p.reference == p.params  # a KL term: the reference copy
     assert 2 * p.params <= p.optimizer_state <= 2 * p.params + 64  # Adam's two moments (+ counters)
     assert set(p.programs) == {"sample", "logprobs", "update"} and p.activations > 0 and p.kv_cache > 0
-    assert p.peak >= p.resident + p.programs["update"].working and p.step_time_s == pytest.approx(p.step_flops / 1e9)
-    assert "peak" in p.summary() and p.check() is p
+    assert p.peak >= p.resident + p.programs["update"].working
+    assert p.step_time_s == pytest.approx(sum(max(p.flops[k] / 1e9, p.bytes[k] / p.bandwidth) for k in p.flops))
+    assert set(p.bytes) == set(p.flops) and p.bytes["sample"] > p.params  # the weights at every decode step
+    slow = p._replace(bandwidth=1.0)  # at 1 B/s every program is bandwidth-bound
+    assert slow.step_time_s == pytest.approx(sum(p.bytes.values())) and "bandwidth-bound" in slow.summary()
+    assert "peak" in p.summary() and "compute-bound" in p.summary() and p.check() is p
     biggest = max(p.terms(), key=p.terms().get)
     with pytest.raises(PlanError, match=rf"^plan: peak .* > 0.00 GiB .*the largest term is {biggest} \(.*\): ") as e:
         p.check(device_memory=1000)
     assert "\n" not in str(e.value)
     # no KL term, one minibatch: neither a reference copy nor a log-prob program
-    q = plan_grpo(*_trainer(CFG), device_memory_bytes=1 << 40, flops_per_s=1e9)
+    q = plan_grpo(*_trainer(CFG), device_memory_bytes=1 << 40, flops_per_s=1e9, bandwidth=1e15)
     assert q.reference == 0 and set(q.programs) == {"sample", "update"} and q.step_flops < p.step_flops
 
 
@@ -69,6 +73,19 @@ def test_update_flops_follow_the_compiled_program(share):
         plain = plan_grpo(*_trainer_like(tr, cfg), device_memory_bytes=1 << 40, flops_per_s=1e9)
         assert p.flops["update"] < 0.5 * plain.flops["update"]
         assert p.programs["update"].flops_xla < 0.5 * plain.programs["update"].flops_xla
+
+
+def test_sample_flops_count_each_group_prompt_once():
+    """Sampling's useful FLOPs: a group's prompt once (the prefill of G prompts, not G x group rows), the decode of
+    every row; with a long prompt and few new tokens the count is about 1/group of re-prefilling every row."""
+    from jaxrl_reason.rl.lm.plan import forward_flops, sample_flops
+
+    model_cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=64, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=128)
+    matmul = 2 * (4 * 64 * 64 + 3 * 64 * 128) + TOK.vocab_size * 64
+    shared = sample_flops(model_cfg, matmul, groups=4, group=8, prompt=400, new=1)
+    every_row = forward_flops(model_cfg, matmul, 32, 400, 200)
+    assert 0.1 < shared / every_row < 0.2
+    assert sample_flops(model_cfg, matmul, 4, 8, 40, 16) > sample_flops(model_cfg, matmul, 4, 8, 40, 8)
 
 
 def _trainer_like(tr, cfg):
