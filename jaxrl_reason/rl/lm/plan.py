@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from jaxrl_reason.utils import roofline
 
 GIB = float(1 << 30)
 
@@ -126,7 +127,8 @@ class Plan(NamedTuple):
 
     def time_s(self, name: str) -> float:
         """Program ``name``'s roofline estimate: compute- or bandwidth-bound, whichever is slower."""
-        return max(self.flops.get(name, 0.0) / self.flops_per_s, self.bytes.get(name, 0.0) / self.bandwidth)
+        return roofline.roofline_s(self.flops.get(name, 0.0), self.bytes.get(name, 0.0), self.flops_per_s,
+                                   self.bandwidth)
 
     @property
     def step_time_s(self) -> float:
@@ -184,20 +186,13 @@ PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "TPU v5p": 459e12,
 
 
 def measured_flops_per_s(device=None, n: int = 512) -> float:
-    """Matmul throughput of ``device`` (float32, best of a few runs): the CPU's estimate."""
+    """Matmul throughput of ``device`` (float32 [n, n] @ [n, n], best of a few runs): the CPU's estimate; an
+    accelerator's from the table at a typical model FLOPs utilisation (40%)."""
     device = device or jax.devices()[0]
     for kind, peak in PEAK_FLOPS.items():
         if kind in getattr(device, "device_kind", ""):
-            return 0.4 * peak  # a typical model FLOPs utilisation
-    x = jax.device_put(jnp.ones((n, n), jnp.float32), device)
-    f = jax.jit(lambda a: a @ a)
-    f(x).block_until_ready()
-    best = np.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        f(x).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
+            return 0.4 * peak
+    return roofline.matmul_flops_per_s(n, n, n, "float32", device, repeats=3)
 
 
 #: memory bandwidth (bytes/s) of accelerators the estimate knows (device_kind substrings)
@@ -206,22 +201,14 @@ PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "TPU v5p": 2.
 
 
 @functools.lru_cache(maxsize=None)
-def measured_bandwidth(device=None, mib: int = 256) -> float:
-    """Memory bandwidth of ``device`` (bytes/s read by a jitted sum over ``mib`` MiB of float32, best of a few
-    runs; an accelerator's from the table at 80%): the CPU's estimate."""
+def measured_bandwidth(device=None) -> float:
+    """Memory bandwidth of ``device`` (bytes/s; ``utils.roofline.read_bandwidth``): the CPU's estimate; an
+    accelerator's from the table at 80%."""
     device = device or jax.devices()[0]
     for kind, peak in PEAK_BANDWIDTH.items():
         if kind in getattr(device, "device_kind", ""):
             return 0.8 * peak
-    x = jax.device_put(jnp.ones((mib << 18,), jnp.float32), device)
-    f = jax.jit(jnp.sum)
-    f(x).block_until_ready()
-    best = np.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        f(x).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return x.nbytes / best
+    return roofline.read_bandwidth(device=device)
 
 
 def forward_flops(model_cfg, matmul_params: int, rows: int, tokens: int, context: int) -> float:
