@@ -179,6 +179,15 @@ class ToolUseAgent:
             states += roll(policy, key, problems[i: i + c.eval_batch])[1]
         return calc_metrics(states)
 
+    def plan(self, learner: Learner, **kw):
+        """A step's memory and cost per device for its T turns (``rl.lm.plan.plan_episodes``: the episodes' carried
+        KV cache, the update, FLOPs and bytes); an episode past the model's window refused."""
+        from jaxrl_reason.rl.lm.plan import plan_episodes
+
+        c, env = self.config, self.envs[True]
+        return plan_episodes(learner, self, env.prompt_tokens, c.max_turns, c.turn_tokens, env.obs_tokens,
+                             c.prompts_per_step * c.group_size, **kw)
+
     def close(self):
         for r in self.rollouts.values():
             r.close()

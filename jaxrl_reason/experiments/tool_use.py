@@ -34,6 +34,7 @@ class Config(ToolUseConfig):
     steps: int = 150  # GRPO steps
     eval_every: int = 0  # held-out evaluation interval in GRPO steps (0: before and after only)
     log_every: int = 10
+    plan: bool = False  # compile a step for the episode's T turns, print its memory (the KV cache) and cost, and stop
 
     def __post_init__(self):
         super().__post_init__()
@@ -58,6 +59,13 @@ def _row(stage: str, tool: bool, m: dict) -> dict:
 def run(config: Config, run_dir: RunDir) -> dict:
     t_start = time.perf_counter()
     model = tool_use_model(config)
+    if config.plan:  # before the start's SFT: nothing trained, a plan that does not fit refused
+        learner, agent = tool_use_learner(config, model)
+        with agent:
+            report = learner.plan(agent)
+        print(report.summary())
+        report.check()
+        return {"plan_peak_bytes": report.peak, "plan_kv_cache_bytes": report.kv_cache, "run_dir": str(run_dir.path)}
     sft_loss = sft_start(model, config)
     learner, agent = tool_use_learner(config, model)
     with agent:

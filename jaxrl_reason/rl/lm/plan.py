@@ -108,6 +108,7 @@ class Plan(NamedTuple):
     flops_per_s: float
     bytes: dict = {}  # name -> least bytes moved per step (weights, KV cache, optimiser state)
     bandwidth: float = float("inf")  # bytes/s
+    notes: tuple = ()  # lines the summary ends with (e.g. the episode a multi-turn plan is for)
 
     @property
     def resident(self) -> int:
@@ -119,7 +120,10 @@ class Plan(NamedTuple):
 
     @property
     def peak(self) -> int:
-        return self.resident + max(p.working for p in self.programs.values())
+        """Resident state + the largest working memory: a program's, or a host rollout's KV cache (no "sample"
+        program: the multi-turn cache lives on the device while the episodes play)."""
+        sampling = 0 if "sample" in self.programs else self.kv_cache
+        return self.resident + max(sampling, *(p.working for p in self.programs.values()))
 
     @property
     def step_flops(self) -> float:
@@ -145,16 +149,19 @@ class Plan(NamedTuple):
         lines = [f"plan on {self.device} (per device; memory {mem})"]
         lines += [f"  {k:<16} {gib(v)}" for k, v in self.terms().items()]
         lines.append(f"  {'peak':<16} {gib(self.peak)}")
-        for name, p in self.programs.items():
+        for name in {**self.programs, **self.flops}:
+            p = self.programs.get(name)
             bound = "" if name not in self.bytes else (
                 "  bandwidth-bound" if self.bytes[name] / self.bandwidth > self.flops.get(name, 0) / self.flops_per_s
                 else "  compute-bound")
-            lines.append(f"  program {name:<8} temp {gib(p.temp)}  working {gib(p.working)}  "
-                         f"flops {self.flops.get(name, 0):.3g}  bytes {self.bytes.get(name, 0):.3g}  "
-                         f"est. {self.time_s(name):.3g} s{bound}")
+            mem = (f"temp {gib(p.temp)}  working {gib(p.working)}" if p is not None
+                   else f"{'(host loop, not compiled here)':<44}")
+            lines.append(f"  program {name:<8} {mem}  flops {self.flops.get(name, 0):.3g}  "
+                         f"bytes {self.bytes.get(name, 0):.3g}  est. {self.time_s(name):.3g} s{bound}")
         lines.append(f"  flops / step     {self.step_flops:.3g}   bytes / step {sum(self.bytes.values()):.3g}   "
                      f"est. step time {self.step_time_s:.3g} s (at {self.flops_per_s:.3g} flop/s, "
                      f"{self.bandwidth:.3g} B/s)")
+        lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines)
 
     def check(self, device_memory: int | None = None) -> "Plan":
@@ -265,14 +272,14 @@ def _abstract_state(learner, agent):
 
 
 def _plan(learner, state, programs: dict, flops: dict, moved: dict, kv: int, device_memory_bytes, flops_per_s,
-          bandwidth) -> Plan:
+          bandwidth, notes: tuple = ()) -> Plan:
     dev = jax.devices()[0]
     return Plan(device=f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
                 device_memory=device_memory(dev) if device_memory_bytes is None else device_memory_bytes,
                 params=_bytes(state.params), rest=_bytes(state.rest), optimizer_state=_bytes(state.opt_state),
                 reference=_bytes(state.ref_params), kv_cache=kv, programs=programs, flops=flops,
                 flops_per_s=flops_per_s or measured_flops_per_s(dev), bytes=moved,
-                bandwidth=bandwidth or (measured_bandwidth(dev) if moved else float("inf")))
+                bandwidth=bandwidth or (measured_bandwidth(dev) if moved else float("inf")), notes=notes)
 
 
 def plan_step(learner, agent, batch=None, *, device_memory_bytes: int | None = None,
@@ -292,6 +299,7 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
               bandwidth: float | None = None) -> Plan:
     """Compile GRPO's (``rl.grpo.GRPOAgent`` on ``learner``) sampling, log-prob and update programs for its shapes,
     without running them, and return their ``Plan`` (single process; per device with a mesh)."""
+    from jaxrl_reason.models.lm.model import init_cache
     from jaxrl_reason.models.lm.sampler import generate
     from jaxrl_reason.rl.lm.rollout import Rollout
 
@@ -310,21 +318,11 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
     programs = {"sample": ProgramPlan.of(sample, params_b + rest_b)}
     rows = Rollout(i32(b, p + n), i32(b), f32(b, n), sample_logp=f32(b, n), num_groups=cfg.groups_sampled,
                    keep=cfg.prompts_per_step)
-    passes, logps = learner._program("passes", agent), {}
-    if passes is not None:
-        programs["logprobs"] = ProgramPlan.of(passes.lower(state, rows).compile(), _bytes(state))
-        logps = jax.eval_shape(passes, state, rows)
-    scored = rows.replace(rewards=f32(b), valid=f32(b))
-    update = learner._program("update", agent).lower(state, scored, logps, key, i32()).compile()
-    programs["update"] = ProgramPlan.of(update, _bytes(state))
+    programs.update(_update_programs(learner, agent, state, rows))
 
-    model_cfg = nnx.merge(learner.graphdef, learner._params, learner._rest).cfg
-    from jaxrl_reason.models.lm.model import init_cache
-
+    model_cfg, matmul = _matmul_params(learner)
     kv = _bytes(jax.eval_shape(lambda: init_cache(model_cfg, b, p + n)))
     weights, opt = params_b + rest_b, _bytes(state.opt_state)
-    embed = model_cfg.vocab_size * model_cfg.d_model  # a lookup, not a matmul (unless it is the tied head)
-    matmul = _count(learner._params) + _count(learner._rest) - (0 if model_cfg.tie_embeddings else embed)
     rows_trained = cfg.prompts_per_step * cfg.group_size
     fwd = logp_flops(model_cfg, matmul, rows_trained, p, n, cfg.prompt_group)
     passes_n = 3 + (cfg.remat == "block")  # forward + backward (2 x), + the blocks' recomputation
@@ -333,11 +331,89 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
              "update": passes_n * fwd * cfg.epochs}
     moved = {"sample": sample_bytes(weights, kv / (b * (p + n)), groups, cfg.group_size, p, n),
              "update": update_bytes(weights, opt, params_b, passes_n, cfg.epochs * cfg.minibatches)}
-    if passes is not None:
+    if "logprobs" in programs:
         n_passes = lcfg.needs_old_pass() + lcfg.needs_ref
         flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * n_passes
         moved["logprobs"] = float(weights * n_passes)
     return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth)
+
+
+def _update_programs(learner, agent, state, rows) -> dict:
+    """The learner's log-prob passes (where its config needs them) and update, compiled for the abstract rollout
+    ``rows`` (its rewards and valid added): {"logprobs"?, "update"} -> ProgramPlan."""
+    b = rows.seqs.shape[0]
+    f32 = jax.ShapeDtypeStruct((b,), jnp.float32)
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    passes, logps, programs = learner._program("passes", agent), {}, {}
+    if passes is not None:
+        programs["logprobs"] = ProgramPlan.of(passes.lower(state, rows).compile(), _bytes(state))
+        logps = jax.eval_shape(passes, state, rows)
+    scored = rows.replace(rewards=f32, valid=f32)
+    update = learner._program("update", agent).lower(state, scored, logps, key,
+                                                     jax.ShapeDtypeStruct((), jnp.int32)).compile()
+    programs["update"] = ProgramPlan.of(update, _bytes(state))
+    return programs
+
+
+def _matmul_params(learner) -> tuple:
+    """(the model's config, its parameters that multiply: all but the embedding lookup unless it is the tied head)."""
+    model_cfg = nnx.merge(learner.graphdef, learner._params, learner._rest).cfg
+    embed = model_cfg.vocab_size * model_cfg.d_model
+    return model_cfg, _count(learner._params) + _count(learner._rest) - (0 if model_cfg.tie_embeddings else embed)
+
+
+def episode_flops(model_cfg, matmul_params: int, episodes: int, prompt: int, turns: int, turn_tokens: int,
+                  obs_tokens: int) -> float:
+    """Useful FLOPs of sampling ``episodes`` multi-turn episodes with the KV cache carried: every token of an episode
+    (prompt, T turns of N, T - 1 observations of O) through the blocks once, attending causally to the tokens before
+    it; the LM head where a token is drawn (T N per episode)."""
+    head = model_cfg.vocab_size * model_cfg.d_model
+    body = forward_flops(model_cfg, matmul_params - head, 1, 1, 0)
+    tokens = prompt + turns * turn_tokens + (turns - 1) * obs_tokens
+    return float(episodes * (tokens * body + turns * turn_tokens * 2 * head)
+                 + forward_flops(model_cfg, 0, episodes, tokens, (tokens + 1) / 2))
+
+
+def plan_episodes(learner, agent, prompt: int, turns: int, turn_tokens: int, obs_tokens: int, episodes: int, *,
+                  device_memory_bytes: int | None = None, flops_per_s: float | None = None,
+                  bandwidth: float | None = None) -> Plan:
+    """A multi-turn agent's plan (``rl.lm.multiturn`` with the cache carried): its ``episodes`` episodes' KV cache,
+    held on the device for all ``turns`` turns (``episode_cache_len`` slots each: P + T N + (T - 1) O), the update
+    compiled for their rollout (rows [episodes, P + L]), sampling's useful FLOPs (``episode_flops``) and least bytes
+    (the weights at each of the T N decode steps and T prefills; each decode step reading the cache so far). An
+    episode longer than the model's ``max_seq_len`` is refused (ValueError) before anything is compiled."""
+    from jaxrl_reason.rl.lm.multiturn import episode_cache_bytes, episode_cache_len, response_width
+    from jaxrl_reason.rl.lm.rollout import Rollout
+
+    model_cfg, matmul = _matmul_params(learner)
+    slots = episode_cache_len(prompt, turns, turn_tokens, obs_tokens)
+    if slots > model_cfg.max_seq_len:
+        raise ValueError(f"plan: an episode of {turns} turns holds {slots} tokens (P {prompt} + T N + (T - 1) O), "
+                         f"past the model's max_seq_len {model_cfg.max_seq_len}: fewer turns or tokens per turn")
+    state = _abstract_state(learner, agent)
+    width = response_width(turns, turn_tokens, obs_tokens)
+    i32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)
+    f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)
+    rows = Rollout(i32(episodes, prompt + width), i32(episodes), f32(episodes, width), sample_logp=f32(episodes, width),
+                   loss_mask=f32(episodes, width), groups=i32(episodes), num_groups=getattr(agent, "num_groups", 1))
+    programs = _update_programs(learner, agent, state, rows)
+    kv = episode_cache_bytes(model_cfg, episodes, prompt, turns, turn_tokens, obs_tokens)
+    weights = _bytes(state.params) + _bytes(state.rest)
+    fwd = logp_flops(model_cfg, matmul, episodes, prompt, width)
+    passes_n = 3 + (learner.config.remat == "block")
+    flops = {"sample": episode_flops(model_cfg, matmul, episodes, prompt, turns, turn_tokens, obs_tokens),
+             "update": passes_n * fwd * learner.config.epochs}
+    steps = learner.config.epochs * learner.config.minibatches
+    decode_steps = turns * turn_tokens  # each reads the weights and, on average, half the episodes' cache
+    moved = {"sample": float(weights * (decode_steps + turns) + kv * decode_steps / 2),
+             "update": update_bytes(weights, _bytes(state.opt_state), _bytes(state.params), passes_n, steps)}
+    if "logprobs" in programs:
+        n_passes = learner.config.needs_old_pass() + learner.config.needs_ref
+        flops["logprobs"] = fwd * n_passes
+        moved["logprobs"] = float(weights * n_passes)
+    note = (f"episodes: {episodes} x {turns} turns of {turn_tokens} tokens, {obs_tokens}-token observations, "
+            f"a {prompt}-token prompt: {slots} cache slots each (max_seq_len {model_cfg.max_seq_len})")
+    return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth, (note,))
 
 
 def _count(tree) -> int:
@@ -345,5 +421,5 @@ def _count(tree) -> int:
 
 
 __all__ = ["ADVICE", "PEAK_BANDWIDTH", "PEAK_FLOPS", "Plan", "PlanError", "ProgramPlan", "device_memory",
-           "forward_flops", "logp_flops", "measured_bandwidth", "measured_flops_per_s", "plan_grpo", "plan_step",
+           "episode_flops", "forward_flops", "logp_flops", "measured_bandwidth", "measured_flops_per_s", "plan_episodes", "plan_grpo", "plan_step",
            "sample_bytes", "sample_flops", "update_bytes"]

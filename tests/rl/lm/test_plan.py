@@ -144,3 +144,27 @@ def measure_peak(remat: str, d: int = 128, layers: int = 2, rows: int = 32, n: i
 
 if __name__ == "__main__":  # the subprocess of test_plan_matches_the_measured_peak_of_the_compiled_update
     measure_peak(sys.argv[1])
+
+
+def test_multiturn_plan_holds_the_episode_cache_for_its_turns():
+    """plan_episodes (tool use's --plan): the KV cache term is the carried cache of the step's episodes for T turns
+    (growing with T), the update compiled for the episode's width, sampling's useful FLOPs counted; an episode past
+    the model's window is refused before anything is compiled."""
+    from jaxrl_reason.agents.tool_use import ToolUseConfig, tool_use_learner, tool_use_model
+    from jaxrl_reason.rl.lm.multiturn import episode_cache_bytes
+    from jaxrl_reason.rl.lm.plan import plan_episodes
+
+    cfg = ToolUseConfig(prompts_per_step=2, group_size=2, turn_tokens=8)
+    learner, agent = tool_use_learner(cfg, tool_use_model(cfg))
+    with agent:
+        p = learner.plan(agent, device_memory_bytes=1 << 40, flops_per_s=1e9, bandwidth=1e9)
+        env = agent.envs[True]
+        assert p.kv_cache == episode_cache_bytes(learner.model(learner.init(jax.random.key(0), agent)).cfg, 4,
+                                                 env.prompt_tokens, cfg.max_turns, 8, env.obs_tokens)
+        assert set(p.programs) == {"update"} and p.flops["sample"] > 0 and p.bytes["sample"] > 0
+        assert f"{cfg.max_turns} turns" in p.summary() and "host loop" in p.summary()
+        short = plan_episodes(learner, agent, env.prompt_tokens, 1, 8, env.obs_tokens, 4, flops_per_s=1e9,
+                              bandwidth=1e9)
+        assert short.kv_cache < p.kv_cache and short.flops["sample"] < p.flops["sample"]
+        with pytest.raises(ValueError, match="past the model's max_seq_len"):
+            plan_episodes(learner, agent, env.prompt_tokens, 50, 8, env.obs_tokens, 4)
