@@ -154,10 +154,19 @@ def test_astro_needs_r1_tags_and_adds_them(real_model):
 
 
 # ------------------------------------------------------------------ the issue-40 claim presets, 2 steps each, tiny
+@pytest.fixture(scope="module")
+def smollm2_vocab_checkpoint(smollm2, tmp_path_factory):
+    """A tiny random Qwen3 (hidden 32, one layer) of SmolLM2's own vocabulary, saved with SmolLM2's tokenizer and
+    chat template: the claim presets' wiring (prompts, templates, tags, lengths) at a tiny model's cost; the 135M
+    weights go through every agent in the step tests above."""
+    from testutil import tiny_hf_checkpoint
+
+    return str(tiny_hf_checkpoint(tmp_path_factory.mktemp("smollm2_vocab"), smollm2.tokenizer, max_positions=1024))
+
+
 def run_preset(name: str, tmp_path, *flags: str) -> dict:
-    """``jaxrl-reason run NAME --preset smollm2 FLAGS`` in ``tmp_path``, in a subprocess of its own (it loads the real
-    model itself): each preset compiles its own programs for the 135M model, several GB that only the process's end
-    gives back, and this folder runs on one test worker beside another."""
+    """``jaxrl-reason run NAME --preset smollm2 FLAGS`` in ``tmp_path``, in a subprocess of its own (it loads its
+    checkpoint itself: programs compiled for a large model take memory only the process's end gives back)."""
     code = ("import json, sys; from jaxrl_reason.cli import run_experiment; "
             "s = run_experiment(sys.argv[1], sys.argv[2:]); "
             "print('SUMMARY' + json.dumps(s, default=lambda o: o.item() if getattr(o, 'ndim', 1) == 0 else str(o)))")
@@ -167,10 +176,10 @@ def run_preset(name: str, tmp_path, *flags: str) -> dict:
     return json.loads([line for line in out.stdout.splitlines() if line.startswith("SUMMARY")][-1][len("SUMMARY"):])
 
 
-def test_spiral_smollm2_preset_two_steps(smollm2, tmp_path):
-    """The SPIRAL claim's CPU preset end to end on one game and one variant: checkpoint row, warm start, 2 self-play
-    steps (trained turns only: ``update_rows``), the final evaluation."""
-    summary = run_preset("spiral", tmp_path, "--variants", "rae:kuhn_poker", "--steps", "2", "--eval-every", "2",
+def test_spiral_smollm2_preset_two_steps(smollm2_vocab_checkpoint, tmp_path):
+    """The SPIRAL claim's preset end to end on one game and one variant (SmolLM2's tokenizer, a tiny model):
+    checkpoint row, warm start, 2 self-play steps (trained turns only: ``update_rows``), the final evaluation."""
+    summary = run_preset("spiral", tmp_path, "--model", smollm2_vocab_checkpoint, "--variants", "rae:kuhn_poker", "--steps", "2", "--eval-every", "2",
                          "--warm.steps", "1", "--warm.games-per-game", "2", "--warm.batch-size", "2",
                          "--spiral.episodes-per-game", "2", "--spiral.max-new-tokens", "4", "--eval-episodes", "2",
                          "--final-eval-episodes", "2", "--infoset-samples", "1", "--transfer-problems", "1",
@@ -183,17 +192,19 @@ def test_spiral_smollm2_preset_two_steps(smollm2, tmp_path):
     assert len(train) == 2 and all(np.isfinite(s["loss"]) and 0 < s["kuhn_poker/response_length"] <= 4 for s in train)
 
 
-def test_joyagents_smollm2_preset_two_steps(smollm2, tmp_path):
-    """The JoyAgents claim's CPU preset: protocol SFT, then 2 updates of each arm (joint, node-wise), one seed."""
-    summary = run_preset("joyagents", tmp_path, "--seeds", "1", "--sft.steps", "1", "--sft.problems", "8",
+def test_joyagents_smollm2_preset_two_steps(smollm2_vocab_checkpoint, tmp_path):
+    """The JoyAgents claim's preset (SmolLM2's tokenizer, a tiny model): protocol SFT, then 2 updates of each arm
+    (joint, node-wise), one seed."""
+    summary = run_preset("joyagents", tmp_path, "--model", smollm2_vocab_checkpoint, "--seeds", "1", "--sft.steps", "1", "--sft.problems", "8",
                          "--sft.batch-size", "2", "--rl.group-size", "2", "--requests-per-step", "1", "--rl-steps", "2",
                          "--eval-every", "2", "--heldout", "4")
     assert summary and all(np.isfinite(v) for v in summary.values() if isinstance(v, float))
 
 
-def test_astro_smollm2_preset_two_steps(smollm2, tmp_path):
-    """The ASTRO claim's CPU preset: base SFT, search traces, procedure cloning, 2 RL steps on each arm."""
-    summary = run_preset("astro", tmp_path, "--base-sft.steps", "1", "--base-sft.problems", "8",
+def test_astro_smollm2_preset_two_steps(smollm2_vocab_checkpoint, tmp_path):
+    """The ASTRO claim's preset (SmolLM2's tokenizer with the R1 tags added, a tiny model): base SFT, search traces,
+    procedure cloning, 2 RL steps on each arm."""
+    summary = run_preset("astro", tmp_path, "--model", smollm2_vocab_checkpoint, "--base-sft.steps", "1", "--base-sft.problems", "8",
                          "--base-sft.batch-size", "2", "--search.num-simulations", "2", "--search.branching", "2",
                          "--search.max-depth", "2", "--search.step-tokens", "4", "--search.rollout-tokens", "4",
                          "--search-batch", "2", "--search-problems", "2", "--compare-problems", "2",
