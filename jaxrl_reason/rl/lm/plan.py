@@ -20,11 +20,12 @@ temporaries. Memory terms (bytes per device):
 
 FLOPs per step are analytic and count useful work, what the tokens need (2 x matmul params x tokens per forward,
 plus causal attention; sampling: each group's prompt once, the LM head only where a token is drawn; the update's
-backward twice its forward, a "block" remat one forward more): XLA's ``cost_analysis()`` counts a loop body once
+backward twice its forward); what a program executes beyond them is ``recomputed`` (a "block" remat's second
+forward), counted in its time estimate, not in its FLOPs. XLA's ``cost_analysis()`` counts a loop body once
 (the layer scan, the decode loop), so its figure (``flops_xla``) is a lower bound only. Bytes per step are the
 least memory traffic: the weights once per forward / backward pass and per decode step, the KV cache read at every
 decode step, the optimiser reading and writing its state (activations not counted). A program's time estimate is
-its roofline, max(flops / ``flops_per_s``, bytes / ``bandwidth``) (defaults: measured on the device by
+its roofline, max((flops + recomputed) / ``flops_per_s``, bytes / ``bandwidth``) (defaults: measured on the device by
 ``measured_flops_per_s`` / ``measured_bandwidth``, or a table for accelerators).
 """
 
@@ -109,6 +110,7 @@ class Plan(NamedTuple):
     bytes: dict = {}  # name -> least bytes moved per step (weights, KV cache, optimiser state)
     bandwidth: float = float("inf")  # bytes/s
     notes: tuple = ()  # lines the summary ends with (e.g. the episode a multi-turn plan is for)
+    recomputed: dict = {}  # name -> FLOPs executed beyond the useful ones (remat's recomputed forward)
 
     @property
     def resident(self) -> int:
@@ -131,8 +133,8 @@ class Plan(NamedTuple):
 
     def time_s(self, name: str) -> float:
         """Program ``name``'s roofline estimate: compute- or bandwidth-bound, whichever is slower."""
-        return roofline.roofline_s(self.flops.get(name, 0.0), self.bytes.get(name, 0.0), self.flops_per_s,
-                                   self.bandwidth)
+        executed = self.flops.get(name, 0.0) + self.recomputed.get(name, 0.0)
+        return roofline.roofline_s(executed, self.bytes.get(name, 0.0), self.flops_per_s, self.bandwidth)
 
     @property
     def step_time_s(self) -> float:
@@ -156,7 +158,8 @@ class Plan(NamedTuple):
                 else "  compute-bound")
             mem = (f"temp {gib(p.temp)}  working {gib(p.working)}" if p is not None
                    else f"{'(host loop, not compiled here)':<44}")
-            lines.append(f"  program {name:<8} {mem}  flops {self.flops.get(name, 0):.3g}  "
+            extra = f" (+{self.recomputed[name]:.3g} recomputed)" if self.recomputed.get(name) else ""
+            lines.append(f"  program {name:<8} {mem}  flops {self.flops.get(name, 0):.3g}{extra}  "
                          f"bytes {self.bytes.get(name, 0):.3g}  est. {self.time_s(name):.3g} s{bound}")
         lines.append(f"  flops / step     {self.step_flops:.3g}   bytes / step {sum(self.bytes.values()):.3g}   "
                      f"est. step time {self.step_time_s:.3g} s (at {self.flops_per_s:.3g} flop/s, "
@@ -272,14 +275,15 @@ def _abstract_state(learner, agent):
 
 
 def _plan(learner, state, programs: dict, flops: dict, moved: dict, kv: int, device_memory_bytes, flops_per_s,
-          bandwidth, notes: tuple = ()) -> Plan:
+          bandwidth, notes: tuple = (), recomputed: dict | None = None) -> Plan:
     dev = jax.devices()[0]
     return Plan(device=f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
                 device_memory=device_memory(dev) if device_memory_bytes is None else device_memory_bytes,
                 params=_bytes(state.params), rest=_bytes(state.rest), optimizer_state=_bytes(state.opt_state),
                 reference=_bytes(state.ref_params), kv_cache=kv, programs=programs, flops=flops,
                 flops_per_s=flops_per_s or measured_flops_per_s(dev), bytes=moved,
-                bandwidth=bandwidth or (measured_bandwidth(dev) if moved else float("inf")), notes=notes)
+                bandwidth=bandwidth or (measured_bandwidth(dev) if moved else float("inf")), notes=notes,
+                recomputed=recomputed or {})
 
 
 def plan_step(learner, agent, batch=None, *, device_memory_bytes: int | None = None,
@@ -327,15 +331,16 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
     fwd = logp_flops(model_cfg, matmul, rows_trained, p, n, cfg.prompt_group)
     passes_n = 3 + (cfg.remat == "block")  # forward + backward (2 x), + the blocks' recomputation
     groups = cfg.groups_sampled
-    flops = {"sample": sample_flops(model_cfg, matmul, groups, cfg.group_size, p, n),
-             "update": passes_n * fwd * cfg.epochs}
+    flops = {"sample": sample_flops(model_cfg, matmul, groups, cfg.group_size, p, n), "update": 3 * fwd * cfg.epochs}
+    recomputed = {"update": (passes_n - 3) * fwd * cfg.epochs}
     moved = {"sample": sample_bytes(weights, kv / (b * (p + n)), groups, cfg.group_size, p, n),
              "update": update_bytes(weights, opt, params_b, passes_n, cfg.epochs * cfg.minibatches)}
     if "logprobs" in programs:
         n_passes = lcfg.needs_old_pass() + lcfg.needs_ref
         flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * n_passes
         moved["logprobs"] = float(weights * n_passes)
-    return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth)
+    return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth,
+                 recomputed=recomputed)
 
 
 def _update_programs(learner, agent, state, rows) -> dict:
@@ -402,7 +407,8 @@ def plan_episodes(learner, agent, prompt: int, turns: int, turn_tokens: int, obs
     fwd = logp_flops(model_cfg, matmul, episodes, prompt, width)
     passes_n = 3 + (learner.config.remat == "block")
     flops = {"sample": episode_flops(model_cfg, matmul, episodes, prompt, turns, turn_tokens, obs_tokens),
-             "update": passes_n * fwd * learner.config.epochs}
+             "update": 3 * fwd * learner.config.epochs}
+    recomputed = {"update": (passes_n - 3) * fwd * learner.config.epochs}
     steps = learner.config.epochs * learner.config.minibatches
     decode_steps = turns * turn_tokens  # each reads the weights and, on average, half the episodes' cache
     moved = {"sample": float(weights * (decode_steps + turns) + kv * decode_steps / 2),
@@ -413,7 +419,8 @@ def plan_episodes(learner, agent, prompt: int, turns: int, turn_tokens: int, obs
         moved["logprobs"] = float(weights * n_passes)
     note = (f"episodes: {episodes} x {turns} turns of {turn_tokens} tokens, {obs_tokens}-token observations, "
             f"a {prompt}-token prompt: {slots} cache slots each (max_seq_len {model_cfg.max_seq_len})")
-    return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth, (note,))
+    return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth, (note,),
+                 recomputed=recomputed)
 
 
 def _count(tree) -> int:

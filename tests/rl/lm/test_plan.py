@@ -88,6 +88,18 @@ def test_sample_flops_count_each_group_prompt_once():
     assert sample_flops(model_cfg, matmul, 4, 8, 40, 16) > sample_flops(model_cfg, matmul, 4, 8, 40, 8)
 
 
+def test_remat_recomputation_is_not_useful_work():
+    """A "block" remat executes a second forward: counted in the update's time estimate (``recomputed``), not in
+    its FLOPs, which stay those of the same update without remat."""
+    plain = plan_grpo(*_trainer(CFG), device_memory_bytes=1 << 40, flops_per_s=1e9, bandwidth=1e15)
+    remat = plan_grpo(*_trainer(dataclasses.replace(CFG, remat="block")), device_memory_bytes=1 << 40,
+                      flops_per_s=1e9, bandwidth=1e15)
+    assert remat.flops == plain.flops and not plain.recomputed.get("update")
+    assert remat.recomputed["update"] == pytest.approx(remat.flops["update"] / 3)
+    assert remat.time_s("update") == pytest.approx(plain.time_s("update") * 4 / 3)
+    assert "recomputed" in remat.summary() and "recomputed" not in plain.summary()
+
+
 def _trainer_like(tr, cfg):
     model = nnx.merge(tr[0].graphdef, tr[0]._params, tr[0]._rest)
     return grpo_for_tasks(dataclasses.replace(cfg, share_prompts=False), model, TOK,
