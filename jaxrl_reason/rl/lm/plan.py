@@ -307,7 +307,7 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
     from jaxrl_reason.models.lm.sampler import generate
     from jaxrl_reason.rl.lm.rollout import Rollout
 
-    cfg, lcfg = agent.config, learner.config
+    cfg = agent.config
     state = _abstract_state(learner, agent)
     b, p, n = cfg.groups_sampled * cfg.group_size, agent.prompt_len, cfg.max_new_tokens
     i32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)
@@ -326,19 +326,13 @@ def plan_grpo(learner, agent, *, device_memory_bytes: int | None = None, flops_p
 
     model_cfg, matmul = _matmul_params(learner)
     kv = _bytes(jax.eval_shape(lambda: init_cache(model_cfg, b, p + n)))
-    weights, opt = params_b + rest_b, _bytes(state.opt_state)
-    rows_trained = cfg.prompts_per_step * cfg.group_size
-    fwd = logp_flops(model_cfg, matmul, rows_trained, p, n, cfg.prompt_group)
-    passes_n = 3 + (cfg.remat == "block")  # forward + backward (2 x), + the blocks' recomputation
+    weights = params_b + rest_b
+    trained = logp_flops(model_cfg, matmul, cfg.prompts_per_step * cfg.group_size, p, n, cfg.prompt_group)
+    flops, moved, recomputed = _learner_costs(learner, state, programs, trained,
+                                              logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group))
     groups = cfg.groups_sampled
-    flops = {"sample": sample_flops(model_cfg, matmul, groups, cfg.group_size, p, n), "update": 3 * fwd * cfg.epochs}
-    recomputed = {"update": (passes_n - 3) * fwd * cfg.epochs}
-    moved = {"sample": sample_bytes(weights, kv / (b * (p + n)), groups, cfg.group_size, p, n),
-             "update": update_bytes(weights, opt, params_b, passes_n, cfg.epochs * cfg.minibatches)}
-    if "logprobs" in programs:
-        n_passes = lcfg.needs_old_pass() + lcfg.needs_ref
-        flops["logprobs"] = logp_flops(model_cfg, matmul, b, p, n, cfg.prompt_group) * n_passes
-        moved["logprobs"] = float(weights * n_passes)
+    flops["sample"] = sample_flops(model_cfg, matmul, groups, cfg.group_size, p, n)
+    moved["sample"] = sample_bytes(weights, kv / (b * (p + n)), groups, cfg.group_size, p, n)
     return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth,
                  recomputed=recomputed)
 
@@ -358,6 +352,23 @@ def _update_programs(learner, agent, state, rows) -> dict:
                                                      jax.ShapeDtypeStruct((), jnp.int32)).compile()
     programs["update"] = ProgramPlan.of(update, _bytes(state))
     return programs
+
+
+def _learner_costs(learner, state, programs: dict, trained_fwd: float, rows_fwd: float) -> tuple[dict, dict, dict]:
+    """The learner's programs' (flops, bytes, recomputed): the update, forward + backward (3 forward passes of
+    ``trained_fwd`` FLOPs) an epoch, a "block" remat's forward more recomputed; the log-prob passes where compiled
+    (old policy and / or reference, ``rows_fwd`` each)."""
+    cfg = learner.config
+    passes = 3 + (cfg.remat == "block")
+    weights = _bytes(state.params) + _bytes(state.rest)
+    flops = {"update": 3 * trained_fwd * cfg.epochs}
+    recomputed = {"update": (passes - 3) * trained_fwd * cfg.epochs}
+    moved = {"update": update_bytes(weights, _bytes(state.opt_state), _bytes(state.params), passes,
+                                    cfg.epochs * cfg.minibatches)}
+    if "logprobs" in programs:
+        n_passes = cfg.needs_old_pass() + cfg.needs_ref
+        flops["logprobs"], moved["logprobs"] = rows_fwd * n_passes, float(weights * n_passes)
+    return flops, moved, recomputed
 
 
 def _matmul_params(learner) -> tuple:
@@ -405,18 +416,10 @@ def plan_episodes(learner, agent, prompt: int, turns: int, turn_tokens: int, obs
     kv = episode_cache_bytes(model_cfg, episodes, prompt, turns, turn_tokens, obs_tokens)
     weights = _bytes(state.params) + _bytes(state.rest)
     fwd = logp_flops(model_cfg, matmul, episodes, prompt, width)
-    passes_n = 3 + (learner.config.remat == "block")
-    flops = {"sample": episode_flops(model_cfg, matmul, episodes, prompt, turns, turn_tokens, obs_tokens),
-             "update": 3 * fwd * learner.config.epochs}
-    recomputed = {"update": (passes_n - 3) * fwd * learner.config.epochs}
-    steps = learner.config.epochs * learner.config.minibatches
+    flops, moved, recomputed = _learner_costs(learner, state, programs, fwd, fwd)
+    flops["sample"] = episode_flops(model_cfg, matmul, episodes, prompt, turns, turn_tokens, obs_tokens)
     decode_steps = turns * turn_tokens  # each reads the weights and, on average, half the episodes' cache
-    moved = {"sample": float(weights * (decode_steps + turns) + kv * decode_steps / 2),
-             "update": update_bytes(weights, _bytes(state.opt_state), _bytes(state.params), passes_n, steps)}
-    if "logprobs" in programs:
-        n_passes = learner.config.needs_old_pass() + learner.config.needs_ref
-        flops["logprobs"] = fwd * n_passes
-        moved["logprobs"] = float(weights * n_passes)
+    moved["sample"] = float(weights * (decode_steps + turns) + kv * decode_steps / 2)
     note = (f"episodes: {episodes} x {turns} turns of {turn_tokens} tokens, {obs_tokens}-token observations, "
             f"a {prompt}-token prompt: {slots} cache slots each (max_seq_len {model_cfg.max_seq_len})")
     return _plan(learner, state, programs, flops, moved, kv, device_memory_bytes, flops_per_s, bandwidth, (note,),
