@@ -4,7 +4,6 @@ loop); whole-episode seconds at T turns, greedy, the same weights, prompts and o
 
     jaxrl-reason run bench_multiturn --preset cpu    # SmolLM2-135M-Instruct, B 8, P 32, N 16, O 16, T 2 / 4 / 8
     jaxrl-reason run bench_multiturn --preset tiny   # a tiny random Qwen2 made with transformers, T 2 / 3 (the test)
-    jaxrl-reason run bench_multiturn --no-scan-layers  # ours with unrolled layers: a per-layer cache, no stacked copy
 
 The episodes (``envs.text.FixedTextEnv``): ``batch`` prompts of at most P = ``prompt_tokens`` tokens (with a
 tokenizer: a chat-rendered arithmetic question each, right-padded for ours, left-padded for transformers; else random
@@ -62,7 +61,6 @@ class Config:
     turns: tuple[int, ...] = (2, 4, 8)  # T
     rounds: int = 3
     prefill_chunk: int = 0  # observations prefilled this many tokens at a time; 0 = whole
-    scan_layers: bool = True  # False: ours with unrolled layers and a per-layer cache (no stacked copy per step)
     # the tiny random model (model "")
     vocab_size: int = 512
     d_model: int = 64
@@ -96,20 +94,19 @@ def _models(c: Config, workdir: str):
     if c.hf and not hf_on:
         print("bench_multiturn: torch / transformers do not import (the hf extra): arm (c) left out", flush=True)
     if c.model:
-        ours = load_model(c.model, dtype="float32", max_seq_len=c.seq_len, scan_layers=c.scan_layers)
+        ours = load_model(c.model, dtype="float32", max_seq_len=c.seq_len)
         tok = load_tokenizer(c.model)
         path = save_hf_model(ours, f"{workdir}/hf", tok, dtype="float32") if hf_on else None
     elif hf_on:
         path = random_hf_checkpoint(f"{workdir}/hf", "qwen2", vocab_size=c.vocab_size, d_model=c.d_model,
                                     n_layers=c.n_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, d_ff=c.d_ff,
                                     max_len=c.seq_len, seed=c.seed)
-        ours, tok = load_model(str(path), dtype="float32", max_seq_len=c.seq_len, scan_layers=c.scan_layers), None
+        ours, tok = load_model(str(path), dtype="float32", max_seq_len=c.seq_len), None
     else:  # no transformers: a native random model of the same shape, ours only
         from jaxrl_reason.models.lm import LMConfig, Transformer
 
         cfg = LMConfig(vocab_size=c.vocab_size, d_model=c.d_model, n_layers=c.n_layers, n_heads=c.n_heads,
-                       n_kv_heads=c.n_kv_heads, d_ff=c.d_ff, qkv_bias=True, tie_embeddings=True, max_seq_len=c.seq_len,
-                       scan_layers=c.scan_layers)
+                       n_kv_heads=c.n_kv_heads, d_ff=c.d_ff, qkv_bias=True, tie_embeddings=True, max_seq_len=c.seq_len)
         return Transformer(cfg, rngs=nnx.Rngs(c.seed)), None, None
     if path is None:
         return ours, tok, None
