@@ -39,7 +39,7 @@ from jaxrl_reason.models.lm import load_model, load_tokenizer, param_count, save
 from jaxrl_reason.models.lm.hf_reference import hf_multiturn_generate, random_hf_checkpoint
 from jaxrl_reason.models.lm.sampler import SamplerConfig
 from jaxrl_reason.rl.lm.multiturn import lm_responder, make_rollout, response_width
-from jaxrl_reason.utils import timing
+from jaxrl_reason.utils import roofline, timing
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
 
@@ -195,8 +195,21 @@ def run(config: Config, run_dir: RunDir) -> dict:
         rows.append(row)
         summary.update({f"{k}_T{t}": v for k, v in row.items() if k != "turns"})
     summary["rows"] = rows
+    summary.update(_decode_limits(model.cfg, c))
     print(run_dir.write_table("bench_multiturn", rows))
     return summary
+
+
+def _decode_limits(cfg, c: Config) -> dict:
+    """What a decode step can cost here: the rate at which XLA's float32 dot at M = batch reads a [d, ff] weight
+    (decoding reads every weight once per step) against the read bandwidth of a plain sum, both measured now."""
+    flops = roofline.matmul_flops_per_s(c.batch, cfg.d_model, cfg.d_ff, "float32")
+    dot_read = flops * 4 / (2 * c.batch)  # 2 M FLOPs per weight element of 4 bytes
+    bandwidth = roofline.read_bandwidth(64)
+    out = {"dot_weight_read_bytes_per_s": dot_read, "read_bandwidth": bandwidth}
+    print(f"[bench_multiturn] decoding at M = {c.batch}: XLA's float32 dot reads weights at {dot_read / 1e9:.1f} GB/s, "
+          f"{100 * dot_read / bandwidth:.0f}% of the {bandwidth / 1e9:.1f} GB/s a sum reads", flush=True)
+    return out
 
 
 def record(summary: dict) -> list[dict]:

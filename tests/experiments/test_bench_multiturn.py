@@ -29,6 +29,7 @@ def test_tiny_preset_reports_a_row_per_turn_count(tmp_path):
             assert row["hf_over_carried"] == pytest.approx(row["hf_s"] / row["carried_s"])
             assert 0.0 <= row["hf_token_agreement"] <= 1.0
     assert len(list(tmp_path.glob("bench_multiturn/*/bench_multiturn.md"))) == 1
+    assert s["dot_weight_read_bytes_per_s"] > 0 and s["read_bandwidth"] > 0, s
     figures = load_experiment("bench_multiturn").record(s)
     assert {f["name"] for f in figures} >= {"T=2 carried episode", "T=3 reprefill / carried"}, figures
 

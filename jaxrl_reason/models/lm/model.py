@@ -19,7 +19,7 @@ that later queries must not see).
 Decode loops: a stacked cache rides in the layer scan's carry and each layer writes its new slots in place; but
 slicing stacked weights inside a `while_loop` copies them at every step on XLA CPU. `layer_states()` unstacks the
 weights once (outside the loop) and ``hidden(..., layers=...)`` runs the layers as a Python loop over them, with a
-per-layer (``stacked=False``) cache; the sampler (`sampler.generate`, `start_decode`) always does this.
+per-layer (``stacked=False``) cache; the sampler does this on CPU (or with ``scan_layers`` False).
 """
 
 from __future__ import annotations

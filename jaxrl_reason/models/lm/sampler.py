@@ -265,12 +265,18 @@ class DecodeState:
     pos: jax.Array
 
 
+def decodes_unstacked(cfg) -> bool:
+    """Whether the sampler runs the layers as a Python loop over weights unstacked once, outside the decode loop,
+    with a per-layer cache: on XLA CPU (a scanned layer's weights are copied out of the stack at every decode step
+    there; SmolLM2 at B = 64 samples 1.36x faster unstacked, while compile time grows with depth) and whenever
+    ``cfg.scan_layers`` is False. Elsewhere the layers stay scanned, the stacked cache updated in place."""
+    return not cfg.scan_layers or jax.default_backend() == "cpu"
+
+
 def _model_layers(graphdef, state):
-    """(model, its unstacked layers): the sampler runs the layers as a Python loop over weights unstacked once,
-    outside the decode loop, with a per-layer cache (on XLA CPU a scanned layer's weights are copied out of the stack
-    at every decode step: 1.36x slower at B = 64 on SmolLM2; compile time then grows with depth)."""
+    """(model, its unstacked layers or None: `decodes_unstacked`)."""
     model = nnx.merge(graphdef, state)
-    return model, model.layer_states()
+    return model, (model.layer_states() if decodes_unstacked(model.cfg) else None)
 
 
 def _prefill(model, layers, prompts, prompt_lens, cache_len: int) -> DecodeState:

@@ -47,7 +47,7 @@ class TinyLM:
     d_ff: int = 256
     max_seq_len: int = 96
     dtype: str = "float32"  # activations / matmuls (parameters stay float32)
-    scan_layers: bool = True  # False: the layer scan unrolled (the sampler always runs unstacked layers)
+    scan_layers: bool = True  # False: the layer scan unrolled (see sampler.decodes_unstacked)
 
     def __post_init__(self):
         check_hyperparameters(self)

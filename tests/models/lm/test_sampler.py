@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from jaxrl_reason.models.lm import LMConfig, Transformer, init_cache
+from jaxrl_reason.models.lm import sampler as sampler_module
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample, sample_joined, sampling_logprobs
 from jaxrl_reason.models.lm.train import token_logprobs, token_logprobs_entropy
 from jaxrl_reason.parallel.mesh import make_mesh
@@ -64,10 +65,16 @@ def test_greedy_equals_argmax_of_full_forward(greedy, joined, logits):
         np.testing.assert_allclose(np.take_along_axis(lp, greedy.tokens[b][:, None], 1)[:, 0], greedy.logprobs[b], atol=1e-5)
 
 
-def test_unrolled_layers_decode_equals_scanned(greedy):
-    """scan_layers=False: per-layer weights and cache in the decode loop, same weights, same tokens."""
+def test_unrolled_layers_decode_equals_scanned(greedy, monkeypatch):
+    """scan_layers=False: per-layer weights and cache in the decode loop, same weights, same tokens; and the scanned
+    decode (a stacked cache carried through the layer scan, written in place) where the sampler keeps it."""
     unrolled = Transformer(dataclasses.replace(CFG, scan_layers=False), rngs=nnx.Rngs(0))
     out = sample(unrolled, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY)
+    np.testing.assert_array_equal(out.tokens, greedy.tokens)
+    np.testing.assert_allclose(out.logprobs, greedy.logprobs, atol=1e-5)
+    monkeypatch.setattr(sampler_module, "decodes_unstacked", lambda cfg: False)
+    scanned = Transformer(dataclasses.replace(CFG, max_seq_len=CFG.max_seq_len + 1), rngs=nnx.Rngs(0))  # new trace
+    out = sample(scanned, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY)
     np.testing.assert_array_equal(out.tokens, greedy.tokens)
     np.testing.assert_allclose(out.logprobs, greedy.logprobs, atol=1e-5)
     layers = unrolled.layer_states()
