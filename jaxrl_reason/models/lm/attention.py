@@ -6,8 +6,8 @@ KV cache of one layer is a dict of preallocated buffers with a slot axis S:
 GQA keys are stored transposed so that both attention products read the cache in the layout the
 matmul wants (no per-step transpose of the whole cache during decoding).
 A layer receives a `LayerCache`: its buffers (or all layers' buffers stacked on a leading axis and its
-index, `layer`: the new tokens are written into the stacked buffers in place, so a layer scan carrying them
-copies no cache), the first slot this call writes (`slot`, one scalar for the whole batch, so the write is a
+index, `layer`: the new tokens are written into the stack in place, so a layer scan carrying it copies one
+layer at most), the first slot this call writes (`slot`, one scalar for the whole batch, so the write is a
 single in-place `dynamic_update_slice`) and the token position held in every slot (`pos` [B, S], -1 = empty
 or padding). Slot index and token position are decoupled:
 right-padded prompts of different lengths are written at slots 0..P-1 with their padding marked -1,
@@ -81,8 +81,9 @@ SLOT_AXIS = {"k": 3, "v": 2, "c": 1, "kr": 1}
 
 def _keys(cache: LayerCache | None, new: dict, positions):
     """Write `new` (buffer layout, T slots) at `cache.slot`; return (all keys dict, key positions [B, S],
-    updated buffers or None). Stacked buffers (``cache.layer`` set) get only the new slots written, in place, and
-    the layer's keys are read back from them (a slice the attention fuses, not a copy of the cache)."""
+    updated buffers or None). With stacked buffers (``cache.layer`` set) the keys are this layer's slice with the new
+    slots written (a copy of one layer), and the stack gets only the new slots, taken back from those keys: that
+    data dependence orders the in-place write after the read (without it XLA copies the whole stack per layer)."""
     if cache is None:
         return new, positions, None
     if cache.layer is None:
