@@ -5,11 +5,9 @@ KV cache of one layer is a dict of preallocated buffers with a slot axis S:
   MLA: {"c": [B, S, kv_lora_rank], "kr": [B, S, qk_rope_dim]}   (compressed latent + shared RoPE key)
 GQA keys are stored transposed so that both attention products read the cache in the layout the
 matmul wants (no per-step transpose of the whole cache during decoding).
-A layer receives a `LayerCache`: its buffers (or all layers' buffers stacked on a leading axis and its
-index, `layer`: the new tokens are written into the stack in place, so a layer scan carrying it copies one
-layer at most), the first slot this call writes (`slot`, one scalar for the whole batch, so the write is a
-single in-place `dynamic_update_slice`) and the token position held in every slot (`pos` [B, S], -1 = empty
-or padding). Slot index and token position are decoupled:
+A layer receives a `LayerCache`: its buffers, the first slot this call writes (`slot`, one scalar for
+the whole batch, so the write is a single in-place `dynamic_update_slice`) and the token position held
+in every slot (`pos` [B, S], -1 = empty or padding). Slot index and token position are decoupled:
 right-padded prompts of different lengths are written at slots 0..P-1 with their padding marked -1,
 and every sequence's decode step i goes to slot P+i at its own position prompt_len+i.
 A query at position p attends to the slots whose position is in [0, p].
@@ -64,15 +62,13 @@ def attend(q, k, v, q_pos, k_pos, scale: float, window: int | None = None) -> ja
 class LayerCache:
     """One layer's view of the KV cache (see module docstring).
 
-    buffers: dict of [B, ..., S, ...] arrays, or with ``layer`` all layers' [L, B, ..., S, ...]; slot: int32 scalar,
-    first slot written by this call; pos: [B, S] int32 token position per slot after this call's write (-1 = empty);
-    layer: None, or the int32 index of this layer in the stacked ``buffers``.
+    buffers: dict of [B, ..., S, ...] arrays; slot: int32 scalar, first slot written by this call;
+    pos: [B, S] int32 token position per slot after this call's write (-1 = empty).
     """
 
     buffers: dict
     slot: jax.Array
     pos: jax.Array
-    layer: jax.Array | None = None
 
 
 #: slot axis of each buffer of one layer's cache ([B, ...] arrays, see module docstring)
@@ -81,26 +77,12 @@ SLOT_AXIS = {"k": 3, "v": 2, "c": 1, "kr": 1}
 
 def _keys(cache: LayerCache | None, new: dict, positions):
     """Write `new` (buffer layout, T slots) at `cache.slot`; return (all keys dict, key positions [B, S],
-    updated buffers or None). With stacked buffers (``cache.layer`` set) the keys are this layer's slice with the new
-    slots written (a copy of one layer), and the stack gets only the new slots, taken back from those keys: that
-    data dependence orders the in-place write after the read (without it XLA copies the whole stack per layer)."""
+    updated buffers or None)."""
     if cache is None:
         return new, positions, None
-    if cache.layer is None:
-        bufs = {name: jax.lax.dynamic_update_slice_in_dim(buf, new[name].astype(buf.dtype), cache.slot,
-                                                          SLOT_AXIS[name]) for name, buf in cache.buffers.items()}
-        return bufs, cache.pos, bufs
-    zero = jnp.zeros((), jnp.int32)
-    keys, bufs = {}, {}
-    for name, buf in cache.buffers.items():
-        t, ax = new[name].shape[SLOT_AXIS[name]], SLOT_AXIS[name]
-        view = jax.lax.dynamic_index_in_dim(buf, cache.layer, 0, keepdims=False)
-        keys[name] = jax.lax.dynamic_update_slice_in_dim(view, new[name].astype(buf.dtype), cache.slot, ax)
-        # the written slots taken back from the layer's keys: the in-place write then follows the read of the layer
-        written = jax.lax.dynamic_slice_in_dim(keys[name], cache.slot, t, ax)
-        start = [cache.layer] + [cache.slot if a == ax else zero for a in range(buf.ndim - 1)]
-        bufs[name] = jax.lax.dynamic_update_slice(buf, written[None], start)
-    return keys, cache.pos, bufs
+    bufs = {name: jax.lax.dynamic_update_slice_in_dim(buf, new[name].astype(buf.dtype), cache.slot, SLOT_AXIS[name])
+            for name, buf in cache.buffers.items()}
+    return bufs, cache.pos, bufs
 
 
 class GQAttention(nnx.Module):

@@ -16,10 +16,10 @@ free slot. ``hidden`` writes its T tokens at slots
 ``cache.end .. cache.end+T-1`` and records ``positions`` there (pass position -1 for padding tokens
 that later queries must not see).
 
-Decode loops: a stacked cache rides in the layer scan's carry and each layer writes its new slots in place; but
-slicing stacked weights inside a `while_loop` copies them at every step on XLA CPU. `layer_states()` unstacks the
-weights once (outside the loop) and ``hidden(..., layers=...)`` runs the layers as a Python loop over them, with a
-per-layer (``stacked=False``) cache; the sampler does this on CPU (or with ``scan_layers`` False).
+Decode loops: slicing stacked weights and cache inside a `while_loop` copies them at every step on XLA CPU.
+`layer_states()` unstacks the weights once (outside the loop) and ``hidden(..., layers=...)`` runs the layers as a
+Python loop over them, with a per-layer (``stacked=False``) cache whose buffers are updated in place; the sampler
+does this on CPU and whenever ``cfg.scan_layers`` is False (`sampler.decodes_unstacked`).
 """
 
 from __future__ import annotations
@@ -149,27 +149,32 @@ class Transformer(nnx.Module):
             slot_pos = jax.lax.dynamic_update_slice_in_dim(cache.pos, positions.astype(jnp.int32), cache.end, axis=1)
 
         def make_body(gdef):
-            def body(carry, layer_state):  # carry: (h, the cache's buffers, this layer's index in them or None)
-                h, bufs, i = carry
-                layer_cache = None if cache is None else LayerCache(bufs, cache.end, slot_pos, i)
-                h, bufs, aux = nnx.merge(gdef, layer_state)(h, positions, layer_cache)
-                return (h, bufs, None if i is None else i + 1), aux
+            def body(h, xs):
+                layer_state, layer_bufs = xs
+                layer_cache = None if cache is None else LayerCache(layer_bufs, cache.end, slot_pos)
+                h, layer_bufs, aux = nnx.merge(gdef, layer_state)(h, positions, layer_cache)
+                return h, (layer_bufs, aux)
 
             return jax.checkpoint(body, prevent_cse=False) if self.cfg.remat else body
 
         bodies = [(make_body(gdef), n) for (gdef, _), n in stacks]
-        bufs = None if cache is None else cache.buffers
-        if layers is None:  # scans; a stacked cache rides in the carry, written in place (no copy per layer)
-            i = None if cache is None else jnp.int32(0)
+        if layers is None:
+            bufs, start = [], 0
             for ((_, bstate), n), (body, _) in zip(stacks, bodies):
-                (h, bufs, i), aux = jax.lax.scan(body, (h, bufs, i), bstate, unroll=not self.cfg.scan_layers)
+                sub = None if cache is None else cache.buffers
+                if cache is not None and len(stacks) > 1:  # this stack's layers of the stacked cache
+                    sub = {name: b[start:start + n] for name, b in sub.items()}
+                h, (sub, aux) = jax.lax.scan(body, h, (bstate, sub), unroll=not self.cfg.scan_layers)
+                bufs.append(sub)
+                start += n
             # aux: that of the last stack (the MoE layers; dense layers report none)
+            bufs = bufs[0] if len(bufs) == 1 else jax.tree.map(lambda *b: jnp.concatenate(b), *bufs)
         else:
             outs, k = [], self.cfg.moe_first_dense
             for i, layer_state in enumerate(layers):
                 body = bodies[0][0] if i < k else bodies[-1][0]
-                (h, layer_bufs, _), aux = body((h, None if cache is None else bufs[i], None), layer_state)
-                outs.append((layer_bufs, aux))
+                h, out = body(h, (layer_state, None if cache is None else cache.buffers[i]))
+                outs.append(out)
             bufs = tuple(o[0] for o in outs)
             aux = jax.tree.map(lambda *a: jnp.stack(a), *[o[1] for o in outs[k:]])
         if cache is not None:

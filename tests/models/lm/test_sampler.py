@@ -67,7 +67,7 @@ def test_greedy_equals_argmax_of_full_forward(greedy, joined, logits):
 
 def test_unrolled_layers_decode_equals_scanned(greedy, monkeypatch):
     """scan_layers=False: per-layer weights and cache in the decode loop, same weights, same tokens; and the scanned
-    decode (a stacked cache carried through the layer scan, written in place) where the sampler keeps it."""
+    decode (stacked weights and cache), where the sampler keeps it (off CPU)."""
     unrolled = Transformer(dataclasses.replace(CFG, scan_layers=False), rngs=nnx.Rngs(0))
     out = sample(unrolled, PROMPTS, LENS, jax.random.PRNGKey(1), GREEDY)
     np.testing.assert_array_equal(out.tokens, greedy.tokens)
