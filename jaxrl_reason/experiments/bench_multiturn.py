@@ -201,8 +201,9 @@ def run(config: Config, run_dir: RunDir) -> dict:
 
 
 def _decode_limits(cfg, c: Config) -> dict:
-    """What a decode step can cost here: the rate at which XLA's float32 dot at M = batch reads a [d, ff] weight
-    (decoding reads every weight once per step) against the read bandwidth of a plain sum, both measured now."""
+    """What a decode step can cost here (decoding reads every weight once per step): the rate at which XLA's float32
+    dot at M = batch consumes one [d, ff] weight (a few MB, cache-resident after the first call: the dot's own limit,
+    not memory's) against the read bandwidth of a plain sum over 64 MiB, both measured now."""
     flops = roofline.matmul_flops_per_s(c.batch, cfg.d_model, cfg.d_ff, "float32")
     dot_read = flops * 4 / (2 * c.batch)  # 2 M FLOPs per weight element of 4 bytes
     bandwidth = roofline.read_bandwidth(64)
