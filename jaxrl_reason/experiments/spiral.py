@@ -102,17 +102,19 @@ class Config:
         return dataclasses.replace(self.spiral, advantage=adv, games=tuple(games.split("+")))
 
 
-#: issue 40, the real SmolLM2-135M-Instruct on the 2-core CPU. Its cost is the model's: one turn (a compact prompt
-#: of <= 119 tokens, one per character, + 24 new) trained costs ~3-4 s of forward + backward on the loaded shared
-#: machine, so the run is small: 2 episodes per game a step (~20 trained turns: ``update_rows`` trains only those),
-#: 8 steps a variant, a 96-example warm start. 24 new tokens hold the warm start's answers (rationale +
-#: \boxed{move}: at most 19 tokens on TicTacToe, 11 on Kuhn Poker). lr 1e-5 (SPIRAL's 1e-6 moves nothing in 8 steps)
+#: issue 40 / 55, the real SmolLM2-135M-Instruct on the 2-core CPU, sized so one arm (self-play + its evaluations)
+#: takes ~30-45 min on the idle machine. Its cost is the model's: one turn (a compact prompt of <= 119 tokens, one per
+#: character, + 24 new) trained costs ~1-2 s of forward + backward, so a step is 4 episodes per game (~40 trained
+#: turns: ``update_rows`` trains only those), 48 steps an arm, every fixed opponent every 8 steps (32 games each), 256
+#: games each at the end (win-rate SE <= 0.031 an arm), a 96-example warm start. 24 new tokens hold the warm start's
+#: answers (rationale + \boxed{move}: at most 19 tokens on TicTacToe, 11 on Kuhn Poker). lr 1e-5 (the GRPO preset's;
+#: SPIRAL's 1e-6 moves nothing in this many steps)
 SMOLLM2 = Config(
     model="smollm2-135m-instruct", max_seq_len=256, dtype="float32",
     warm=WarmStartConfig(games_per_game=256, steps=24, batch_size=4, lr=5e-5),
-    spiral=SpiralConfig(episodes_per_game=2, max_new_tokens=24, lr=1e-5, prompt_style="compact", update_rows=4),
+    spiral=SpiralConfig(episodes_per_game=4, max_new_tokens=24, lr=1e-5, prompt_style="compact", update_rows=4),
     variants=("rae:tictactoe+kuhn_poker", "none:tictactoe+kuhn_poker"),
-    steps=8, eval_every=4, eval_episodes=8, final_eval_episodes=16, infoset_samples=4, transfer_problems=16,
+    steps=48, eval_every=8, eval_episodes=32, final_eval_episodes=256, infoset_samples=16, transfer_problems=64,
     transfer_max_new_tokens=24,
 )
 
@@ -146,7 +148,8 @@ PRESETS = {
     # start teaches the answer format (\boxed{move}) on compact prompts; response length, format errors
     # (invalid moves / forfeits) and gradient norm every step, win rates vs random every eval_every steps,
     # vs every fixed opponent (random, minimax / Nash: the games' expert bots) and Kuhn's exact evaluations
-    # at the start, after the warm start and after self-play. Sized for ~1 hour on a 2-core CPU (SMOLLM2's comment).
+    # at the start, after the warm start and after self-play; the arms' differences with their SE (differences.md).
+    # An arm takes ~30-45 min on a 2-core CPU (SMOLLM2's comment).
     "smollm2": SMOLLM2,
     # the same claim sized for one H200: verbose prompts (the rules in prose), longer responses, more
     # episodes and steps, a third game
@@ -201,6 +204,12 @@ def run(config: Config, run_dir: RunDir) -> dict:
     md = run_dir.write_table("results", rows)
     run_dir.save_json("results", rows)
     summary = study.summarize(rows, warm_m["examples"], run_dir)
+    diffs = study.arm_differences(rows, config.final_eval_episodes)
+    if diffs:
+        md += "\n\n" + run_dir.write_table("differences", diffs)
+        for d in diffs:
+            summary[f"{d['comparison']} | {d['metric']}"] = d["difference"]
+            summary[f"{d['comparison']} | {d['metric']} se"] = d["se"]
     print(md)
     return summary
 

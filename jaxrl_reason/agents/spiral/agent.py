@@ -14,7 +14,7 @@ a fixed opponent) makes the advantages, its baselines [2 * num_games] carried in
 ``minibatches`` clipped policy-gradient steps (token-mean) on the stored per-turn token sequences, the sampler's
 log-probs as the old policy's. Metrics: the learner's (``grad_norm``, ``loss``, ``entropy``, ``mean_abs_adv``, ...)
 and per game (``<game>/win0``, ``/win_lm``, ``/draw``, ``/forfeit``, ``/format_error``, ``/response_length``,
-``/turns``, and ``/baseline0``, ``/baseline1`` from the learner's state).
+``/turns``, ``/reward_var``, and ``/baseline0``, ``/baseline1`` from the learner's state).
 
 Multi-device / multi-process: ``mesh="data=8"`` (or, in a multi-process run, ``mesh=None``: data over every device
 of every process) splits each game's episodes over the data axis, each device playing its slice of the one seeded
@@ -209,6 +209,7 @@ def game_metrics(name: str, turns, games) -> dict:
         "format_error": ((status != gtext.OK) * act).sum() / n_act,
         "response_length": (turns.lengths * act).sum() / n_act,
         "turns": act.sum() / active.shape[1],
+        "reward_var": ret.var(0).mean(),  # the returns' variance over episodes, per seat (a baseline's group)
     }
     return {f"{name}/{k}": v for k, v in m.items()}
 

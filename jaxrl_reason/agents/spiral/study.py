@@ -6,6 +6,7 @@ the variants' histories, the comparison figure and the summary. ``config`` is th
     row = evaluate_model(config, graphdef, params, model, games, sampler, key, tok, task_tok)
     run_steps(..., win_rate_eval(config, learner, vcfg, sampler, tok))       # every eval_every steps
     hist, row = variant_row(vdir, vcfg)                                        # its metrics merged by step
+    diffs = arm_differences(rows, config.final_eval_episodes)                  # the first variant minus each other
     compare_plot(run_dir, {variant: hist})                                      # compare.png
 """
 
@@ -63,16 +64,20 @@ def evaluate_model(config, graphdef, params, model, games, sampler, key, tokeniz
 
 
 def win_rate_eval(config, learner, vcfg, sampler, tok: Tokenizer):
-    """``run_steps``' evaluation: the win rates vs random of the LM at this step (every ``eval_every`` steps and
-    before the first), on the variant's games (``vcfg.games``)."""
+    """``run_steps``' evaluation: the LM at this step (every ``eval_every`` steps and before the first) against
+    every fixed opponent of the variant's games (``vcfg.games``; random and the expert: minimax, Nash, ...):
+    ``<game>/eval_<win|loss|return|forfeit|format_error>_vs_<opponent>`` over ``config.eval_episodes`` games."""
     def win_rates(state):
         step, full = int(state.step), learner.policy(state)
         row = {}
         for g in vcfg.games:
-            r = E.win_rates(learner.graphdef, full, g, "random", config.eval_episodes, sampler,
-                            jax.random.key(1000 + step), vcfg.prompt_style, tokenizer=tok)
-            row.update({f"{g}/eval_{k}_vs_random": r[v] for k, v in
-                        (("win", "win"), ("loss", "loss"), ("return", "mean_return"), ("forfeit", "forfeit"))})
+            for i, opp in enumerate(E.OPPONENTS[g]):
+                key = jax.random.key(1000 + step)  # vs random: the key of the runs recorded before the experts
+                r = E.win_rates(learner.graphdef, full, g, opp, config.eval_episodes, sampler,
+                                jax.random.fold_in(key, i) if i else key, vcfg.prompt_style, tokenizer=tok)
+                row.update({f"{g}/eval_{k}_vs_{opp}": r[v] for k, v in
+                            (("win", "win"), ("loss", "loss"), ("return", "mean_return"), ("forfeit", "forfeit"),
+                             ("format_error", "format_error"))})
         return row
 
     return win_rates
@@ -95,6 +100,29 @@ def variant_row(vdir: RunDir, variant: str, vcfg) -> tuple[list[dict], dict]:
     return curve, row
 
 
+def arm_differences(rows: list[dict], n: int) -> list[dict]:
+    """Each variant after self-play minus the first (on the games both played): the final win and forfeit rates
+    (SE of two independent proportions over ``n`` games each) and mean return (its ``return_se`` combined) vs every
+    fixed opponent, as rows ``{"comparison", "metric", "difference", "se", "n"}``."""
+    arms = [r for r in rows if "grad_norm_std" in r]  # the variants' rows (not the checkpoint's or the start's)
+    out = []
+    for b in arms[1:]:
+        a = arms[0]
+        for key in a:
+            if "_vs_" not in key or key not in b:
+                continue
+            metric = key.rpartition("/")[2]
+            if metric in ("win", "forfeit"):
+                se = np.sqrt((a[key] * (1 - a[key]) + b[key] * (1 - b[key])) / n)
+            elif metric == "mean_return":
+                se = np.hypot(a[key.replace("mean_return", "return_se")], b[key.replace("mean_return", "return_se")])
+            else:
+                continue
+            out.append({"comparison": f"{a['variant']} - {b['variant']}", "metric": key,
+                        "difference": a[key] - b[key], "se": float(se), "n": n})
+    return out
+
+
 def summarize(rows: list[dict], sft_examples: int, run_dir: RunDir) -> dict:
     """The summary: each row's win / loss / forfeit / mean return vs random, gradient-norm std and the games' exact
     evaluations, as ``"<variant> | <metric>"``."""
@@ -109,25 +137,33 @@ def summarize(rows: list[dict], sft_examples: int, run_dir: RunDir) -> dict:
 
 
 def compare_plot(run_dir: RunDir, curves: dict) -> None:
-    """``compare.png``: each game's eval win rate and return vs random, response length and format-error rate, and
-    the gradient norm, of every variant on shared axes."""
+    """``compare.png``: one row per game (its eval win rate vs each fixed opponent, forfeit rate vs random, training
+    response length, format-error rate and reward variance) and the gradient norm, every variant on shared axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    games = sorted({k.split("/")[0] for h in curves.values() for k in h[0] if "/" in k})
-    panels = [(f"{g}/{m}", f"{g}: {m}") for g in games
-              for m in ("eval_win_vs_random", "eval_return_vs_random", "response_length", "format_error")]
-    panels += [("grad_norm", "grad norm")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
-    for ax, (key, title) in zip(axes[0], panels):
-        for variant, hist in curves.items():
-            pts = [(h["step"], h[key]) for h in hist if key in h]
-            if pts:
-                ax.plot(*zip(*pts), marker="." if "eval" in key else None, label=variant)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
+    keys = {k for h in curves.values() for row in h for k in row}
+    games = [g for g in GAMES if any(k.startswith(f"{g}/") for k in keys)]
+    rows = [[(f"{g}/eval_win_vs_{opp}", f"{g}: win vs {opp}") for opp in E.OPPONENTS[g]]
+            + [(f"{g}/{m}", f"{g}: {t}") for m, t in (("eval_forfeit_vs_random", "forfeit vs random"),
+                                                       ("response_length", "response length"),
+                                                       ("format_error", "format errors"),
+                                                       ("reward_var", "reward variance"))] for g in games]
+    rows = [[p for p in r if p[0] in keys] for r in rows] + [[("grad_norm", "grad norm")]]
+    cols = max(len(r) for r in rows)
+    fig, axes = plt.subplots(len(rows), cols, figsize=(3.4 * cols, 2.8 * len(rows)), squeeze=False)
+    for ax_row, panels in zip(axes, rows):
+        for ax in ax_row[len(panels):]:
+            ax.axis("off")
+        for ax, (key, title) in zip(ax_row, panels):
+            for variant, hist in curves.items():
+                pts = [(h["step"], h[key]) for h in hist if key in h]
+                if pts:
+                    ax.plot(*zip(*pts), marker="." if "eval" in key else None, label=variant)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(run_dir.path / "compare.png", dpi=100)

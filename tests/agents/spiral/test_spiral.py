@@ -552,3 +552,32 @@ def test_games_split_over_the_data_mesh_play_the_same_step():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), p8, p1)
     with pytest.raises(ValueError, match="SpiralConfig episodes_per_game = 4 is not divisible by the 8 devices"):
         spiral_learner(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, mesh="data=8"), model, tokenizer=TOK)
+
+
+def test_arm_differences_and_comparison_figure(tmp_path):
+    """The first variant minus each other, on the final rows: win / forfeit rates with the SE of two independent
+    proportions, mean returns with their SEs combined; the figure has a row per game and the gradient norm."""
+    from jaxrl_reason.agents.spiral.study import arm_differences, compare_plot
+    from jaxrl_reason.utils.experiment import RunDir
+
+    start = {"variant": "sft (warm start)", "tictactoe_vs_random/win": 0.5}
+    rae = {"variant": "rae", "grad_norm_std": 0.1, "tictactoe_vs_random/win": 0.6, "tictactoe_vs_random/forfeit": 0.1,
+           "tictactoe_vs_random/mean_return": 0.3, "tictactoe_vs_random/return_se": 0.03,
+           "tictactoe/final_response_length": 9.0}
+    none = {**rae, "variant": "none", "tictactoe_vs_random/win": 0.5, "tictactoe_vs_random/mean_return": 0.1,
+            "tictactoe_vs_random/return_se": 0.04}
+    d = {r["metric"]: r for r in arm_differences([start, rae, none], 100)}
+    assert set(d) == {"tictactoe_vs_random/win", "tictactoe_vs_random/forfeit", "tictactoe_vs_random/mean_return"}
+    assert d["tictactoe_vs_random/win"]["difference"] == pytest.approx(0.1)
+    assert d["tictactoe_vs_random/win"]["se"] == pytest.approx(math.sqrt((0.24 + 0.25) / 100))
+    assert d["tictactoe_vs_random/forfeit"]["difference"] == 0 and d["tictactoe_vs_random/forfeit"]["se"] > 0
+    assert d["tictactoe_vs_random/mean_return"]["se"] == pytest.approx(0.05)
+    assert {r["comparison"] for r in d.values()} == {"rae - none"} and arm_differences([start, rae], 100) == []
+
+    curve = lambda w: [{"step": 0, "tictactoe/eval_win_vs_random": w, "tictactoe/eval_win_vs_minimax": 0.0},
+                       {"step": 1, "grad_norm": 1.0, "tictactoe/response_length": 9.0,
+                        "tictactoe/format_error": 0.1, "tictactoe/reward_var": 0.8}]
+    run_dir = RunDir.create("spiral", {}, root=tmp_path)
+    compare_plot(run_dir, {"rae": curve(0.5), "none": curve(0.4)})
+    assert (run_dir.path / "compare.png").stat().st_size > 1000
+    run_dir.close()
