@@ -47,28 +47,31 @@ SEARCHES = ("mcts", "mcts_step_checked", "mcts_step_graded")
 def make_tokenizer(config) -> Tokenizer:
     """The presets' vocabulary: the 96-id character tokenizer (every prompt, step and answer spelled per
     character, the R1 tags single tokens), which the step check and procedure cloning need. With ``--model``:
-    the checkpoint's tokenizer spelled one token per character (``SpelledTokenizer``); its four R1 tags must be
-    single tokens (the search writes and parses them inside jit; adding them would resize the model's
-    embeddings), else one ValueError naming the missing ones (``HFImportError``: the CLI reports it in one line)."""
+    the checkpoint's tokenizer spelled one token per character (``SpelledTokenizer``); its four R1 tags are
+    ``config.tag_words`` (words the checkpoint already has: plain text it reads and writes with its own rows),
+    else its own single tokens (the search writes and parses them inside jit), else ``add_r1_tags`` adds them
+    (new rows), else one ValueError naming the missing ones (``HFImportError``: the CLI reports it in one line)."""
     from jaxrl_reason.models.lm.hf_import import HFImportError
 
     if config.model is None:
         return CharTokenizer()
     inner = load_tokenizer(config.model)
     name = f"the tokenizer of checkpoint {config.model}"
+    tags = dict(zip(R1_TAGS, config.tag_words)) if config.tag_words else None
     missing = [t for t in R1_TAGS if inner.single_token_id(t) is None]
     if missing and config.add_r1_tags:
         inner = with_tokens(inner, missing)
-    elif missing:
+    elif missing and not tags:
         raise HFImportError(
             f"astro --model: {name} does not have the R1 tags {missing} as single tokens. ASTRO's step search writes "
-            "and parses <think> </think> <answer> </answer> as single tokens inside jit, and adding tokens would "
-            "resize the model's embeddings. Use a checkpoint whose tokenizer has all four as added tokens (e.g. one "
-            "made by jaxrl_reason.rl.grpo.start.make_start_checkpoint, or a model exported with "
-            "models.lm.hf_export.save_hf_model and such a tokenizer), --add-r1-tags to add them (new embedding rows), "
-            "or --arch NAME for random weights of a recipes.ARCHS configuration with the character tokenizer")
+            "and parses <think> </think> <answer> </answer> as single tokens inside jit. Name four words the "
+            "checkpoint has as single tokens with --tag-words (e.g. ' Steps' ' So' ' answer' ' Done': plain text "
+            "it already reads), use a checkpoint whose tokenizer has all four as added tokens (e.g. one made by "
+            "jaxrl_reason.rl.grpo.start.make_start_checkpoint), --add-r1-tags to add them (new embedding rows, "
+            "which a short fine-tune does not teach), or --arch NAME for random weights of a recipes.ARCHS "
+            "configuration with the character tokenizer")
     try:
-        return SpelledTokenizer(inner, name)  # "," (the step delimiter) included
+        return SpelledTokenizer(inner, name, tags=tags)  # "," (the step delimiter) included
     except ValueError as e:
         raise HFImportError(f"astro --model: {e}") from e
 
@@ -84,12 +87,15 @@ def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: Clonin
     out = sample(model, batch.prompts, batch.prompt_lens, jax.random.key(0),
                  SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0, pad_id=tokenizer.pad_id),
                  stop_tokens=answer_stops(tokenizer))
-    correct = score(tasks, batch, out.tokens, out.lengths, tokenizer)["correct"].astype(bool)
+    scores = score(tasks, batch, out.tokens, out.lengths, tokenizer)
+    correct = scores["correct"].astype(bool)
     texts = [tokenizer.decode(_until_pad(t, tokenizer.pad_id)) for t in np.asarray(out.tokens).tolist()]
     backs = np.array([count_backtracks(t, cloning) for t in texts])
     diff = np.asarray(batch.difficulty)
     return {
         "accuracy": float(correct.mean()),
+        "format_rate": float(scores["formatted"].mean()),  # the whole response <think>..</think><answer>..</answer>
+        "n": int(correct.size),
         **{f"accuracy_d{d}": float(correct[diff == d].mean()) for d in np.unique(diff)},
         "response_length": float(np.asarray(out.lengths).mean()),
         "backtracks_per_response": float(backs.mean()),
@@ -234,6 +240,21 @@ def base_policy(config, tokenizer: Tokenizer) -> Transformer:
     return base
 
 
+def check_base_format(config, base: Transformer, held, tokenizer: Tokenizer, run_dir: RunDir) -> dict:
+    """The base policy on the held-out problems (``evaluate_reasoning``, greedy), saved as ``base_policy.json``;
+    ValueError when its format rate is below ``config.min_base_format_rate`` (search and cloning need answers in
+    the R1 format: a longer base SFT, ``--base-sft.steps``)."""
+    row = evaluate_reasoning(base, [config.task], held, config.grpo.max_new_tokens, config.cloning, tokenizer)
+    run_dir.save_json("base_policy.json", row)
+    print(f"base policy after its SFT: format rate {row['format_rate']:.3f}, accuracy {row['accuracy']:.3f} "
+          f"(n = {row['n']})")
+    if row["format_rate"] < config.min_base_format_rate:
+        raise ValueError(f"the base policy's held-out format rate is {row['format_rate']:.3f} (n = {row['n']}) after "
+                         f"{config.base_sft.steps} base SFT steps, below min_base_format_rate = "
+                         f"{config.min_base_format_rate}: lengthen the base SFT (--base-sft.steps) or raise its lr")
+    return row
+
+
 def make_searches(config, graphdef, tokenizer: Tokenizer) -> dict:
     """{name: jitted step search} for every name of ``SEARCHES``, each verifying answers by the task's verifier."""
     verify = answer_verifier(config.task, tokenizer)
@@ -278,7 +299,8 @@ def train_arms(config, arms: dict, held, tokenizer: Tokenizer, run_dir: RunDir, 
                               config.rl_steps, config.eval_every, evaluate, desc=f"astro/{name}",
                               heldout_file=heldout_file)
         after = evaluate(learner.model(state))
-        rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items() if k in ("accuracy", "backtracks_per_response")},
+        rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items()
+                                     if k in ("accuracy", "format_rate", "backtracks_per_response")},
                      **{f"rl_{k}": v for k, v in after.items()}})
         curves[name] = {k: recipes.series(arm_dir, f"eval/{k}") for k in
                         ("accuracy", "backtracks_per_response", "response_length")}
@@ -288,3 +310,11 @@ def train_arms(config, arms: dict, held, tokenizer: Tokenizer, run_dir: RunDir, 
         "response length (tokens)": {a: c["response_length"] for a, c in curves.items()},
     }, title=f"ASTRO ({policy_name(config)}, {type(config.task).__name__}): SFT arm then GRPO")
     return rows
+
+
+def arm_difference(astro_row: dict, direct_row: dict) -> dict:
+    """ASTRO-SFT + RL minus direct-SFT + RL in held-out accuracy after RL (``train_arms``' rows), with the SE of two
+    independent proportions over the ``n`` held-out problems each arm answered."""
+    a, d, n = astro_row["rl_accuracy"], direct_row["rl_accuracy"], astro_row["rl_n"]
+    return {"astro_minus_direct": a - d, "astro_minus_direct_se": float(np.sqrt((a * (1 - a) + d * (1 - d)) / n)),
+            "heldout_n": n}

@@ -65,6 +65,10 @@ class Config:
     # a checkpoint whose tokenizer lacks the R1 tags: add the missing ones as new special tokens, with new rows of
     # the (tied) embedding and head at the mean embedding (else the checkpoint is refused, make_tokenizer)
     add_r1_tags: bool = False
+    # a checkpoint's R1 tags as four words it has (one token each, e.g. " Steps" " So" " answer" " Done": no new rows)
+    tag_words: tuple[str, str, str, str] | None = None
+    min_base_format_rate: float = 0.0  # stop before the search when the base policy's held-out format rate is lower
+    base_arm: bool = True  # also GRPO from the base policy (the third arm)
     arch: str | None = None
     arch_dtype: str = "bfloat16"
     # RandomCalculation (one exact answer) or Countdown (reach a target; many valid answers, verified by task.check)
@@ -104,7 +108,7 @@ class Config:
     eval_every: int = 20  # held-out evaluation interval (0: only before and after; the last step is always evaluated)
     heldout_problems: int = 192
     # --eval-data FILE (+ --eval-samples, --eval-reward, --eval-reward-fn, --eval-prompt-field, --eval-answer-field):
-    # each arm's GRPO also evaluated on a prompt/answer file (raw <bos> + prompt, as the task prompts)
+    # each arm's GRPO also evaluated on a prompt/answer file (raw <bos> + prompt)
     eval_file: Annotated[recipes.EvalFile, tyro.conf.OmitArgPrefixes] = recipes.EvalFile()
     prompt_len: int = 24
     answer_len: int = 12
@@ -122,6 +126,8 @@ class Config:
             raise ValueError(f"Config.compare_searches: one or more of {SEARCHES}, got {self.compare_searches}")
         if self.arch is not None and self.arch not in recipes.ARCHS:
             raise ValueError(f"Config.arch: unknown arch {self.arch!r}; known: {sorted(recipes.ARCHS)}")
+        if (self.add_r1_tags and self.tag_words) or not 0 <= self.min_base_format_rate <= 1:
+            raise ValueError("Config: add_r1_tags or tag_words (not both); min_base_format_rate in [0, 1]")
 
     @property
     def max_seq_len(self) -> int:
@@ -135,23 +141,21 @@ class Config:
                         n_kv_heads=4, d_ff=4 * self.d_model, max_seq_len=self.max_seq_len)
 
 
-#: issue 40: ASTRO from the real pretrained SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a packaged GGUF;
-#: its tokenizer gets the four R1 tags, add_r1_tags). The same pipeline and equal budgets as the cpu preset
-#: (base SFT on gold traces, search traces with backtracking -> procedure cloning -> SFT, then GRPO on every arm;
-#: ASTRO traces vs direct answers at the same SFT and RL steps), held-out greedy accuracy; learning rates for a
-#: pretrained model, batches and searches small enough for ~1 hour on a 2-core CPU. The cost is the model's: a
-#: trained token ~27 ms of forward + backward on the loaded shared 2-core machine, so base SFT 40 x 8 x 64 tokens,
-#: trace SFT 24 x 8 x 112 tokens per arm, RL 8 steps x 16 samples per arm (2-step smoke of this preset: 136 s)
+#: issue 40 / 55: ASTRO from the real SmolLM2-135M-Instruct (--model smollm2-135m-instruct, a packaged GGUF) in plain
+#: text it already reads: the R1 tags are four of its own words (tag_words: no new rows), steps and reflections spelled
+#: per character; its base SFT must reach a 90% held-out format rate before the search. ASTRO traces vs direct traces
+#: (the same search's successful paths) at the same SFT and RL steps, n = 512 held out; sized for a 2-core CPU (a
+#: trained token ~27 ms of forward + backward): base SFT 60 x 8 x 64 tokens, trace SFT 24 x 8 x 112, RL 8 x 16 an arm
 SMOLLM2 = Config(
-    model="smollm2-135m-instruct", add_r1_tags=True,
-    base_sft=recipes.WarmStart(problems=1024, steps=40, batch_size=8, lr=5e-5, seq_len=64),
+    model="smollm2-135m-instruct", tag_words=(" Steps", " So", " answer", " Done"), min_base_format_rate=0.9,
+    base_sft=recipes.WarmStart(problems=1024, steps=60, batch_size=8, lr=1e-4, seq_len=64),
     search=StepSearchConfig(num_simulations=8, branching=4, max_depth=4, step_tokens=10, rollout_tokens=32,
                             temperature=1.0),
-    search_batch=16, search_problems=48, compare_problems=16, compare_searches=("mcts",), trace_sft_steps=24,
-    trace_sft_lr=5e-5,
+    search_batch=16, search_problems=64, compare_problems=16, compare_searches=("mcts",), trace_sft_steps=24,
+    trace_sft_lr=5e-5, base_arm=False,
     grpo=dataclasses.replace(Config().grpo, prompts_per_step=4, group_size=4, lr=1e-6, max_new_tokens=48,
                              remat="block"),
-    rl_steps=8, eval_every=4, heldout_problems=128,
+    rl_steps=8, eval_every=4, heldout_problems=512,
 )
 
 PRESETS = {
@@ -208,6 +212,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     search = searches["mcts_step_checked" if config.prune_with_step_check else "mcts"]
     held = recipes.heldout(tasks, config.heldout_problems, config.seed, config.prompt_len, config.answer_len,
                            tokenizer=tokenizer)
+    base_row = astro.check_base_format(config, base, held, tokenizer, run_dir)  # the format before any search
 
     # 2. MCTS vs best-of-N at (at least) equal generated tokens, on held-out multi-step problems: ``held`` itself
     # when it holds enough of them (2x: about 2/3 are multi-step), else a longer draw of the held-out stream
@@ -217,15 +222,16 @@ def run(config: Config, run_dir: RunDir) -> dict:
     table = astro.search_vs_sampling(config, {k: searches[k] for k in config.compare_searches}, graphdef, params,
                                      compare_pool, tokenizer)
     print(run_dir.write_table("search_vs_sampling", table))
-    comparison = {k: v for k, v in table[0].items() if k.endswith(("_solved", "_tokens", "_bon", "_bon_se"))}
+    comparison = {**{f"base_{k}": base_row[k] for k in ("format_rate", "accuracy", "n")},
+                  **{k: v for k, v in table[0].items() if k.endswith(("_solved", "_tokens", "_bon", "_bon_se"))}}
     if config.compare_only:
         return comparison
 
     # 3. search on training problems -> ASTRO and direct traces
     train, traces, trace_stats = astro.search_stage(config, search, params, tokenizer, run_dir)
 
-    # 4. three arms, each then GRPO
-    arms = {"base": astro.copy_model(base),
+    # 4. the arms (ASTRO traces, direct traces, the base policy), each then GRPO
+    arms = {**({"base": astro.copy_model(base)} if config.base_arm else {}),
             "astro_sft": astro.sft_on(base, train.problems, traces, config, direct=False, tokenizer=tokenizer),
             "direct_sft": astro.sft_on(base, train.problems, traces, config, direct=True, tokenizer=tokenizer)}
     rows = astro.train_arms(config, arms, held, tokenizer, run_dir, heldout_file)
@@ -234,6 +240,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     return {**comparison, **trace_stats,
             **{f"{a}_rl_accuracy": by[a]["rl_accuracy"] for a in arms},
             "astro_correct_with_backtrack": by["astro_sft"]["rl_correct_with_backtrack"],
+            **astro.arm_difference(by["astro_sft"], by["direct_sft"]),
             "run_dir": str(run_dir.path)}
 
 

@@ -63,6 +63,7 @@ class Config:
     dtype: str = "bfloat16"  # activations of an arch LM ("float32" on CPU); a checkpoint runs in float32
     remat: bool = True  # recompute each block of a checkpoint / arch LM in the backward pass (memory)
     warm_start: bool = True  # the SFT warm start on teacher games (every LM; False: self-play from the LM as is)
+    evaluate_checkpoint: bool = True  # a checkpoint's results row before the warm start too
     lm: LMConfig = TINY_LM
     warm: WarmStartConfig = WarmStartConfig()
     spiral: SpiralConfig = SpiralConfig()  # games / advantage are set per variant
@@ -103,18 +104,19 @@ class Config:
 
 
 #: issue 40 / 55, the real SmolLM2-135M-Instruct on the 2-core CPU, sized so one arm (self-play + its evaluations)
-#: takes ~30-45 min on the idle machine. Its cost is the model's: one turn (a compact prompt of <= 119 tokens, one per
-#: character, + 24 new) trained costs ~1-2 s of forward + backward, so a step is 4 episodes per game (~40 trained
-#: turns: ``update_rows`` trains only those), 48 steps an arm, every fixed opponent every 8 steps (32 games each), 256
-#: games each at the end (win-rate SE <= 0.031 an arm), a 96-example warm start. 24 new tokens hold the warm start's
+#: takes ~30-45 min on the idle machine. Its cost is the model's: a turn trained (a compact prompt of <= 119 tokens,
+#: one per character, + 24 new) costs ~1-2 s of forward + backward and a turn played ~0.2 s of prefill a game, so a
+#: step is 2 episodes per game (~20 trained turns: ``update_rows`` trains only those), 48 steps an arm, every fixed
+#: opponent every 12 steps (16 games each), 128 games each at the end (win-rate SE <= 0.044 an arm), the warm-started
+#: start evaluated once (not the checkpoint before it), a 96-example warm start. 24 new tokens hold the warm start's
 #: answers (rationale + \boxed{move}: at most 19 tokens on TicTacToe, 11 on Kuhn Poker). lr 1e-5 (the GRPO preset's;
 #: SPIRAL's 1e-6 moves nothing in this many steps)
 SMOLLM2 = Config(
-    model="smollm2-135m-instruct", max_seq_len=256, dtype="float32",
+    model="smollm2-135m-instruct", max_seq_len=256, dtype="float32", evaluate_checkpoint=False,
     warm=WarmStartConfig(games_per_game=256, steps=24, batch_size=4, lr=5e-5),
-    spiral=SpiralConfig(episodes_per_game=4, max_new_tokens=24, lr=1e-5, prompt_style="compact", update_rows=4),
+    spiral=SpiralConfig(episodes_per_game=2, max_new_tokens=24, lr=1e-5, prompt_style="compact", update_rows=4),
     variants=("rae:tictactoe+kuhn_poker", "none:tictactoe+kuhn_poker"),
-    steps=48, eval_every=8, eval_episodes=32, final_eval_episodes=256, infoset_samples=16, transfer_problems=64,
+    steps=48, eval_every=12, eval_episodes=16, final_eval_episodes=128, infoset_samples=16, transfer_problems=64,
     transfer_max_new_tokens=24,
 )
 
@@ -148,13 +150,13 @@ PRESETS = {
     # start teaches the answer format (\boxed{move}) on compact prompts; response length, format errors
     # (invalid moves / forfeits) and gradient norm every step, win rates vs random every eval_every steps,
     # vs every fixed opponent (random, minimax / Nash: the games' expert bots) and Kuhn's exact evaluations
-    # at the start, after the warm start and after self-play; the arms' differences with their SE (differences.md).
+    # after the warm start and after self-play; the arms' differences with their SE (differences.md).
     # An arm takes ~30-45 min on a 2-core CPU (SMOLLM2's comment).
     "smollm2": SMOLLM2,
     # the same claim sized for one H200: verbose prompts (the rules in prose), longer responses, more
     # episodes and steps, a third game
     "smollm2_gpu": dataclasses.replace(
-        SMOLLM2, max_seq_len=1024,
+        SMOLLM2, max_seq_len=1024, evaluate_checkpoint=True,
         warm=WarmStartConfig(games_per_game=2048, steps=200, batch_size=64, lr=1e-5),
         spiral=SpiralConfig(episodes_per_game=128, max_new_tokens=128, lr=1e-6, minibatches=8, prompt_style="verbose",
                             update_rows=64),
@@ -171,7 +173,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     key = jax.random.key(config.seed + 1)
     evaluate = lambda games: study.evaluate_model(config, *nnx.split(model), model, games, sampler, key, tok, task_tok)
     rows = []
-    if config.model is not None and config.warm_start:  # the checkpoint as it came
+    if config.model is not None and config.warm_start and config.evaluate_checkpoint:  # the checkpoint as it came
         rows.append({"variant": "checkpoint", **evaluate(all_games)})
         run_dir.write_table("results", rows)
     warm_m = {"examples": 0}

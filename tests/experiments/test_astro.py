@@ -125,7 +125,8 @@ def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
                                                          jax.tree.leaves(nnx.state(tuned, nnx.Param))))
     summary = astro.run(cfg, RunDir.create("astro", cfg, root=tmp_path / "runs"))
     nums = {k: v for k, v in summary.items() if k != "run_dir"}
-    assert {"mcts_solved", "best_of_n_tokens", "base_rl_accuracy", "astro_sft_rl_accuracy"} <= set(nums)
+    assert {"mcts_solved", "best_of_n_tokens", "base_rl_accuracy", "astro_sft_rl_accuracy", "astro_minus_direct",
+            "astro_minus_direct_se", "base_format_rate"} <= set(nums) and nums["heldout_n"] == nums["base_n"] == 4
     assert "mcts_step_checked_solved" not in nums  # only the searches asked for are compared
     assert all(math.isfinite(v) for v in nums.values()), summary
     for arm in ("base", "astro_sft", "direct_sft"):
@@ -134,6 +135,11 @@ def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
         assert [r["step"] for r in evals] == [0, 2, 3] and all(r["eval_data/n"] == 6 for r in evals)
         assert all(r["eval_data/pass@2_n"] == 6 and "eval_data/reward/exact_match_se" in r for r in evals)
         assert (arm_dir / "eval.png").stat().st_size > 0
+    # a base policy below min_base_format_rate stops before the search, its evaluation saved
+    gate = RunDir.create("astro", cfg, root=tmp_path / "gate")
+    with pytest.raises(ValueError, match=r"format rate is 0\.\d+ \(n = 4\) after 2 base SFT steps, below"):
+        astro.run(dataclasses.replace(cfg, min_base_format_rate=1.0), gate)
+    assert (gate.path / "base_policy.json").exists() and not (gate.path / "search_vs_sampling.md").exists()
     # --rl-steps 0 with --eval-data: the base policy evaluated on the file alone, no search, no arm (issue 51 item 3)
     only = astro.run(dataclasses.replace(cfg, rl_steps=0), RunDir.create("astro", cfg, root=tmp_path / "only"))
     assert only["n"] == only["eval_data"]["n"] == 6 and only["eval_data"]["pass@2_n"] == 6

@@ -134,3 +134,27 @@ def test_char_ids_and_spell_one_token_per_character():
     # strict=False: a character that is not one token is its own encoding (ASTRO's SpelledTokenizer)
     assert bpe.spell("café", strict=False) == bpe.spell("caf") + bpe.encode("é") and len(bpe.encode("é")) == 2
     assert char.spell("a|b", strict=False) == char.encode("a|b") and char.encode("|") == [char.unk_id]
+
+
+def test_spelled_tokenizer_reads_and_writes_the_r1_tags_as_words_of_its_vocabulary():
+    """``SpelledTokenizer(tags=...)``: each R1 tag is one existing word token (no new ids): encode with specials gives
+    the word's id, decode reads it back as the tag (dropped with skip_special), text from data spells the tag, the
+    in-jit byte tables read the word as no character, and bad words are refused."""
+    from jaxrl_reason.models.tokenizer import R1_TAGS, UNKNOWN, SpelledTokenizer, token_bytes
+
+    words = (" Steps", " So", " answer", " Done")
+    bpe = HFTokenizer.train_bpe(["3+4=? Steps 3+4=7 So answer 7 Done"] * 64, 300, ("<pad>", "<bos>", "<eos>"))
+    tok = SpelledTokenizer(bpe, tags=dict(zip(R1_TAGS, words)))
+    assert tok.vocab_size == bpe.vocab_size and list(tok.tag_ids()) == [bpe.single_token_id(w) for w in words]
+    text = "<think>3+4=7</think><answer>7</answer>"
+    ids = tok.encode(text, allow_special=True)
+    assert len(ids) == 4 + 5 + 1 and tok.decode(ids) == text and tok.decode(ids, skip_special=True) == "3+4=77"
+    assert bpe.decode(ids) == " Steps3+4=7 So answer7 Done"
+    assert tok.encode("<think>") == bpe.spell("<think>", strict=False)  # data: the tag spelled
+    table, lengths = token_bytes(tok)
+    assert all(table[i, 0] == UNKNOWN and lengths[i] == 1 for i in tok.tag_ids())
+    for bad, match in (({"<think>": "S"}, "two or more characters"), ({"<think>": " Steps", "</think>": " Steps"},
+                                                                      "distinct"),
+                       ({"<eos>": " So"}, "maps the R1 tags"), ({"<think>": "<eos>"}, "no control token")):
+        with pytest.raises(ValueError, match=match):
+            SpelledTokenizer(bpe, tags=bad)

@@ -131,25 +131,35 @@ def test_joyagents_step(real_model):
     assert (max_change(before, state.params) > 0) == (float(m["grad_norm"]) > 0)
 
 
-def test_astro_needs_r1_tags_and_adds_them(real_model):
-    """ASTRO's in-jit search needs the R1 tags as single tokens: SmolLM2's tokenizer has none, so --model alone
-    is refused with one error naming them; ``add_r1_tags`` adds them and grows the tied embedding."""
+def test_astro_r1_tags_as_the_checkpoints_words_or_added(real_model):
+    """ASTRO's in-jit search needs the R1 tags as single tokens: SmolLM2's tokenizer has none. The preset reads and
+    writes them as four words SmolLM2 already has (``tag_words``: its own rows, the vocabulary unchanged); without
+    them --model is refused with one error naming the tags; ``add_r1_tags`` adds them and grows the tied embedding."""
     from jaxrl_reason.models.lm import HFImportError
 
     from jaxrl_reason.agents import astro
 
     config = load_experiment("astro").PRESETS["smollm2"]
-    with pytest.raises(HFImportError, match="does not have the R1 tags .*--add-r1-tags"):
-        astro.make_tokenizer(dataclasses.replace(config, add_r1_tags=False))
+    text = "<think>3+4=7</think><answer>7</answer>"
     tok = astro.make_tokenizer(config)
+    words = [tok.inner.single_token_id(w) for w in config.tag_words]
+    assert list(tok.tag_ids()) == words and tok.vocab_size == 49152
+    ids = tok.encode(text, allow_special=True)
+    assert tok.decode(ids) == text and tok.inner.decode(ids) == "".join(
+        w + part for w, part in zip(config.tag_words, ("3+4=7", "", "7", "")))  # " Steps3+4=7 So answer7 Done"
+    assert astro.policy_model(config, tok).cfg.vocab_size == 49152
+
+    with pytest.raises(HFImportError, match="does not have the R1 tags .*--tag-words"):
+        astro.make_tokenizer(dataclasses.replace(config, tag_words=None))
+    added = dataclasses.replace(config, tag_words=None, add_r1_tags=True)
+    tok = astro.make_tokenizer(added)
     tags = [tok.single_token_id(t) for t in ("<think>", "</think>", "<answer>", "</answer>")]
     assert tags == list(range(49152, 49156)) and tok.vocab_size == 49156
-    model = astro.policy_model(config, tok)
+    model = astro.policy_model(added, tok)
     embed = np.asarray(model.embed[...])
     assert embed.shape == (49156, 576)
     np.testing.assert_array_equal(embed[:49152], np.asarray(real_model.model.embed[...]))
     np.testing.assert_allclose(embed[49152:], np.broadcast_to(embed[:49152].mean(0), (4, 576)), atol=1e-5)
-    text = "<think>3+4=7</think><answer>7</answer>"
     assert tok.decode(tok.encode(text, allow_special=True)) == text
 
 
@@ -177,19 +187,23 @@ def run_preset(name: str, tmp_path, *flags: str) -> dict:
 
 
 def test_spiral_smollm2_preset_two_steps(smollm2_vocab_checkpoint, tmp_path):
-    """The SPIRAL claim's preset end to end on one game and one variant (SmolLM2's tokenizer, a tiny model):
-    checkpoint row, warm start, 2 self-play steps (trained turns only: ``update_rows``), the final evaluation."""
+    """The SPIRAL claim's preset end to end on one game and one variant (SmolLM2's tokenizer, a tiny model): warm
+    start (the checkpoint before it not evaluated), 2 self-play steps (trained turns only: ``update_rows``) with
+    win / forfeit rates vs every fixed opponent, reward variance, the final evaluation."""
     summary = run_preset("spiral", tmp_path, "--model", smollm2_vocab_checkpoint, "--variants", "rae:kuhn_poker", "--steps", "2", "--eval-every", "2",
                          "--warm.steps", "1", "--warm.games-per-game", "2", "--warm.batch-size", "2",
                          "--spiral.episodes-per-game", "2", "--spiral.max-new-tokens", "4", "--eval-episodes", "2",
                          "--final-eval-episodes", "2", "--infoset-samples", "1", "--transfer-problems", "1",
                          "--transfer-max-new-tokens", "2")
     variants = {k.split(" | ")[0] for k in summary if " | " in k}
-    assert variants == {"checkpoint", "sft (warm start)", "rae:kuhn_poker"}
+    assert variants == {"sft (warm start)", "rae:kuhn_poker"}
     rows = [r for r in (tmp_path / "spiral").rglob("metrics.jsonl")]
     steps = [json.loads(line) for p in rows for line in p.read_text().splitlines()]
     train = [s for s in steps if "grad_norm" in s]
     assert len(train) == 2 and all(np.isfinite(s["loss"]) and 0 < s["kuhn_poker/response_length"] <= 4 for s in train)
+    assert all(0 <= s["kuhn_poker/reward_var"] <= 4 for s in train)
+    evals = [s for s in steps if "kuhn_poker/eval_win_vs_nash" in s]
+    assert [s["step"] for s in evals] == [0, 2] and all("kuhn_poker/eval_forfeit_vs_random" in s for s in evals)
 
 
 def test_joyagents_smollm2_preset_two_steps(smollm2_vocab_checkpoint, tmp_path):
@@ -202,16 +216,17 @@ def test_joyagents_smollm2_preset_two_steps(smollm2_vocab_checkpoint, tmp_path):
 
 
 def test_astro_smollm2_preset_two_steps(smollm2_vocab_checkpoint, tmp_path):
-    """The ASTRO claim's preset (SmolLM2's tokenizer with the R1 tags added, a tiny model): base SFT, search traces,
-    procedure cloning, 2 RL steps on each arm."""
+    """The ASTRO claim's preset (SmolLM2's tokenizer, the R1 tags four of its words, a tiny model): base SFT, search
+    traces, procedure cloning, 2 RL steps on each arm; the format gate off (a random model formats nothing)."""
     summary = run_preset("astro", tmp_path, "--model", smollm2_vocab_checkpoint, "--base-sft.steps", "1", "--base-sft.problems", "8",
                          "--base-sft.batch-size", "2", "--search.num-simulations", "2", "--search.branching", "2",
                          "--search.max-depth", "2", "--search.step-tokens", "4", "--search.rollout-tokens", "4",
                          "--search-batch", "2", "--search-problems", "2", "--compare-problems", "2",
                          "--trace-sft-steps", "1", "--grpo.prompts-per-step", "1", "--grpo.group-size", "2",
                          "--grpo.max-new-tokens", "4", "--rl-steps", "2", "--eval-every", "2",
-                         "--heldout-problems", "8")
+                         "--heldout-problems", "8", "--min-base-format-rate", "0")
     assert summary and all(np.isfinite(v) for v in summary.values() if isinstance(v, float))
+    assert summary["heldout_n"] == summary["base_n"] == 8 and "astro_minus_direct_se" in summary
 
 
 def test_rally_llm_intent_policy_from_the_real_model(real_model, tmp_path):

@@ -6,6 +6,8 @@ whose ``encode`` spells. All rest on ``Tokenizer.char_ids`` / ``Tokenizer.spell`
     table = byte_ids(tok)              # [256] byte -> id (ByteTokenizer: byte + n_special): text rendered in jit
     table, lens = token_bytes(tok)     # [V, K], [V]: id -> its ASCII bytes: generated text, parsed in jit
     tok = SpelledTokenizer(hf_tok)     # encode spells plain text per character; the rest is hf_tok's
+    tok = SpelledTokenizer(hf_tok, tags=dict(zip(R1_TAGS, (" Steps", " So", " answer", " Done"))))
+                                       # ... and the R1 tags are words of hf_tok's vocabulary (no new rows)
 
 Any tokenizer that spells every character of the text as one token works, e.g. a checkpoint's byte-level
 BPE (Qwen2/3, Llama 3, DeepSeek-V3: every ASCII byte is a token). Text spelled that way is a valid id
@@ -28,7 +30,7 @@ import re
 
 import numpy as np
 
-from jaxrl_reason.models.tokenizer.base import Tokenizer
+from jaxrl_reason.models.tokenizer.base import R1_TAGS, Tokenizer
 from jaxrl_reason.models.tokenizer.char import ByteTokenizer
 
 MAX_TOKEN_BYTES = 16  # longer tokens (runs of spaces or dashes in a large BPE) parse as one unknown byte
@@ -111,9 +113,17 @@ class SpelledTokenizer(Tokenizer):
     tokenizer and the first printable ASCII character that is not one token decoding back to itself (true of
     byte-level BPEs: Qwen2/3, Llama 3, DeepSeek-V3; not of SentencePiece vocabularies whose characters carry a
     word-start marker). A token the model generates that merges several characters decodes normally on the
-    host, but the in-jit parsers do not read it (``tasks.calc_steps``)."""
+    host, but the in-jit parsers do not read it (``tasks.calc_steps``).
 
-    def __init__(self, inner: Tokenizer, name: str | None = None):
+    ``tags`` ({R1 tag: word}, e.g. ``{"<think>": " Steps", ...}``): the R1 tags are read and written as words the
+    checkpoint already has (one token each, two or more characters, so spelled text never holds one): its own
+    pretrained rows instead of new special tokens (``with_tokens``), which a short fine-tune does not teach.
+    ``token_to_id`` / ``encode(allow_special=True)`` give the word's id for a tag, ``decode`` reads it back as
+    the tag (so the verifiers and text rewards see R1 responses), and the tags count as control tokens (text
+    from data spells them; the in-jit byte tables read them as no character). A tag word the model writes is
+    that tag wherever it stands."""
+
+    def __init__(self, inner: Tokenizer, name: str | None = None, tags: dict[str, str] | None = None):
         self.inner, self.name = inner, name or type(inner).__name__
         for attr in ("pad", "bos", "eos", "vocab_size", "add_bos_token", "chat_template", "special_tokens_map"):
             setattr(self, attr, getattr(inner, attr))
@@ -126,13 +136,33 @@ class SpelledTokenizer(Tokenizer):
                              "Llama 3, DeepSeek-V3)")
         if inner.decode(self.encode(PRINTABLE)) != PRINTABLE:
             raise ValueError(f"{self.name} does not decode text spelled one token per character back to the text")
+        self.tags = self._tag_ids(tags or {})
+
+    def _tag_ids(self, tags: dict[str, str]) -> dict[str, int]:
+        """``tags`` (R1 tag -> a word of ``inner``'s vocabulary) -> {tag: the word's id}, checked: R1 tags only,
+        distinct words, each one token of two or more characters (spelled text never holds it: one id per
+        character) that is no control token."""
+        if set(tags) - set(R1_TAGS):
+            raise ValueError(f"{self.name}: tags maps the R1 tags {R1_TAGS}, got {sorted(set(tags) - set(R1_TAGS))}")
+        controls = {self.inner.token_to_id(t) for t in self.inner.control_tokens}
+        ids = {}
+        for tag, word in tags.items():
+            i = self.inner.single_token_id(word)
+            if i is None or len(word) < 2 or i in controls or self.inner.decode([i]) != word:
+                raise ValueError(f"{self.name}: the tag word {word!r} for {tag} must be one token of two or more "
+                                 f"characters that decodes back to itself and is no control token (encode gives "
+                                 f"{self.inner.encode(word)})")
+            ids[tag] = i
+        if len(set(ids.values())) != len(ids):
+            raise ValueError(f"{self.name}: the tag words must be distinct tokens, got {tags}")
+        return ids
 
     @property
     def control_tokens(self) -> tuple[str, ...]:
-        return self.inner.control_tokens
+        return self.inner.control_tokens + tuple(self.tags)
 
     def token_to_id(self, token: str) -> int:
-        return self.inner.token_to_id(token)
+        return self.tags[token] if token in self.tags else self.inner.token_to_id(token)
 
     def encode(self, text: str, allow_special: bool = False) -> list[int]:
         if not allow_special:
@@ -142,4 +172,15 @@ class SpelledTokenizer(Tokenizer):
                 for i in ([self.token_to_id(part)] if k % 2 else self.inner.spell(part, strict=False))]
 
     def decode(self, ids, skip_special: bool = False) -> str:
-        return self.inner.decode(ids, skip_special)
+        """``inner``'s decode, a tag word's id read back as its tag (dropped with ``skip_special``)."""
+        if not self.tags:
+            return self.inner.decode(ids, skip_special)
+        tag_of = {i: t for t, i in self.tags.items()}
+        out, run = [], []
+        for i in list(ids):
+            if int(i) in tag_of:
+                out += [self.inner.decode(run, skip_special), "" if skip_special else tag_of[int(i)]]
+                run = []
+            else:
+                run.append(i)
+        return "".join(out) + self.inner.decode(run, skip_special)
