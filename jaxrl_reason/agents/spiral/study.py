@@ -12,8 +12,11 @@ the variants' histories, the comparison figure and the summary. ``config`` is th
 
 from __future__ import annotations
 
+import json
+
 import jax
 import numpy as np
+from flax import nnx
 
 from jaxrl_reason.agents.spiral import evaluation as E
 from jaxrl_reason.agents.spiral.rollout import GAMES
@@ -22,6 +25,8 @@ from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
 from jaxrl_reason.rl.grpo.recipes import PolicySource
+from jaxrl_reason.agents.spiral.warmstart import warm_start
+from jaxrl_reason.utils.checkpoint import Checkpointer
 from jaxrl_reason.utils.experiment import RunDir
 
 
@@ -36,6 +41,33 @@ def load_lm(config) -> tuple[Transformer, Tokenizer, Tokenizer | None]:
     if config.model is not None:
         return model, load_tokenizer(config.model), None
     return model, spiral_tokenizer(), CharTokenizer()
+
+
+def warm_started(config, model: Transformer, games, tok: Tokenizer, run_dir: RunDir) -> int:
+    """SPIRAL's SFT warm start of ``model`` (in place; ``warmstart.warm_start``), its NLL logged every 10 steps and
+    its weights checkpointed in ``<run>/warm_start``: a resumed run restores them instead of training again
+    -> the number of SFT examples."""
+    ckpt, info = Checkpointer(run_dir.path / "warm_start"), run_dir.path / "warm_start.json"
+    if ckpt.latest_step() is not None and info.exists():
+        nnx.update(model, ckpt.restore(nnx.state(model))[1])
+        return json.loads(info.read_text())["examples"]
+    _, m = warm_start(model, games, config.warm, seed=config.seed, style=config.spiral.prompt_style, tokenizer=tok)
+    for i, nll in enumerate(m["nll"]):
+        if i % 10 == 0 or i == len(m["nll"]) - 1:
+            run_dir.log(i, {"sft/nll": nll})
+    ckpt.save(len(m["nll"]), nnx.state(model), force=True)
+    run_dir.save_json(info.name, {"examples": int(m["examples"]), "nll": [float(x) for x in m["nll"]]})
+    return m["examples"]
+
+
+def row_once(run_dir: RunDir, name: str, compute) -> dict:
+    """``compute()`` (a results row) saved as ``<run>/<name>.json``; a resumed run reads it back instead."""
+    path = run_dir.path / f"{name}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    row = compute()
+    run_dir.save_json(path.name, row)
+    return row
 
 
 def evaluate_model(config, graphdef, params, model, games, sampler, key, tokenizer: Tokenizer,

@@ -463,7 +463,8 @@ def experiment():
 def test_experiment_runs_from_a_checkpoint(experiment, bpe, tmp_path):
     """--model: a tiny HF checkpoint (byte-level BPE + random Qwen3ForCausalLM) is evaluated as it came, warm-started
     and trained two self-play steps, with a finite summary; --model wins over the preset's arch. A variant is a
-    sub-run: resumed from its first checkpoint, it ends with the uninterrupted run's metrics and summary."""
+    sub-run: resumed from its first checkpoint, it ends with the uninterrupted run's metrics and summary; the warm
+    start and the rows before self-play are restored from the run, not recomputed."""
     import shutil
 
     from testutil import tiny_hf_checkpoint
@@ -492,10 +493,15 @@ def test_experiment_runs_from_a_checkpoint(experiment, bpe, tmp_path):
     done = rows()
     assert [r["step"] for r in done] == [0, 1, 1, 2, 2]  # the evaluation before training, then step + evaluation
     shutil.rmtree(variant / "checkpoints" / "2")  # as if killed between the two checkpoints
+    (variant / "row_final.json").unlink()
+    saved = {p.name: p.stat().st_mtime_ns for p in run_dir.path.glob("*.json")}
+    assert {"warm_start.json", "row_checkpoint.json", "row_start.json"} <= set(saved)
     again = RunDir.create("spiral", cfg, root=tmp_path / "runs", resume=run_dir.path)
-    assert experiment.run(cfg, again) == summary
+    assert experiment.run(cfg, again) == summary  # the warm start restored, the rows before self-play read back
     again.close()
     assert rows() == done
+    assert all(p.stat().st_mtime_ns == saved[p.name] for p in run_dir.path.glob("*.json") if p.name in saved
+               and p.name != "results.json")
 
 
 def test_gpu_preset_builds_qwen3_06b_abstractly(experiment):
