@@ -202,6 +202,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
     run_dir.save_json("results", rows)
     summary = study.summarize(rows, examples, run_dir)
     diffs = study.arm_differences(rows, config.final_eval_episodes)
+    summary["final_eval_episodes"] = config.final_eval_episodes
     if diffs:
         md += "\n\n" + run_dir.write_table("differences", diffs)
         for d in diffs:
@@ -209,6 +210,13 @@ def run(config: Config, run_dir: RunDir) -> dict:
             summary[f"{d['comparison']} | {d['metric']} se"] = d["se"]
     print(md)
     return summary
+
+
+def record(summary: dict) -> list[dict]:
+    """``--record``: the arms' final differences (the first variant minus each other: win, forfeit, mean return vs
+    every fixed opponent) with their SE, n = ``final_eval_episodes`` games each."""
+    return [{"name": k, "value": v, "se": summary[f"{k} se"], "n": summary["final_eval_episodes"]}
+            for k, v in summary.items() if f"{k} se" in summary]
 
 
 if __name__ == "__main__":

@@ -560,9 +560,10 @@ def test_games_split_over_the_data_mesh_play_the_same_step():
         spiral_learner(SpiralConfig(games=("kuhn_poker",), episodes_per_game=4, mesh="data=8"), model, tokenizer=TOK)
 
 
-def test_arm_differences_and_comparison_figure(tmp_path):
+def test_arm_differences_and_comparison_figure(experiment, tmp_path):
     """The first variant minus each other, on the final rows: win / forfeit rates with the SE of two independent
-    proportions, mean returns with their SEs combined; the figure has a row per game and the gradient norm."""
+    proportions, mean returns with their SEs combined (``--record``'s figures); the figure has a row per game and
+    the gradient norm."""
     from jaxrl_reason.agents.spiral.study import arm_differences, compare_plot
     from jaxrl_reason.utils.experiment import RunDir
 
@@ -579,6 +580,12 @@ def test_arm_differences_and_comparison_figure(tmp_path):
     assert d["tictactoe_vs_random/forfeit"]["difference"] == 0 and d["tictactoe_vs_random/forfeit"]["se"] > 0
     assert d["tictactoe_vs_random/mean_return"]["se"] == pytest.approx(0.05)
     assert {r["comparison"] for r in d.values()} == {"rae - none"} and arm_differences([start, rae], 100) == []
+    summary = {"final_eval_episodes": 100, "rae | grad_norm_std": 0.1,
+               **{f"rae - none | {m}": r["difference"] for m, r in d.items()},
+               **{f"rae - none | {m} se": r["se"] for m, r in d.items()}}
+    figs = experiment.record(summary)
+    assert sorted(f["name"] for f in figs) == sorted(f"rae - none | {m}" for m in d)
+    assert all(f["n"] == 100 and f["se"] == d[f["name"].split(" | ")[1]]["se"] for f in figs)
 
     curve = lambda w: [{"step": 0, "tictactoe/eval_win_vs_random": w, "tictactoe/eval_win_vs_minimax": 0.0},
                        {"step": 1, "grad_norm": 1.0, "tictactoe/response_length": 9.0,
