@@ -21,11 +21,11 @@ from flax import nnx
 from jaxrl_reason.agents.spiral import evaluation as E
 from jaxrl_reason.agents.spiral.rollout import GAMES
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
+from jaxrl_reason.agents.spiral.warmstart import warm_start
 from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
 from jaxrl_reason.rl.grpo.recipes import PolicySource
-from jaxrl_reason.agents.spiral.warmstart import warm_start
 from jaxrl_reason.utils.checkpoint import Checkpointer
 from jaxrl_reason.utils.experiment import RunDir
 
@@ -137,9 +137,8 @@ def arm_differences(rows: list[dict], n: int) -> list[dict]:
     (SE of two independent proportions over ``n`` games each) and mean return (its ``return_se`` combined) vs every
     fixed opponent, as rows ``{"comparison", "metric", "difference", "se", "n"}``."""
     arms = [r for r in rows if "grad_norm_std" in r]  # the variants' rows (not the checkpoint's or the start's)
-    out = []
+    out, a = [], arms[0] if arms else {}
     for b in arms[1:]:
-        a = arms[0]
         for key in a:
             if "_vs_" not in key or key not in b:
                 continue
