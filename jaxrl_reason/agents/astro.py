@@ -27,7 +27,7 @@ from jaxrl_reason.models.lm import Transformer, load_tokenizer
 from jaxrl_reason.models.lm.model import grow_vocab
 from jaxrl_reason.models.lm.sampler import SamplerConfig, sample
 from jaxrl_reason.models.tokenizer import R1_TAGS, CharTokenizer, SpelledTokenizer, Tokenizer, with_tokens
-from jaxrl_reason.rewards.evaluation import answer_stops
+from jaxrl_reason.rewards.evaluation import answer_stops, binomial_se
 from jaxrl_reason.rl.grpo import recipes
 from jaxrl_reason.rl.grpo.agent import grpo_for_tasks
 from jaxrl_reason.rl.grpo.sft import sft_warm_start
@@ -316,5 +316,5 @@ def arm_difference(astro_row: dict, direct_row: dict) -> dict:
     """ASTRO-SFT + RL minus direct-SFT + RL in held-out accuracy after RL (``train_arms``' rows), with the SE of two
     independent proportions over the ``n`` held-out problems each arm answered."""
     a, d, n = astro_row["rl_accuracy"], direct_row["rl_accuracy"], astro_row["rl_n"]
-    return {"astro_minus_direct": a - d, "astro_minus_direct_se": float(np.sqrt((a * (1 - a) + d * (1 - d)) / n)),
+    return {"astro_minus_direct": a - d, "astro_minus_direct_se": float(np.hypot(binomial_se(a, n), binomial_se(d, n))),
             "heldout_n": n}

@@ -25,6 +25,7 @@ from jaxrl_reason.agents.spiral.warmstart import warm_start
 from jaxrl_reason.envs.games import game_spec
 from jaxrl_reason.models.lm.model import Transformer
 from jaxrl_reason.models.tokenizer import CharTokenizer, Tokenizer
+from jaxrl_reason.rewards.evaluation import binomial_se
 from jaxrl_reason.rl.grpo.recipes import PolicySource
 from jaxrl_reason.utils.checkpoint import Checkpointer
 from jaxrl_reason.utils.experiment import RunDir
@@ -144,7 +145,7 @@ def arm_differences(rows: list[dict], n: int) -> list[dict]:
                 continue
             metric = key.rpartition("/")[2]
             if metric in ("win", "forfeit"):
-                se = np.sqrt((a[key] * (1 - a[key]) + b[key] * (1 - b[key])) / n)
+                se = np.hypot(binomial_se(a[key], n), binomial_se(b[key], n))
             elif metric == "mean_return":
                 se = np.hypot(a[key.replace("mean_return", "return_se")], b[key.replace("mean_return", "return_se")])
             else:
