@@ -111,7 +111,9 @@ def _grpo(s: dict, c, mod) -> list[dict]:
 
 def _selfplay(s: dict, c, mod) -> list[dict]:
     return [_fig(f"self-play episodes/s, on device / Python-driven (same games: {s['same_games']})",
-                 s["device_episodes_per_s"], s["python_episodes_per_s"], s["speedup"], "episodes/s")]
+                 s["device_episodes_per_s"], s["python_episodes_per_s"], s["speedup"], "episodes/s"),
+            _fig(f"self-play s, rules prefix prefilled once / every prompt whole (tokens equal: "
+                 f"{s['whole_token_agreement']:.3f})", s["device_s"], s["device_whole_s"], s["whole_over_shared"], "s")]
 
 
 def _memagent(rows: list[dict], c, mod) -> list[dict]:

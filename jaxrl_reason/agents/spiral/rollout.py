@@ -43,7 +43,7 @@ from jaxrl_reason.agents.spiral.tokenizer import check_text
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig
 from jaxrl_reason.models.tokenizer import UNKNOWN, Tokenizer, byte_ids, byte_offset, host_bytes, token_bytes
 from jaxrl_reason.parallel.mesh import split_along
-from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, lm_responder, make_turn_rollout
+from jaxrl_reason.rl.lm.multiturn import LMResponder, TextEnv, TextStep, lm_responder, make_turn_rollout, unless_idle
 
 #: the games SPIRAL plays: every registered one (``envs.games.register_game``), in registration order
 GAMES = tuple(GAME_SPECS)
@@ -168,12 +168,7 @@ def turn_responder(respond: Callable, pad_id: int) -> Callable:
 
     def turn(params, prompts, prompt_lens, key, live):
         live = live & (prompt_lens > 0)
-        run = lambda: respond(params, prompts, prompt_lens, key, live)
-        shapes = jax.eval_shape(run)
-        nothing = lambda: SampleOutput(tokens=jnp.full(shapes.tokens.shape, pad_id, shapes.tokens.dtype),
-                                       logprobs=jnp.zeros(shapes.logprobs.shape, shapes.logprobs.dtype),
-                                       lengths=jnp.zeros(shapes.lengths.shape, shapes.lengths.dtype))
-        return jax.lax.cond(jnp.any(live), run, nothing)
+        return unless_idle(lambda: respond(params, prompts, prompt_lens, key, live), live, pad_id)
 
     return turn
 
@@ -209,6 +204,7 @@ class GameTextEnv(TextEnv):
         self.game, self.b, self.opponent, self.mesh = game, num_episodes, opponent, mesh
         self.max_turns = game.max_turns
         self.prompt_tokens = self.obs_tokens = game.prompt_len
+        self.shared_prefix = 1 + game.text.template.prefix_length  # bos + the rules before the first slot
 
     def split_key(self, key):
         k_lm, k_opp, k_env = jax.random.split(key, 3)
@@ -216,7 +212,7 @@ class GameTextEnv(TextEnv):
 
     def _observe(self, games: Games, reward):
         """The prompt for the player to move; its length 0 where a fixed opponent moves (the LM reads nothing:
-        ``turn_responder`` samples only rows with a prompt)."""
+        ``make_turn_rollout`` asks only rows with a prompt)."""
         ts = games.ts
         prompts = _render(self.game, games.state, ts.current_player)
         lm_turn = (games.lm_seat < 0) | (ts.current_player == games.lm_seat)
@@ -266,8 +262,9 @@ def game_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConf
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     respond = responder or game_responder(graphdef, sampler, tokenizer=game.tokenizer)
-    roll = make_turn_rollout(GameTextEnv(game, num_episodes, opponent, mesh),
-                             turn_responder(respond, game.tokenizer.pad_id))
+    if not isinstance(respond, LMResponder):  # the LM's turns skip rows without a prompt and idle turns themselves
+        respond = turn_responder(respond, game.tokenizer.pad_id)
+    roll = make_turn_rollout(GameTextEnv(game, num_episodes, opponent, mesh), respond)
     return lambda params, key: roll(params, key, None)
 
 

@@ -83,6 +83,9 @@ class Template:
                 self.parts.append((None, encode(p)))
         self.length = sum(t.shape[-1] for _, t in self.parts)
         self.slot_names = [n for n, _ in self.parts if n is not None]
+        first_slot = next((i for i, (n, _) in enumerate(self.parts) if n is not None), len(self.parts))
+        #: ids every rendering starts with: the constant text before the first slot
+        self.prefix_length = sum(t.shape[-1] for _, t in self.parts[:first_slot])
 
     def render(self, values: dict, offset: int = 0) -> jax.Array:
         """``values[name]``: int scalar per slot -> ``[length]`` int32 ids."""

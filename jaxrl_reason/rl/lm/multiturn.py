@@ -371,7 +371,11 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carr
     so with ``shared_prefix = K``; with an ``lm_responder`` (and ``carry_cache``) those K tokens are prefilled once
     per rollout (one row) and each turn prefills only the rest of each prompt on a copy of that cache: the same
     draws as without (tokens; log-probs within float tolerance). A turn whose live prompts do not start with the
-    prefix (reset's first full-length row's) prefills them whole: a wrong declaration costs time, never exactness."""
+    prefix (reset's first full-length row's) prefills them whole: a wrong declaration costs time, never exactness;
+    a turn where no row is asked runs nothing (``unless_idle``).
+
+    A live row whose observation is empty (``obs_len`` 0: another player moves) is not asked that turn: the
+    responder sees it not live (``Turns.live`` still says the episode runs)."""
     check_env(env, 1)
     if env.obs_tokens != env.prompt_tokens:
         raise ValueError(f"make_turn_rollout: obs_tokens ({env.obs_tokens}) must equal prompt_tokens "
@@ -393,7 +397,7 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carr
             carried, key = _turn_key(carried, key)
             k_sample, k_env = env.split_key(key)
             live = ~done
-            out = _call(resp, params, obs, obs_len, k_sample, live, limit)
+            out = _call(resp, params, obs, obs_len, k_sample, live & (obs_len > 0), limit)
             new_state, st = env.step(k_env, state, out.tokens, out.lengths)
             state = where_done(done, state, new_state)
             reward, ended = jnp.where(live, st.reward, 0.0), done | st.done
@@ -422,12 +426,26 @@ def _shared_prefix(respond: "LMResponder", k: int, cache_len: int, params, obs, 
         def shared():
             return respond.observe(params, repeat_rows(base, b), prompts[:, k:], jnp.where(live, prompt_lens - k, 0))
 
-        dec = jax.lax.cond(fits, shared, lambda: respond.start(params, prompts, prompt_lens, cache_len))
-        return respond.turn(params, dec, key, live, max_new)[0]
+        def run():
+            dec = jax.lax.cond(fits, shared, lambda: respond.start(params, prompts, prompt_lens, cache_len))
+            return respond.turn(params, dec, key, live, max_new)[0]
+
+        return unless_idle(run, live, respond.config.pad_id)
 
     return turn
 
 
+def unless_idle(run: Callable[[], SampleOutput], live, pad_id: int) -> SampleOutput:
+    """``run()`` (a responder's turn) when any row of ``live`` [B] is, else its output's shapes filled with pad,
+    log-prob 0, length 0 without running it (``lax.cond``: a turn where every episode ended, or no row is asked)."""
+    shapes = jax.eval_shape(run)
+    nothing = lambda: SampleOutput(tokens=jnp.full(shapes.tokens.shape, pad_id, shapes.tokens.dtype),
+                                   logprobs=jnp.zeros(shapes.logprobs.shape, shapes.logprobs.dtype),
+                                   lengths=jnp.zeros(shapes.lengths.shape, shapes.lengths.dtype))
+    return jax.lax.cond(jnp.any(live), run, nothing)
+
+
 __all__ = ["Context", "Episodes", "HostTextEnv", "LMResponder", "TextEnv", "TextStep", "Turns", "cached_turn",
            "carries_cache", "check_env", "episode_cache_bytes", "episode_cache_len", "episodes_of", "lm_responder",
-           "make_rollout", "make_turn_rollout", "response_width", "sample_turn", "start_cache", "write_rows"]
+           "make_rollout", "make_turn_rollout", "response_width", "sample_turn", "start_cache", "unless_idle",
+           "write_rows"]
