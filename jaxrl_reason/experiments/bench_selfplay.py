@@ -13,8 +13,8 @@ All arms use the same LM, the same jitted sampler and the same keys (so they pla
   does), a jitted batched env step, and an early exit once every game has ended.
 
 The LM gets a short SFT warm start first (``warm``; ``--no-warm-start``: none) so that games last several turns (an
-untrained LM forfeits on its first answer); ``--model`` a checkpoint (``models.lm.load_model``: a packaged name, HF directory or .gguf,
-with its tokenizer) instead of the tiny random LM. Timing: one untimed rollout per arm, then medians of
+untrained LM forfeits on its first answer); ``--model`` a checkpoint (``models.lm.load_model``: a packaged name, HF
+directory or .gguf, with its tokenizer) instead of the tiny random LM. Timing: one untimed rollout per arm, then medians of
 ``repeats`` interleaved rounds (``utils.timing.interleaved``); episodes/s of each and the ratios to ``device``.
 Checked, not timed: the fraction of ``device``'s tokens equal to ``device_whole``'s (1.0 unless float differences
 of the two prefills flip a sampled token) and whether the Python loop played the same games.
