@@ -76,14 +76,20 @@ def make_tokenizer(config) -> Tokenizer:
         raise HFImportError(f"astro --model: {e}") from e
 
 
+#: held-out responses kept to read (``base_policy.json``, each arm's ``samples.json`` after RL)
+SAMPLES_TO_READ = 8
+
+
 def _until_pad(ids, pad_id: int) -> list[int]:
     """A sampled row up to its first pad (the sampler pads after the response)."""
     ids = list(ids)
     return ids[: ids.index(pad_id)] if pad_id in ids else ids
 
 
-def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: CloningConfig, tokenizer: Tokenizer) -> dict:
-    """Greedy held-out accuracy (overall, by difficulty), response length and backtrack statistics."""
+def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: CloningConfig, tokenizer: Tokenizer,
+                       examples: int = 0) -> dict:
+    """Greedy held-out accuracy (overall, by difficulty), response length and backtrack statistics; with
+    ``examples`` = K also ``"examples"``: the first K problems' ``"prompt -> response [right|wrong]"`` (to read)."""
     out = sample(model, batch.prompts, batch.prompt_lens, jax.random.key(0),
                  SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0, pad_id=tokenizer.pad_id),
                  stop_tokens=answer_stops(tokenizer))
@@ -100,6 +106,8 @@ def evaluate_reasoning(model, tasks, batch, max_new_tokens: int, cloning: Clonin
         "response_length": float(np.asarray(out.lengths).mean()),
         "backtracks_per_response": float(backs.mean()),
         "correct_with_backtrack": float((correct & (backs > 0)).mean()),
+        **({"examples": [f"{p.prompt} -> {t} [{'right' if c else 'wrong'}]"
+                         for p, t, c in zip(batch.problems[:examples], texts, correct)]} if examples else {}),
     }
 
 
@@ -244,7 +252,8 @@ def check_base_format(config, base: Transformer, held, tokenizer: Tokenizer, run
     """The base policy on the held-out problems (``evaluate_reasoning``, greedy), saved as ``base_policy.json``;
     ValueError when its format rate is below ``config.min_base_format_rate`` (search and cloning need answers in
     the R1 format: a longer base SFT, ``--base-sft.steps``)."""
-    row = evaluate_reasoning(base, [config.task], held, config.grpo.max_new_tokens, config.cloning, tokenizer)
+    row = evaluate_reasoning(base, [config.task], held, config.grpo.max_new_tokens, config.cloning, tokenizer,
+                             examples=SAMPLES_TO_READ)
     run_dir.save_json("base_policy.json", row)
     print(f"base policy after its SFT: format rate {row['format_rate']:.3f}, accuracy {row['accuracy']:.3f} "
           f"(n = {row['n']})")
@@ -298,7 +307,9 @@ def train_arms(config, arms: dict, held, tokenizer: Tokenizer, run_dir: RunDir, 
         state = recipes.train(arm_dir, learner, agent, learner.init(jax.random.key(config.seed), agent),
                               config.rl_steps, config.eval_every, evaluate, desc=f"astro/{name}",
                               heldout_file=heldout_file)
-        after = evaluate(learner.model(state))
+        after = evaluate_reasoning(learner.model(state), tasks, held, n, config.cloning, tokenizer,
+                                   examples=SAMPLES_TO_READ)
+        arm_dir.save_json("samples.json", {"examples": after.pop("examples")})
         rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items()
                                      if k in ("accuracy", "format_rate", "backtracks_per_response")},
                      **{f"rl_{k}": v for k, v in after.items()}})

@@ -2,6 +2,7 @@
 without the R1 tags refused, a run from a checkpoint, the gpu preset built abstractly."""
 
 import dataclasses
+import json
 import pathlib
 import types
 
@@ -135,6 +136,10 @@ def test_astro_runs_from_a_checkpoint(bpe, astro, tmp_path):
         assert [r["step"] for r in evals] == [0, 2, 3] and all(r["eval_data/n"] == 6 for r in evals)
         assert all(r["eval_data/pass@2_n"] == 6 and "eval_data/reward/exact_match_se" in r for r in evals)
         assert (arm_dir / "eval.png").stat().st_size > 0
+        samples = json.loads((arm_dir / "samples.json").read_text())["examples"]  # the responses after RL, to read
+        assert len(samples) == 4 and all(" -> " in e and e.endswith(("[right]", "[wrong]")) for e in samples)
+    base = json.loads((pathlib.Path(summary["run_dir"]) / "base_policy.json").read_text())
+    assert base["n"] == 4 and len(base["examples"]) == 4
     # a base policy below min_base_format_rate stops before the search, its evaluation saved
     gate = RunDir.create("astro", cfg, root=tmp_path / "gate")
     with pytest.raises(ValueError, match=r"format rate is 0\.\d+ \(n = 4\) after 2 base SFT steps, below"):
