@@ -144,16 +144,6 @@ def model_turns(ep, turns: int, n: int) -> np.ndarray:
     return resp[mask == 1].reshape(seqs.shape[0], turns, n)
 
 
-def _kept(last: dict, name: str, fn):
-    """``fn(i)``, its result also kept in ``last[name]`` (the tokens checked after the timing)."""
-
-    def call(i):
-        last[name] = fn(i)
-        return last[name]
-
-    return call
-
-
 def run(config: Config, run_dir: RunDir) -> dict:
     c = config
     with tempfile.TemporaryDirectory() as workdir:
@@ -177,11 +167,10 @@ def run(config: Config, run_dir: RunDir) -> dict:
         last, fns = {}, {}
         for name, carry in (("carried", True), ("reprefill", False)):
             roll = jax.jit(make_rollout(env, respond, c.turn_tokens, pad_id, carry_cache=carry))
-            fns[name] = _kept(last, name, lambda i, roll=roll: roll(state, jax.random.key(i), data))
+            fns[name] = lambda i, roll=roll: roll(state, jax.random.key(i), data)
         if hf is not None:
-            fns["hf"] = _kept(last, "hf", lambda i, t=t: hf_multiturn_generate(hf, prompts, lens, obs, t,
-                                                                               c.turn_tokens, pad_id))
-        tm = timing.interleaved(fns, c.rounds)
+            fns["hf"] = lambda i, t=t: hf_multiturn_generate(hf, prompts, lens, obs, t, c.turn_tokens, pad_id)
+        tm = timing.interleaved(fns, c.rounds, last)
         carried, reprefill = (model_turns(last[k], t, c.turn_tokens) for k in ("carried", "reprefill"))
         assert np.array_equal(carried, reprefill), f"T={t}: the carried cache and re-prefilling wrote different tokens"
         row = {"turns": t, "context_tokens": c.prompt_tokens + response_width(t, c.turn_tokens, c.obs_tokens)}

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxrl_reason.agents.spiral.rollout import GAMES, GameTextEnv, LMGame, game_responder, game_rollout, python_rollout
+from jaxrl_reason.agents.spiral.rollout import GAMES, LMGame, game_responder, game_rollout, python_rollout
 from jaxrl_reason.agents.spiral.tokenizer import spiral_tokenizer
 from jaxrl_reason.agents.spiral.warmstart import WarmStartConfig, warm_start
 from jaxrl_reason.models.lm.config import LMConfig
@@ -102,26 +102,18 @@ def run(config: Config, run_dir: RunDir) -> dict:
     whole = jax.jit(game_rollout(graphdef, game, config.num_episodes, sampler, responder=lambda *a: respond(*a)))
     keys = [jax.random.key(config.seed + 100 + i) for i in range(config.repeats + 1)]
     last = {}
-
-    def kept(name, fn):  # fn(keys[i]), its result kept in ``last`` (checked after the timing)
-        def call(i):
-            last[name] = fn(keys[i])
-            return last[name]
-
-        return call
-
     times = timing.interleaved({
-        "device": kept("device", lambda k: device(params, k)),
-        "device_whole": kept("device_whole", lambda k: whole(params, k)),
-        "python": kept("python", lambda k: python_rollout(graphdef, game, config.num_episodes, sampler, params, k)),
-    }, config.repeats)
+        "device": lambda i: device(params, keys[i]),
+        "device_whole": lambda i: whole(params, keys[i]),
+        "python": lambda i: python_rollout(graphdef, game, config.num_episodes, sampler, params, keys[i]),
+    }, config.repeats, last)
     (turns, games), (ref, _), py = last["device"], last["device_whole"], last["python"]
     act = np.asarray(turns.info["active"])
     row = {
         "game": config.game, "style": config.style, "model": config.model or "tiny random", "episodes":
         config.num_episodes, "backend": jax.default_backend(), "mean_turns": float(act.sum(0).mean()),
         "forfeit_rate": float(np.asarray(games.forfeit).any(1).mean()),
-        "shared_prefix": GameTextEnv(game, 1).shared_prefix, "prompt_tokens": game.prompt_len,
+        "shared_prefix": game.prefix_len, "prompt_tokens": game.prompt_len,
         **{f"{k}_s": t.median for k, t in times.items()},
         **{f"{k}_episodes_per_s": config.num_episodes / t.median for k, t in times.items()},
         "whole_token_agreement": float(np.mean(np.asarray(turns.tokens)[act] == np.asarray(ref.tokens)[act])),

@@ -43,22 +43,24 @@ def after_warmup(fn: Callable[..., Any], *args, repeats: int = 1) -> tuple[Any, 
     return out, (time.perf_counter() - t) / repeats
 
 
-def interleaved(fns: Mapping[str, Callable[[int], Any]], rounds: int) -> dict[str, Timings]:
+def interleaved(fns: Mapping[str, Callable[[int], Any]], rounds: int, last: dict | None = None) -> dict[str, Timings]:
     """Time ``fns[name](i)`` (results blocked on): one untimed call each with ``i = 0`` (compile and
     warm up), then ``rounds`` rounds ``i = 1..rounds`` calling every function once, in turn.
 
     ``i`` lets a function vary its input per call (e.g. ``jax.random.key(i)``); ignore it otherwise.
+    ``last``: a dict that receives each function's last result (``last[name]``: checked after the timing).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
-    for f in fns.values():
-        jax.block_until_ready(f(0))
+    last = {} if last is None else last
+    for name, f in fns.items():
+        last[name] = jax.block_until_ready(f(0))
     wall = {name: [] for name in fns}
     cpu = {name: [] for name in fns}
     for i in range(1, rounds + 1):
         for name, f in fns.items():
             t, c = time.perf_counter(), time.process_time()
-            jax.block_until_ready(f(i))
+            last[name] = jax.block_until_ready(f(i))
             wall[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
     return {name: Timings(wall[name], cpu[name]) for name in fns}

@@ -14,6 +14,9 @@ def test_interleaved_warms_up_then_alternates_rounds():
     assert t["a"].best <= t["a"].median <= max(t["a"].wall)
     with pytest.raises(ValueError, match="rounds"):
         timing.interleaved(fns, rounds=0)
+    last = {}
+    timing.interleaved({"sq": lambda i: i * i, "neg": lambda i: -i}, rounds=2, last=last)
+    assert last == {"sq": 4, "neg": -2}  # each function's last result, for checks after the timing
 
 
 def test_after_warmup_returns_the_last_result_of_one_plus_repeats_calls():

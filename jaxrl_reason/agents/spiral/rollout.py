@@ -84,6 +84,11 @@ class LMGame:
         return 1 + self.text.prompt_length
 
     @property
+    def prefix_len(self) -> int:
+        """Ids every prompt of the game starts with: bos + the rules before the template's first slot."""
+        return 1 + self.text.template.prefix_length
+
+    @property
     def max_turns(self) -> int:
         return int(self.env.max_episode_steps)
 
@@ -204,7 +209,7 @@ class GameTextEnv(TextEnv):
         self.game, self.b, self.opponent, self.mesh = game, num_episodes, opponent, mesh
         self.max_turns = game.max_turns
         self.prompt_tokens = self.obs_tokens = game.prompt_len
-        self.shared_prefix = 1 + game.text.template.prefix_length  # bos + the rules before the first slot
+        self.shared_prefix = game.prefix_len  # prefilled once per rollout (make_turn_rollout)
 
     def split_key(self, key):
         k_lm, k_opp, k_env = jax.random.split(key, 3)
