@@ -79,3 +79,22 @@ def test_ippo_learns_on_very_small_hanabi():
     assert np.isfinite(score).all()
     first, last = score[:3].mean(), score[-3:].mean()
     assert first < 0.2 and last > first + 0.4, score
+
+
+def test_policies_of_one_network_share_one_compiled_game_and_play_their_own_weights():
+    """Cross-play compiles one game per seating of programs: two policies of one network (their weights an argument
+    of the compiled game, not constants in it) reuse it, and each still plays its own weights."""
+    gd, train = ippo.make_train(ippo.IPPOConfig(num_envs=4, num_steps=4, num_updates=1, hidden=8), ENV)
+    a, _ = jax.jit(train)(jax.random.key(0))
+    b = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape, x.dtype), a)
+    bot = play.bot_agent(ENV, BOTS["cautious"])
+    key, g = jax.random.key(2), 8
+    play._game_runner.cache_clear()
+    one = play.play_games(ENV, [play.policy_agent("A", gd, a), bot], key, g)
+    other = play.play_games(ENV, [play.policy_agent("B", gd, b), bot], key, g)
+    again = play.play_games(ENV, [play.policy_agent("A again", gd, a), bot], key, g)
+    assert play._game_runner.cache_info().currsize == 1
+    np.testing.assert_array_equal(one["actions"], again["actions"])
+    assert not np.array_equal(one["actions"], other["actions"])  # B's own weights, not A's baked in
+    play.play_games(ENV, [bot, play.policy_agent("A", gd, a)], key, g)  # another seating: another program
+    assert play._game_runner.cache_info().currsize == 2

@@ -25,60 +25,81 @@ from jaxrl_reason.models.policies import masked_logits
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Agent:
-    """``init(batch) -> carry``; ``act(carry, obs [B,F], legal [B,A], state, reset [B], key) -> (carry, action [B])``."""
+    """One seat's player: ``init(params, batch) -> carry``; ``act(params, carry, obs [B,F], legal [B,A], state,
+    reset [B], key) -> (carry, action [B])``; ``params`` (a pytree, or None) is an argument of the compiled game, so
+    agents that share ``init`` and ``act`` (e.g. two policies of one network) share one compiled game per seating."""
 
     name: str
-    init: Callable[[int], Any]
+    init: Callable[[Any, int], Any]
     act: Callable[..., tuple[Any, jax.Array]]
+    params: Any = None
+
+
+def _no_carry(params, batch):
+    return jnp.zeros((batch, 0))
+
+
+@functools.lru_cache(maxsize=64)
+def _bot_act(env: Hanabi, bot: BotParams) -> Callable:
+    def act(params, carry, obs, legal, state, reset, key):
+        return carry, jax.vmap(lambda s: bot_action(env.config, bot, s))(state)
+
+    return act
 
 
 def bot_agent(env: Hanabi, params: BotParams) -> Agent:
-    def act(carry, obs, legal, state, reset, key):
-        return carry, jax.vmap(lambda s: bot_action(env.config, params, s))(state)
-
-    return Agent(params.name, lambda b: jnp.zeros((b, 0)), act)
+    """A rule-based bot (``bots.BotParams``: its rules are code, one compiled game per bot)."""
+    return Agent(params.name, _no_carry, _bot_act(env, params))
 
 
-def policy_agent(name: str, graphdef, params, greedy: bool = True) -> Agent:
-    """A flax NNX policy (signature ``carry, logits, value = policy(carry, obs, reset)``)."""
+@functools.lru_cache(maxsize=64)
+def _policy_fns(graphdef, greedy: bool) -> tuple[Callable, Callable]:
+    """(init, act) of every policy of the network ``graphdef`` (its weights: the agent's ``params``)."""
 
-    def init(batch):
+    def init(params, batch):
         return nnx.merge(graphdef, params).initial_carry((batch,))
 
-    def act(carry, obs, legal, state, reset, key):
+    def act(params, carry, obs, legal, state, reset, key):
         policy = nnx.merge(graphdef, params)
         carry, logits, _ = policy(carry, obs.astype(jnp.float32), reset)
         logits = masked_logits(logits, legal)
         a = jnp.argmax(logits, -1) if greedy else jax.random.categorical(key, logits)
         return carry, a.astype(jnp.int32)
 
-    return Agent(name, init, act)
+    return init, act
+
+
+def policy_agent(name: str, graphdef, params, greedy: bool = True) -> Agent:
+    """A flax NNX policy (signature ``carry, logits, value = policy(carry, obs, reset)``)."""
+    return Agent(name, *_policy_fns(graphdef, greedy), params)
+
+
+def _random_act(params, carry, obs, legal, state, reset, key):
+    return carry, jax.random.categorical(key, jnp.where(legal, 0.0, -1e9)).astype(jnp.int32)
 
 
 def random_agent() -> Agent:
-    def act(carry, obs, legal, state, reset, key):
-        return carry, jax.random.categorical(key, jnp.where(legal, 0.0, -1e9)).astype(jnp.int32)
-
-    return Agent("random", lambda b: jnp.zeros((b, 0)), act)
+    return Agent("random", _no_carry, _random_act)
 
 
 @functools.lru_cache(maxsize=64)
-def _game_runner(env: Hanabi, seats: tuple[Agent, ...], g: int):
-    """Jitted batched play for one seating (cached: cross-play reuses each seating)."""
+def _game_runner(env: Hanabi, programs: tuple[tuple[Callable, Callable], ...], g: int):
+    """Jitted batched play ``run(key, params) -> (final state, actions [G, T])`` for one seating of programs
+    (each seat's ``(init, act)``; cached: cross-play reuses each seating, whatever the agents' parameters)."""
     cfg = env.config
 
     @jax.jit
-    def run(key):
+    def run(key, params):
         k0, key = jax.random.split(key)
         state, ts = jax.vmap(env.reset)(jax.random.split(k0, g))
-        carries = [a.init(g) for a in seats]
+        carries = [init(p, g) for (init, _), p in zip(programs, params)]
 
         def body(carry, k):
             state, ts, carries, first = carry
-            ks = jax.random.split(k, len(seats) + 1)
+            ks = jax.random.split(k, len(programs) + 1)
             acts, new = [], []
-            for i, agent in enumerate(seats):
-                c, a = agent.act(carries[i], ts.obs[:, i], ts.legal_action_mask[:, i], state, first, ks[i])
+            for i, (_, act) in enumerate(programs):
+                c, a = act(params[i], carries[i], ts.obs[:, i], ts.legal_action_mask[:, i], state, first, ks[i])
                 new.append(c)
                 acts.append(a)
             acts = jnp.stack(acts, 1)
@@ -100,7 +121,8 @@ def play_games(env: Hanabi, seats: list[Agent], key: jax.Array, num_games: int):
     ``decks`` ``[G, D]`` (complete, consistent deck orders for records)."""
     if len(seats) != env.num_agents:
         raise ValueError(f"{len(seats)} agents for a {env.num_agents}-player game")
-    state, actions = _game_runner(env, tuple(seats), num_games)(key)
+    run = _game_runner(env, tuple((a.init, a.act) for a in seats), num_games)
+    state, actions = run(key, tuple(a.params for a in seats))
     decks = np.asarray(state.deck, np.int32)  # drawn cards in draw order, then the undrawn rest
     return {"scores": np.asarray(state.score), "actions": np.asarray(actions), "decks": decks}
 
