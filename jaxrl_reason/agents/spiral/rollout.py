@@ -43,7 +43,7 @@ from jaxrl_reason.agents.spiral.tokenizer import check_text
 from jaxrl_reason.models.lm.sampler import SampleOutput, SamplerConfig
 from jaxrl_reason.models.tokenizer import UNKNOWN, Tokenizer, byte_ids, byte_offset, host_bytes, token_bytes
 from jaxrl_reason.parallel.mesh import split_along
-from jaxrl_reason.rl.lm.multiturn import LMResponder, TextEnv, TextStep, lm_responder, make_turn_rollout, unless_idle
+from jaxrl_reason.rl.lm.multiturn import TextEnv, TextStep, lm_responder, make_turn_rollout
 
 #: the games SPIRAL plays: every registered one (``envs.games.register_game``), in registration order
 GAMES = tuple(GAME_SPECS)
@@ -165,19 +165,6 @@ def game_responder(graphdef, sampler: SamplerConfig, *, tokenizer: Tokenizer) ->
     return lm_responder(graphdef, dataclasses.replace(sampler, pad_id=tokenizer.pad_id), [tokenizer.eos_id])
 
 
-def turn_responder(respond: Callable, pad_id: int) -> Callable:
-    """A responder ``(params, prompts, prompt_lens, key, live) -> SampleOutput`` (``game_responder``,
-    ``canned_responder``) that answers only rows live with a prompt (``prompt_lens`` > 0: ``GameTextEnv`` gives a
-    fixed opponent's turn none); a turn where none is runs nothing (``lax.cond``: every game ended, e.g. all
-    forfeited on their first move) and answers pad, length 0."""
-
-    def turn(params, prompts, prompt_lens, key, live):
-        live = live & (prompt_lens > 0)
-        return unless_idle(lambda: respond(params, prompts, prompt_lens, key, live), live, pad_id)
-
-    return turn
-
-
 def canned_answers(answers: tuple[str, ...], num_new: int, slots: int | None = None, *, tokenizer: Tokenizer):
     """Answer table for ``canned_responder``: ``(tokens [K, num_new], lengths [K])`` with the answers
     (each encoded as plain text + eos, padded with pad) cycled to ``slots`` rows (default ``len(answers)``)."""
@@ -267,9 +254,7 @@ def game_rollout(graphdef, game: LMGame, num_episodes: int, sampler: SamplerConf
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     respond = responder or game_responder(graphdef, sampler, tokenizer=game.tokenizer)
-    if not isinstance(respond, LMResponder):  # the LM's turns skip rows without a prompt and idle turns themselves
-        respond = turn_responder(respond, game.tokenizer.pad_id)
-    roll = make_turn_rollout(GameTextEnv(game, num_episodes, opponent, mesh), respond)
+    roll = make_turn_rollout(GameTextEnv(game, num_episodes, opponent, mesh), respond, pad_id=game.tokenizer.pad_id)
     return lambda params, key: roll(params, key, None)
 
 

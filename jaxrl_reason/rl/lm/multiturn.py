@@ -361,7 +361,8 @@ class Turns:
                        None if advantages is None else flat(advantages), sample_logp=flat(self.logprobs), **fields)
 
 
-def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carry_cache: bool = True) -> Callable:
+def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carry_cache: bool = True,
+                      pad_id: int | None = None) -> Callable:
     """-> pure ``rollout(params, key, data) -> (Turns, final state)``: each turn the model answers the env's latest
     observation alone (``obs_tokens`` = ``prompt_tokens``). Every row samples every turn (``live`` tells the
     responder which episodes still run); keys and per-turn limits as in ``make_rollout``; an ended episode keeps its
@@ -371,11 +372,13 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carr
     so with ``shared_prefix = K``; with an ``lm_responder`` (and ``carry_cache``) those K tokens are prefilled once
     per rollout (one row) and each turn prefills only the rest of each prompt on a copy of that cache: the same
     draws as without (tokens; log-probs within float tolerance). A turn whose live prompts do not start with the
-    prefix (reset's first full-length row's) prefills them whole: a wrong declaration costs time, never exactness;
-    a turn where no row is asked runs nothing (``unless_idle``).
+    prefix (reset's first full-length row's) prefills them whole: a wrong declaration costs time, never exactness.
 
     A live row whose observation is empty (``obs_len`` 0: another player moves) is not asked that turn: the
-    responder sees it not live (``Turns.live`` still says the episode runs)."""
+    responder sees it not live (``Turns.live`` still says the episode runs). A turn where no row is asked (every
+    episode ended, or only other players move) does not run the responder (``unless_idle``: pad, length 0) when the
+    pad id is known: ``pad_id``, else the responder's ``config.pad_id`` (an ``lm_responder``); a plain function
+    without ``pad_id`` is called every turn."""
     check_env(env, 1)
     if env.obs_tokens != env.prompt_tokens:
         raise ValueError(f"make_turn_rollout: obs_tokens ({env.obs_tokens}) must equal prompt_tokens "
@@ -385,6 +388,7 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carr
         raise ValueError(f"{type(env).__name__}.shared_prefix must be an int in [0, prompt_tokens], got {k!r}")
     n_max = getattr(getattr(respond, "config", None), "max_new_tokens", 1)
     share = k > 0 and carries_cache(respond, carry_cache, n_max)
+    pad = getattr(getattr(respond, "config", None), "pad_id", None) if pad_id is None else pad_id
 
     def rollout(params, key, data):
         k_reset, k_play = jax.random.split(key)
@@ -397,7 +401,9 @@ def make_turn_rollout(env: TextEnv, respond: Callable, record: bool = True, carr
             carried, key = _turn_key(carried, key)
             k_sample, k_env = env.split_key(key)
             live = ~done
-            out = _call(resp, params, obs, obs_len, k_sample, live & (obs_len > 0), limit)
+            ask = live & (obs_len > 0)
+            run = lambda: _call(resp, params, obs, obs_len, k_sample, ask, limit)
+            out = run() if pad is None else unless_idle(run, ask, pad)
             new_state, st = env.step(k_env, state, out.tokens, out.lengths)
             state = where_done(done, state, new_state)
             reward, ended = jnp.where(live, st.reward, 0.0), done | st.done
@@ -426,11 +432,8 @@ def _shared_prefix(respond: "LMResponder", k: int, cache_len: int, params, obs, 
         def shared():
             return respond.observe(params, repeat_rows(base, b), prompts[:, k:], jnp.where(live, prompt_lens - k, 0))
 
-        def run():
-            dec = jax.lax.cond(fits, shared, lambda: respond.start(params, prompts, prompt_lens, cache_len))
-            return respond.turn(params, dec, key, live, max_new)[0]
-
-        return unless_idle(run, live, respond.config.pad_id)
+        dec = jax.lax.cond(fits, shared, lambda: respond.start(params, prompts, prompt_lens, cache_len))
+        return respond.turn(params, dec, key, live, max_new)[0]
 
     return turn
 

@@ -26,7 +26,6 @@ from jaxrl_reason.agents.spiral.rollout import (
     game_rollout,
     host_text,
     parse_text,
-    turn_responder,
     python_rollout,
     response_bytes,
 )
@@ -418,25 +417,27 @@ def test_update_rows_gives_the_same_update():
 
 def test_lm_answers_only_live_turns_of_its_own(kuhn):
     """The LM samples nothing for an ended game or a fixed opponent's move (length 0), and a turn with no game to
-    answer does not run the responder at all."""
+    answer does not run the responder at all (any responder: here a scripted one)."""
     graphdef, params = nnx.split(_tiny_lm(16, 32))
     for opponent in (None, O.random_action):
         turns, _ = jax.jit(game_rollout(graphdef, kuhn, 4, SAMPLER, opponent=opponent))(params, jax.random.key(0))
         act, lens = np.asarray(turns.info["active"]), np.asarray(turns.lengths)
         assert act.any() and (~act).any() and (lens[act] > 0).all() and (lens[~act] == 0).all()
-    runs = []
+    asked = []
 
-    def respond(params, prompts, prompt_lens, key, live):
-        jax.debug.callback(lambda: runs.append(1))
-        return SampleOutput(jnp.ones((2, 3), jnp.int32), jnp.zeros((2, 3)), jnp.full((2,), 3, jnp.int32))
+    def respond(params, prompts, prompt_lens, key, live):  # records the rows it is asked, answers a forfeit
+        jax.debug.callback(lambda rows: asked.append(rows.tolist()), live)
+        return canned_responder(params, prompts, prompt_lens, key, live)
 
-    turn = jax.jit(turn_responder(respond, pad_id=0))
-    out = turn(None, jnp.zeros((2, 4), jnp.int32), jnp.full((2,), 4), jax.random.key(0), jnp.asarray([False, False]))
-    assert not runs and (np.asarray(out.tokens) == 0).all() and (np.asarray(out.lengths) == 0).all()
-    turn(None, jnp.zeros((2, 4), jnp.int32), jnp.asarray([4, 0]), jax.random.key(0), jnp.asarray([True, False]))
-    assert runs == [1]
-    turn(None, jnp.zeros((2, 4), jnp.int32), jnp.asarray([0, 0]), jax.random.key(0), jnp.asarray([True, True]))
-    assert runs == [1]  # live, but a fixed opponent's move in every row
+    # the LM holds seat 0 in games 0, 2 and seat 1 in games 1, 3 (vs a fixed opponent) and forfeits its first move:
+    # turn 0 asks games 0, 2 (they end), turn 1 games 1, 3 (they end), turn 2 (every game over) runs nothing
+    forfeit = canned_answers(("pass",), SAMPLER.max_new_tokens, tokenizer=TOK)
+    roll = jax.jit(game_rollout(None, kuhn, 4, SAMPLER, opponent=O.random_action, responder=respond))
+    turns, games = roll(forfeit, jax.random.key(0))
+    jax.effects_barrier()
+    assert asked == [[True, False, True, False], [False, True, False, True]], asked
+    assert kuhn.max_turns == 3 and np.asarray(turns.lengths)[2].tolist() == [0, 0, 0, 0]
+    assert np.asarray(games.forfeit).any(axis=1).all()
 
 
 def test_the_rules_prefix_is_declared_right_and_prefilled_once_exactly():
