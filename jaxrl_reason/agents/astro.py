@@ -299,7 +299,7 @@ def train_arms(config, arms: dict, held, tokenizer: Tokenizer, run_dir: RunDir, 
     ``run_dir/<name>`` and evaluated again -> the results rows; ``astro.png`` draws the arms' held-out curves."""
     tasks, n = [config.task], config.grpo.max_new_tokens
     rows, curves = [], {}
-    evaluate = lambda m: evaluate_reasoning(m, tasks, held, n, config.cloning, tokenizer)
+    evaluate = lambda m, examples=0: evaluate_reasoning(m, tasks, held, n, config.cloning, tokenizer, examples)
     for name, model in arms.items():
         before = evaluate(model)
         arm_dir = run_dir.child(name)
@@ -307,8 +307,7 @@ def train_arms(config, arms: dict, held, tokenizer: Tokenizer, run_dir: RunDir, 
         state = recipes.train(arm_dir, learner, agent, learner.init(jax.random.key(config.seed), agent),
                               config.rl_steps, config.eval_every, evaluate, desc=f"astro/{name}",
                               heldout_file=heldout_file)
-        after = evaluate_reasoning(learner.model(state), tasks, held, n, config.cloning, tokenizer,
-                                   examples=SAMPLES_TO_READ)
+        after = evaluate(learner.model(state), SAMPLES_TO_READ)
         arm_dir.save_json("samples.json", {"examples": after.pop("examples")})
         rows.append({"arm": name, **{f"sft_{k}": v for k, v in before.items()
                                      if k in ("accuracy", "format_rate", "backtracks_per_response")},
