@@ -21,6 +21,9 @@ Timing: per T, one untimed episode per arm (compile, warm-up), then medians of `
 (``utils.timing.interleaved``); ratios reprefill / carried and hf / carried. Checked, not timed: (a) and (b) write
 identical tokens (asserted); the fraction of (c)'s greedy tokens equal to ours (reported only: float differences can
 flip a near-tie late in an episode, after which the row diverges).
+Against the machine: (a)'s roofline per T (``rl.lm.plan.episode_roofline_s`` at the float32 matmul peak and read
+bandwidth measured first, in the same process): carried / roofline, and hf / roofline, the largest hf / carried any
+implementation of (a) could reach here (a target above it is beyond this machine, not our code).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from jaxrl_reason.envs.text import FixedTextEnv
 from jaxrl_reason.models.lm import load_model, load_tokenizer, param_count, save_hf_model
 from jaxrl_reason.models.lm.hf_reference import hf_multiturn_generate, random_hf_checkpoint
 from jaxrl_reason.models.lm.sampler import SamplerConfig
-from jaxrl_reason.rl.lm.multiturn import lm_responder, make_rollout, response_width
+from jaxrl_reason.rl.lm.multiturn import (episode_cache_bytes, episode_cache_len, lm_responder, make_rollout,
+                                          response_width)
+from jaxrl_reason.rl.lm.plan import episode_roofline_s
 from jaxrl_reason.utils import roofline, timing
 from jaxrl_reason.utils.experiment import RunDir
 from jaxrl_reason.utils.validation import check_hyperparameters
@@ -61,6 +66,7 @@ class Config:
     turns: tuple[int, ...] = (2, 4, 8)  # T
     rounds: int = 3
     prefill_chunk: int = 0  # observations prefilled this many tokens at a time; 0 = whole
+    bandwidth_mib: int = 256  # the read-bandwidth probe's array (past the caches)
     # the tiny random model (model "")
     vocab_size: int = 512
     d_model: int = 64
@@ -84,7 +90,7 @@ class Config:
 PRESETS = {
     "cpu": Config(),  # issue 54's configuration
     "tiny": Config(model="", torch_threads=1, batch=4, prompt_tokens=8, turn_tokens=4, obs_tokens=3, turns=(2, 3),
-                   rounds=1),
+                   rounds=1, bandwidth_mib=32),
 }
 
 
@@ -161,6 +167,7 @@ def run(config: Config, run_dir: RunDir) -> dict:
         import torch
 
         summary["torch_threads"] = torch.get_num_threads()
+    roof = _episode_roofline(model, state, c, summary)
     rows = []
     for t in c.turns:
         env = FixedTextEnv(prompts, lens, obs, t)
@@ -177,29 +184,44 @@ def run(config: Config, run_dir: RunDir) -> dict:
         for name, tim in tm.items():
             row[f"{name}_s"], row[f"{name}_cpu_s"] = tim.median, tim.cpu_median
         row["reprefill_over_carried"] = row["reprefill_s"] / row["carried_s"]
+        row["carried_roofline_s"] = roof(t)
+        row["carried_of_roofline"] = row["carried_roofline_s"] / row["carried_s"]
         if hf is not None:
             row["hf_over_carried"] = row["hf_s"] / row["carried_s"]
+            row["hf_over_roofline"] = row["hf_s"] / row["carried_roofline_s"]
             row["hf_token_agreement"] = float(np.mean(last["hf"] == carried))
         print(" ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
         rows.append(row)
         summary.update({f"{k}_T{t}": v for k, v in row.items() if k != "turns"})
     summary["rows"] = rows
-    summary.update(_decode_limits(model.cfg, c))
     print(run_dir.write_table("bench_multiturn", rows))
     return summary
 
 
-def _decode_limits(cfg, c: Config) -> dict:
-    """What a decode step can cost here (decoding reads every weight once per step): the rate at which XLA's float32
-    dot at M = batch consumes one [d, ff] weight (a few MB, cache-resident after the first call: the dot's own limit,
-    not memory's) against the read bandwidth of a plain sum over 64 MiB, both measured now."""
-    flops = roofline.matmul_flops_per_s(c.batch, cfg.d_model, cfg.d_ff, "float32")
-    dot_read = flops * 4 / (2 * c.batch)  # 2 M FLOPs per weight element of 4 bytes
-    bandwidth = roofline.read_bandwidth(64)
-    out = {"dot_weight_read_bytes_per_s": dot_read, "read_bandwidth": bandwidth}
-    print(f"[bench_multiturn] decoding at M = {c.batch}: XLA's float32 dot reads weights at {dot_read / 1e9:.1f} GB/s, "
-          f"{100 * dot_read / bandwidth:.0f}% of the {bandwidth / 1e9:.1f} GB/s a sum reads", flush=True)
-    return out
+def _episode_roofline(model, state, c: Config, summary: dict):
+    """T -> the least seconds arm (a)'s episodes take on this machine (``rl.lm.plan.episode_roofline_s``: each phase
+    at max(its useful FLOPs / the float32 matmul peak, its weight and cache bytes / the read bandwidth)), from the
+    peak at the model's shapes (the observations' and prompts' prefill, a decode step: M = B O, B P, B) and the
+    bandwidth of a plain sum, measured now. hf / this roofline is the most (c) / (a) any implementation of (a) could
+    show here. Also XLA's own rate at a decode step's dot (M = B, one [d, ff] weight, cache-resident after the
+    first call): the weight bytes it consumes per second, against that bandwidth."""
+    cfg = model.cfg
+    shapes = [(c.batch * m, cfg.d_model, cfg.d_ff) for m in (c.obs_tokens, c.prompt_tokens, 1)]
+    rates = roofline.matmul_peaks(shapes, dtypes=("float32",), repeats=3)["float32"]
+    peak, dot_read = rates["peak"], rates[f"{c.batch}x{cfg.d_model}x{cfg.d_ff}"] * 4 / (2 * c.batch)
+    bandwidth = roofline.read_bandwidth(c.bandwidth_mib, repeats=3)
+    weights = int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)))
+    matmul = param_count(model) - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+    kv = lambda t: (episode_cache_bytes(cfg, 1, c.prompt_tokens, t, c.turn_tokens, c.obs_tokens)
+                    / episode_cache_len(c.prompt_tokens, t, c.turn_tokens, c.obs_tokens))
+    summary.update({"matmul_peak": peak, "read_bandwidth": bandwidth, "dot_weight_read_bytes_per_s": dot_read,
+                    "weight_bytes": weights})
+    print(f"[bench_multiturn] roofline of (a): float32 matmul peak {peak / 1e9:.1f} GFLOP/s at the model's shapes, "
+          f"read bandwidth {bandwidth / 1e9:.1f} GB/s ({c.bandwidth_mib} MiB sum), {weights / 1e6:.0f} MB of weights "
+          f"read per phase; a decode step's dot (M = {c.batch}) consumes weights at {dot_read / 1e9:.1f} GB/s",
+          flush=True)
+    return lambda t: episode_roofline_s(cfg, matmul, weights, kv(t), c.batch, c.prompt_tokens, t, c.turn_tokens,
+                                        c.obs_tokens, peak, bandwidth)
 
 
 def record(summary: dict) -> list[dict]:
@@ -211,7 +233,9 @@ def record(summary: dict) -> list[dict]:
         figures += [{"name": f"T={t} {arm} episode", "value": row[f"{arm}_s"], "se": None, "n": n, "unit": "s"}
                     for arm in ARMS if f"{arm}_s" in row]
         figures += [{"name": f"T={t} {k.replace('_over_', ' / ')}", "value": row[k], "se": None, "n": n, "unit": "x"}
-                    for k in ("reprefill_over_carried", "hf_over_carried") if k in row]
+                    for k in ("reprefill_over_carried", "hf_over_carried", "hf_over_roofline") if k in row]
+        figures.append({"name": f"T={t} carried, % of its roofline", "value": 100 * row["carried_of_roofline"],
+                        "se": None, "n": n, "unit": "%"})
     return figures
 
 

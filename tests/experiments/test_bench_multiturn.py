@@ -29,9 +29,16 @@ def test_tiny_preset_reports_a_row_per_turn_count(tmp_path):
             assert row["hf_over_carried"] == pytest.approx(row["hf_s"] / row["carried_s"])
             assert 0.0 <= row["hf_token_agreement"] <= 1.0
     assert len(list(tmp_path.glob("bench_multiturn/*/bench_multiturn.md"))) == 1
-    assert s["dot_weight_read_bytes_per_s"] > 0 and s["read_bandwidth"] > 0, s
+    assert s["dot_weight_read_bytes_per_s"] > 0 and s["read_bandwidth"] > 0 and s["matmul_peak"] > 0, s
+    roofs = [row["carried_roofline_s"] for row in s["rows"]]
+    assert 0 < roofs[0] < roofs[1], roofs  # one more turn: more to read and compute
+    for row in s["rows"]:
+        assert row["carried_of_roofline"] == pytest.approx(row["carried_roofline_s"] / row["carried_s"])
+        if s["hf"]:
+            assert row["hf_over_roofline"] == pytest.approx(row["hf_s"] / row["carried_roofline_s"])
     figures = load_experiment("bench_multiturn").record(s)
-    assert {f["name"] for f in figures} >= {"T=2 carried episode", "T=3 reprefill / carried"}, figures
+    assert {f["name"] for f in figures} >= {"T=2 carried episode", "T=3 reprefill / carried",
+                                            "T=3 carried, % of its roofline"}, figures
 
 
 def test_the_bench_refuses_different_tokens_from_the_two_paths(tmp_path, monkeypatch):

@@ -390,6 +390,31 @@ def episode_flops(model_cfg, matmul_params: int, episodes: int, prompt: int, tur
                  + forward_flops(model_cfg, 0, episodes, tokens, (tokens + 1) / 2))
 
 
+def episode_roofline_s(model_cfg, matmul_params: int, weight_bytes: int, kv_bytes_per_token: float, episodes: int,
+                       prompt: int, turns: int, turn_tokens: int, obs_tokens: int, flops_per_s: float,
+                       bytes_per_s: float) -> float:
+    """The least seconds ``episodes`` carried multi-turn episodes take here, phase by phase (each waits for the one
+    before): the prompts' prefill, each of the T N decode steps and each of the T - 1 observations' prefill, every
+    phase reading the weights once and the cache so far, at max(its useful FLOPs / ``flops_per_s``, its bytes /
+    ``bytes_per_s``). Its FLOPs add up to `episode_flops`. A decode step is one token per episode: on a CPU it is
+    bound by reading the weights."""
+    head = model_cfg.vocab_size * model_cfg.d_model
+    body = forward_flops(model_cfg, matmul_params - head, 1, 1, 0)
+    attn = lambda t, ctx: forward_flops(model_cfg, 0, episodes, t, ctx)
+    phase = lambda flops, cached: max(flops / flops_per_s,
+                                      (weight_bytes + kv_bytes_per_token * episodes * cached) / bytes_per_s)
+    total, held = phase(episodes * (prompt * body + 2 * head) + attn(prompt, (prompt + 1) / 2), prompt), prompt
+    for turn in range(turns):
+        for step in range(turn_tokens):  # the turn's last token feeds the cache; its logits go unused
+            total += phase(episodes * (body + 2 * head * (step < turn_tokens - 1)) + attn(1, held + 1), held)
+            held += 1
+        if turn < turns - 1:
+            total += phase(episodes * (obs_tokens * body + 2 * head) + attn(obs_tokens, held + (obs_tokens + 1) / 2),
+                           held)
+            held += obs_tokens
+    return float(total)
+
+
 def plan_episodes(learner, agent, prompt: int, turns: int, turn_tokens: int, obs_tokens: int, episodes: int, *,
                   device_memory_bytes: int | None = None, flops_per_s: float | None = None,
                   bandwidth: float | None = None) -> Plan:
@@ -431,5 +456,6 @@ def _count(tree) -> int:
 
 
 __all__ = ["ADVICE", "PEAK_BANDWIDTH", "PEAK_FLOPS", "Plan", "PlanError", "ProgramPlan", "device_memory",
-           "episode_flops", "forward_flops", "logp_flops", "measured_bandwidth", "measured_flops_per_s", "plan_episodes", "plan_grpo", "plan_step",
-           "sample_bytes", "sample_flops", "update_bytes"]
+           "episode_flops", "episode_roofline_s", "forward_flops", "logp_flops", "measured_bandwidth",
+           "measured_flops_per_s", "plan_episodes", "plan_grpo", "plan_step", "sample_bytes", "sample_flops",
+           "update_bytes"]

@@ -88,6 +88,28 @@ def test_sample_flops_count_each_group_prompt_once():
     assert sample_flops(model_cfg, matmul, 4, 8, 40, 16) > sample_flops(model_cfg, matmul, 4, 8, 40, 8)
 
 
+def test_episode_roofline_adds_up_its_phases():
+    """episode_roofline_s: with memory free, the useful FLOPs of the whole episode (`episode_flops`) at the peak; with
+    compute free, the weights read once per phase (prompt, T N decode steps, T - 1 observations) plus the cache each
+    phase reads; at real rates, no less than either, and growing with T."""
+    import math
+
+    from jaxrl_reason.rl.lm.plan import episode_flops, episode_roofline_s
+
+    model_cfg = LMConfig(vocab_size=TOK.vocab_size, d_model=64, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=128)
+    matmul = 2 * (4 * 64 * 64 + 3 * 64 * 128) + TOK.vocab_size * 64
+    b, p, t, n, o, w, kv = 8, 32, 4, 16, 16, 10 ** 6, 1000.0
+    roof = lambda flops_per_s, bytes_per_s, turns=t: episode_roofline_s(model_cfg, matmul, w, kv, b, p, turns, n, o,
+                                                                         flops_per_s, bytes_per_s)
+    flops = episode_flops(model_cfg, matmul, b, p, t, n, o)
+    assert roof(1e9, math.inf) == pytest.approx(flops / 1e9, rel=1e-9)
+    cached = [p] + [p + k * (n + o) + i for k in range(t) for i in range(n)]  # the prompt's phase, then decode
+    cached += [p + k * (n + o) + n for k in range(t - 1)]  # each observation's phase
+    moved = w * (1 + t * n + t - 1) + kv * b * sum(cached)
+    assert roof(math.inf, 1e9) == pytest.approx(moved / 1e9, rel=1e-9)
+    assert roof(1e9, 1e9) >= max(flops / 1e9, moved / 1e9) and roof(1e9, 1e9, 8) > roof(1e9, 1e9)
+
+
 def test_remat_recomputation_is_not_useful_work():
     """A "block" remat executes a second forward: counted in the update's time estimate (``recomputed``), not in
     its FLOPs, which stay those of the same update without remat."""
