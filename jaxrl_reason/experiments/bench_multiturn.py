@@ -225,17 +225,18 @@ def _episode_roofline(model, state, c: Config, summary: dict):
 
 
 def record(summary: dict) -> list[dict]:
-    """The figures ``--record PATH`` writes: per T, each arm's median episode seconds and the ratios to (a)."""
-    n = summary["rounds"]
-    figures = []
-    for row in summary["rows"]:
-        t = row["turns"]
-        figures += [{"name": f"T={t} {arm} episode", "value": row[f"{arm}_s"], "se": None, "n": n, "unit": "s"}
-                    for arm in ARMS if f"{arm}_s" in row]
-        figures += [{"name": f"T={t} {k.replace('_over_', ' / ')}", "value": row[k], "se": None, "n": n, "unit": "x"}
-                    for k in ("reprefill_over_carried", "hf_over_carried", "hf_over_roofline") if k in row]
-        figures.append({"name": f"T={t} carried, % of its roofline", "value": 100 * row["carried_of_roofline"],
-                        "se": None, "n": n, "unit": "%"})
+    """The figures ``--record PATH`` writes (medians of ``rounds``, 3 significant digits): per T, the ratios of (b)
+    and (c) to (a); at the largest T, (a)'s episode seconds, its fraction of its roofline and hf / roofline."""
+    n, rows = summary["rounds"], summary["rows"]
+    fig = lambda name, value, unit: {"name": name, "value": float(f"{value:.3g}"), "se": None, "n": n, "unit": unit}
+    figures = [fig(f"re-prefilling / carried, T = {r['turns']}", r["reprefill_over_carried"], "x") for r in rows]
+    figures += [fig(f"transformers loop / carried, T = {r['turns']}", r["hf_over_carried"], "x")
+                for r in rows if "hf_over_carried" in r]
+    last, t = rows[-1], rows[-1]["turns"]
+    figures += [fig(f"carried, episode seconds at T = {t}", last["carried_s"], "s"),
+                fig(f"carried, % of its roofline at T = {t}", 100 * last["carried_of_roofline"], "%")]
+    if "hf_over_roofline" in last:
+        figures.append(fig(f"transformers loop / roofline of carried, T = {t}", last["hf_over_roofline"], "x"))
     return figures
 
 
