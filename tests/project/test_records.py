@@ -28,7 +28,7 @@ QUOTED = [
     ("README.md", "memagent", "RL agent, 1x", "accuracy {v} at 1x"),
     ("README.md", "astro_search", "MCTS - best-of-N, seeds 0-1 pooled", "+{v} ± {se} solved"),
     ("README.md", "astro_smollm2", "accuracy after RL, ASTRO - direct", "direct SFT + RL {v} ± {se} (n = 512"),
-    ("README.md", "spiral_smollm2", "TicTacToe win rate vs random, RAE - none", "win vs random +{v} ± {se} (128"),
+    ("README.md", "spiral_smollm2", "TicTacToe win rate vs random, RAE - none, seeds 0-1", "win vs random +{v} ± {se} (seeds"),
     ("README.md", "rally", "- LLM SFT", "+{v} ± {se} return"),
     ("docs/capabilities/grpo.md", "grpo_main_job", "final accuracy", "0.432 -> {v} as below"),
     ("docs/capabilities/hanabi.md", "hanabi_throughput", "belief obs (like for like: JaxMARL's observation)",
