@@ -90,8 +90,7 @@ def run(config, run_dir):
         if done == fail_at:
             raise ValueError(f"bad row at step {done}")
         for _ in range(ctrl_c.count(done)):
-            signal.raise_signal(signal.SIGINT)  # its handler runs before this returns (os.kill's may run later,
-            # inside a gc callback that swallows the KeyboardInterrupt)
+            signal.raise_signal(signal.SIGINT)  # its handler runs before this returns (os.kill's at a later bytecode)
         return State(state.step + 1, state.x + config.lr), {"x": state.x + config.lr}
 
     def evaluate(state):

@@ -38,11 +38,11 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_reason.envs.text import FixedTextEnv
-from jaxrl_reason.models.lm import load_model, load_tokenizer, param_count, save_hf_model
+from jaxrl_reason.models.lm import (cache_bytes_per_token, init_cache, load_model, load_tokenizer, param_count,
+                                   save_hf_model)
 from jaxrl_reason.models.lm.hf_reference import hf_multiturn_generate, random_hf_checkpoint
 from jaxrl_reason.models.lm.sampler import SamplerConfig
-from jaxrl_reason.rl.lm.multiturn import (episode_cache_bytes, episode_cache_len, lm_responder, make_rollout,
-                                          response_width)
+from jaxrl_reason.rl.lm.multiturn import lm_responder, make_rollout, response_width
 from jaxrl_reason.rl.lm.plan import episode_roofline_s
 from jaxrl_reason.utils import roofline, timing
 from jaxrl_reason.utils.experiment import RunDir
@@ -212,15 +212,14 @@ def _episode_roofline(model, state, c: Config, summary: dict):
     bandwidth = roofline.read_bandwidth(c.bandwidth_mib, repeats=3)
     weights = int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)))
     matmul = param_count(model) - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
-    kv = lambda t: (episode_cache_bytes(cfg, 1, c.prompt_tokens, t, c.turn_tokens, c.obs_tokens)
-                    / episode_cache_len(c.prompt_tokens, t, c.turn_tokens, c.obs_tokens))
+    kv = cache_bytes_per_token(jax.eval_shape(lambda: init_cache(cfg, 1, 1)))
     summary.update({"matmul_peak": peak, "read_bandwidth": bandwidth, "dot_weight_read_bytes_per_s": dot_read,
                     "weight_bytes": weights})
     print(f"[bench_multiturn] roofline of (a): float32 matmul peak {peak / 1e9:.1f} GFLOP/s at the model's shapes, "
           f"read bandwidth {bandwidth / 1e9:.1f} GB/s ({c.bandwidth_mib} MiB sum), {weights / 1e6:.0f} MB of weights "
           f"read per phase; a decode step's dot (M = {c.batch}) consumes weights at {dot_read / 1e9:.1f} GB/s",
           flush=True)
-    return lambda t: episode_roofline_s(cfg, matmul, weights, kv(t), c.batch, c.prompt_tokens, t, c.turn_tokens,
+    return lambda t: episode_roofline_s(cfg, matmul, weights, kv, c.batch, c.prompt_tokens, t, c.turn_tokens,
                                         c.obs_tokens, peak, bandwidth)
 
 
