@@ -24,6 +24,12 @@ flip a near-tie late in an episode, after which the row diverges).
 Against the machine: (a)'s roofline per T (``rl.lm.plan.episode_roofline_s`` at the float32 matmul peak and read
 bandwidth measured first, in the same process): carried / roofline, and hf / roofline, the largest hf / carried any
 implementation of (a) could reach here (a target above it is beyond this machine, not our code).
+Why a decode step misses that roofline on XLA CPU (measured in the run, printed and recorded): a [B, d] x [d, V]
+dot with the weight read from memory consumes it at the bandwidth only at M = 1 (XLA's own matrix-vector kernel);
+at M = B >= 2 it goes to Eigen's GEMM, which packs each weight panel before use and reads it at about 40% of the
+bandwidth (SmolLM2's head, B 8: ~15 vs ~34 GB/s, with a 33-47 GB/s sum). B GEMVs read the weights B times (4x
+slower); the weight split over two host devices, [out, in] weights, bfloat16 weights and XLA's XNNPACK / YNNPACK /
+oneDNN / LLVM-IR-GEMM options do not change it (jax 0.10.2).
 """
 
 from __future__ import annotations
@@ -204,28 +210,34 @@ def _episode_roofline(model, state, c: Config, summary: dict):
     peak at the model's shapes (the observations' and prompts' prefill, a decode step: M = B O, B P, B) and the
     bandwidth of a plain sum, measured now. hf / this roofline is the most (c) / (a) any implementation of (a) could
     show here. Also XLA's own rate at a decode step's dot (M = B, one [d, ff] weight, cache-resident after the
-    first call): the weight bytes it consumes per second, against that bandwidth."""
+    first call): the weight bytes it consumes per second, against that bandwidth; and its rate at the LM head's
+    [d, V] weight, read from memory, at M = B and at M = 1 (``head_dot_read_bytes_per_s``, ``..._m1``)."""
     cfg = model.cfg
     shapes = [(c.batch * m, cfg.d_model, cfg.d_ff) for m in (c.obs_tokens, c.prompt_tokens, 1)]
     rates = roofline.matmul_peaks(shapes, dtypes=("float32",), repeats=3)["float32"]
     peak, dot_read = rates["peak"], rates[f"{c.batch}x{cfg.d_model}x{cfg.d_ff}"] * 4 / (2 * c.batch)
     bandwidth = roofline.read_bandwidth(c.bandwidth_mib, repeats=3)
+    head_read = {m: roofline.matmul_flops_per_s(m, cfg.d_model, cfg.vocab_size, repeats=3) * 4 / (2 * m)
+                 for m in (1, c.batch)}  # the LM head's [d, V] weight, read from memory each call (SmolLM2: 113 MB)
     weights = int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)))
     matmul = param_count(model) - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
     kv = cache_bytes_per_token(jax.eval_shape(lambda: init_cache(cfg, 1, 1)))
     summary.update({"matmul_peak": peak, "read_bandwidth": bandwidth, "dot_weight_read_bytes_per_s": dot_read,
+                    "head_dot_read_bytes_per_s_m1": head_read[1], "head_dot_read_bytes_per_s": head_read[c.batch],
                     "weight_bytes": weights})
     print(f"[bench_multiturn] roofline of (a): float32 matmul peak {peak / 1e9:.1f} GFLOP/s at the model's shapes, "
           f"read bandwidth {bandwidth / 1e9:.1f} GB/s ({c.bandwidth_mib} MiB sum), {weights / 1e6:.0f} MB of weights "
-          f"read per phase; a decode step's dot (M = {c.batch}) consumes weights at {dot_read / 1e9:.1f} GB/s",
-          flush=True)
+          f"read per phase; a decode step's dot (M = {c.batch}) consumes weights at {dot_read / 1e9:.1f} GB/s "
+          f"cache-resident, and the head's [{cfg.d_model}, {cfg.vocab_size}] from memory at "
+          f"{head_read[c.batch] / 1e9:.1f} GB/s (M = {c.batch}) vs {head_read[1] / 1e9:.1f} GB/s (M = 1)", flush=True)
     return lambda t: episode_roofline_s(cfg, matmul, weights, kv, c.batch, c.prompt_tokens, t, c.turn_tokens,
                                         c.obs_tokens, peak, bandwidth)
 
 
 def record(summary: dict) -> list[dict]:
     """The figures ``--record PATH`` writes (medians of ``rounds``, 3 significant digits): per T, the ratios of (b)
-    and (c) to (a); at the largest T, (a)'s episode seconds, its fraction of its roofline and hf / roofline."""
+    and (c) to (a); at the largest T, (a)'s episode seconds, its fraction of its roofline and hf / roofline; the
+    head dot's weight read at M = B and M = 1 beside the read bandwidth (why a decode step misses its roofline)."""
     n, rows = summary["rounds"], summary["rows"]
     fig = lambda name, value, unit: {"name": name, "value": float(f"{value:.3g}"), "se": None, "n": n, "unit": unit}
     figures = [fig(f"re-prefilling / carried, T = {r['turns']}", r["reprefill_over_carried"], "x") for r in rows]
@@ -236,6 +248,9 @@ def record(summary: dict) -> list[dict]:
                 fig(f"carried, % of its roofline at T = {t}", 100 * last["carried_of_roofline"], "%")]
     if "hf_over_roofline" in last:
         figures.append(fig(f"transformers loop / roofline of carried, T = {t}", last["hf_over_roofline"], "x"))
+    head = lambda m, key: fig(f"LM head dot from memory, M = {m}: weight read", summary[key] / 1e9, "GB/s")
+    figures += [head(summary["batch"], "head_dot_read_bytes_per_s"), head(1, "head_dot_read_bytes_per_s_m1"),
+                fig("read bandwidth (a sum)", summary["read_bandwidth"] / 1e9, "GB/s")]
     return figures
 
 

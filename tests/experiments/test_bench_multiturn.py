@@ -30,6 +30,7 @@ def test_tiny_preset_reports_a_row_per_turn_count(tmp_path):
             assert 0.0 <= row["hf_token_agreement"] <= 1.0
     assert len(list(tmp_path.glob("bench_multiturn/*/bench_multiturn.md"))) == 1
     assert s["dot_weight_read_bytes_per_s"] > 0 and s["read_bandwidth"] > 0 and s["matmul_peak"] > 0, s
+    assert s["head_dot_read_bytes_per_s"] > 0 and s["head_dot_read_bytes_per_s_m1"] > 0, s
     roofs = [row["carried_roofline_s"] for row in s["rows"]]
     assert 0 < roofs[0] < roofs[1], roofs  # one more turn: more to read and compute
     for row in s["rows"]:
@@ -38,7 +39,8 @@ def test_tiny_preset_reports_a_row_per_turn_count(tmp_path):
             assert row["hf_over_roofline"] == pytest.approx(row["hf_s"] / row["carried_roofline_s"])
     figures = load_experiment("bench_multiturn").record(s)
     assert {f["name"] for f in figures} >= {"re-prefilling / carried, T = 2", "carried, episode seconds at T = 3",
-                                            "carried, % of its roofline at T = 3"}, figures
+                                            "carried, % of its roofline at T = 3",
+                                            "LM head dot from memory, M = 1: weight read"}, figures
 
 
 def test_the_bench_refuses_different_tokens_from_the_two_paths(tmp_path, monkeypatch):
