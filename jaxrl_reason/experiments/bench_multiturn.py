@@ -237,7 +237,7 @@ def _episode_roofline(model, state, c: Config, summary: dict):
 def record(summary: dict) -> list[dict]:
     """The figures ``--record PATH`` writes (medians of ``rounds``, 3 significant digits): per T, the ratios of (b)
     and (c) to (a); at the largest T, (a)'s episode seconds, its fraction of its roofline and hf / roofline; the
-    head dot's weight read at M = B and M = 1 beside the read bandwidth (why a decode step misses its roofline)."""
+    head dot's weight read at M = B and M = 1 (why a decode step misses its roofline)."""
     n, rows = summary["rounds"], summary["rows"]
     fig = lambda name, value, unit: {"name": name, "value": float(f"{value:.3g}"), "se": None, "n": n, "unit": unit}
     figures = [fig(f"re-prefilling / carried, T = {r['turns']}", r["reprefill_over_carried"], "x") for r in rows]
@@ -249,8 +249,7 @@ def record(summary: dict) -> list[dict]:
     if "hf_over_roofline" in last:
         figures.append(fig(f"transformers loop / roofline of carried, T = {t}", last["hf_over_roofline"], "x"))
     head = lambda m, key: fig(f"LM head dot from memory, M = {m}: weight read", summary[key] / 1e9, "GB/s")
-    figures += [head(summary["batch"], "head_dot_read_bytes_per_s"), head(1, "head_dot_read_bytes_per_s_m1"),
-                fig("read bandwidth (a sum)", summary["read_bandwidth"] / 1e9, "GB/s")]
+    figures += [head(summary["batch"], "head_dot_read_bytes_per_s"), head(1, "head_dot_read_bytes_per_s_m1")]
     return figures
 
 
