@@ -26,10 +26,10 @@ bandwidth measured first, in the same process): carried / roofline, and hf / roo
 implementation of (a) could reach here (a target above it is beyond this machine, not our code).
 Why a decode step misses that roofline on XLA CPU (measured in the run, printed and recorded): a [B, d] x [d, V]
 dot with the weight read from memory consumes it at the bandwidth only at M = 1 (XLA's own matrix-vector kernel);
-at M = B >= 2 it goes to Eigen's GEMM, which packs each weight panel before use and reads it at about 40% of the
-bandwidth (SmolLM2's head, B 8: ~15 vs ~34 GB/s, with a 33-47 GB/s sum). B GEMVs read the weights B times (4x
-slower); the weight split over two host devices, [out, in] weights, bfloat16 weights and XLA's XNNPACK / YNNPACK /
-oneDNN / LLVM-IR-GEMM options do not change it (jax 0.10.2).
+at M = B >= 2 it goes to Eigen's GEMM, which packs each weight panel before use and reads it at a third to a half
+of that rate (SmolLM2's head on the 2-core machine, B = 8: 10.6-15 GB/s vs 31-38 at M = 1). B GEMVs read the
+weights B times (4x slower); the weight split over two host devices, [out, in] weights, bfloat16 weights and
+XLA's XNNPACK / YNNPACK / oneDNN / LLVM-IR-GEMM options do not change it (jax 0.10.2).
 """
 
 from __future__ import annotations
