@@ -208,8 +208,8 @@ def _episode_roofline(model, state, c: Config, summary: dict):
     """T -> the least seconds arm (a)'s episodes take on this machine (``rl.lm.plan.episode_roofline_s``: each phase
     at max(its useful FLOPs / the float32 matmul peak, its weight and cache bytes / the read bandwidth)), from the
     peak at the model's shapes (the observations' and prompts' prefill, a decode step: M = B O, B P, B) and the
-    bandwidth of a plain sum, measured now. hf / this roofline is the most (c) / (a) any implementation of (a) could
-    show here. Also XLA's own rate at a decode step's dot (M = B, one [d, ff] weight, cache-resident after the
+    read bandwidth (``utils.roofline.read_bandwidth``), measured now. hf / this roofline is the most (c) / (a) any
+    implementation of (a) could show here. Also XLA's own rate at a decode step's dot (M = B, one [d, ff] weight, cache-resident after the
     first call): the weight bytes it consumes per second, against that bandwidth; and its rate at the LM head's
     [d, V] weight, read from memory, at M = B and at M = 1 (``head_dot_read_bytes_per_s``, ``..._m1``)."""
     cfg = model.cfg
@@ -226,7 +226,7 @@ def _episode_roofline(model, state, c: Config, summary: dict):
                     "head_dot_read_bytes_per_s_m1": head_read[1], "head_dot_read_bytes_per_s": head_read[c.batch],
                     "weight_bytes": weights})
     print(f"[bench_multiturn] roofline of (a): float32 matmul peak {peak / 1e9:.1f} GFLOP/s at the model's shapes, "
-          f"read bandwidth {bandwidth / 1e9:.1f} GB/s ({c.bandwidth_mib} MiB sum), {weights / 1e6:.0f} MB of weights "
+          f"read bandwidth {bandwidth / 1e9:.1f} GB/s ({c.bandwidth_mib} MiB), {weights / 1e6:.0f} MB of weights "
           f"read per phase; a decode step's dot (M = {c.batch}) consumes weights at {dot_read / 1e9:.1f} GB/s "
           f"cache-resident, and the head's [{cfg.d_model}, {cfg.vocab_size}] from memory at "
           f"{head_read[c.batch] / 1e9:.1f} GB/s (M = {c.batch}) vs {head_read[1] / 1e9:.1f} GB/s (M = 1)", flush=True)
