@@ -23,14 +23,18 @@ def test_prompt_rendering_is_readable_and_fixed_length():
     state = state.replace(pos=jnp.array([[-0.5, 0.2], [0.9, -0.9], [0.9, 0.9]]),
                           target_pos=jnp.array([[-0.5, 0.5], [0.5, -0.5]]), urgency=jnp.array([1.0, 0.5]),
                           adv_pos=jnp.array([[-0.9, 0.9]]))
-    obs, nbrs = ENV.encode(state)
-    ids = llm.render_prompt(ENV, obs, TOK)
+
+    @jax.jit  # one program: eagerly, each op of the rendering compiles on its own
+    def render(state):
+        ids = llm.render_prompt(ENV, ENV.encode(state)[0], TOK)
+        return ids, llm.render_consensus(ids, jnp.array([0, 4, 5]), jnp.array([[1, -1], [-1, -1], [-1, -1]]), TOK)
+
+    ids, consensus = render(state)
     text = llm.to_text(ids, TOK)
     assert ids.shape[0] == 3 and len(set(len(t) for t in text)) == 1
     # UAV 0: active, sees target 0 at distance 0.3 (digit round(0.3/1.2*9)=2), urgency 9, unserved
     assert text[0].startswith("A9 E9 T0v2900 T1-0000 ?"), text[0]
-    full = llm.to_text(llm.render_consensus(ids, jnp.array([0, 4, 5]), jnp.array([[1, -1], [-1, -1], [-1, -1]]), TOK),
-                       TOK)
+    full = llm.to_text(consensus, TOK)
     assert full[0].endswith("?a N:e- ?"), full[0]
 
 
@@ -56,14 +60,18 @@ def test_grpo_finetune_runs_and_logp_matches_sampling_policy():
     cfg = llm.default_lm_config(TOK)
     model = Transformer(dataclasses.replace(cfg, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=16),
                         rngs=nnx.Rngs(0))
-    _, ts = env.reset(jax.random.key(0))
-    prompt = llm.render_prompt(env, ts.obs, TOK)
-    seq = llm.render_consensus(prompt, jnp.array([1, 4]), ts.info["neighbors"], TOK)
-    flat = jnp.concatenate([seq, llm._letter(jnp.array([2, 5]), TOK)[:, None]], -1)
-    lp = llm_grpo.answer_logp(model, env, flat, prompt.shape[1], TOK)
     policy = llm.LLMIntentPolicy(env, nnx.graphdef(model), nnx.state(model), tokenizer=TOK)
-    final = jax.nn.log_softmax(policy.action_logits(seq))
-    proposal = jax.nn.log_softmax(policy.action_logits(prompt))
+
+    @jax.jit  # one program (eagerly, each op of the rendering and the two forwards compiles on its own)
+    def logps(key):
+        _, ts = env.reset(key)
+        prompt = llm.render_prompt(env, ts.obs, TOK)
+        seq = llm.render_consensus(prompt, jnp.array([1, 4]), ts.info["neighbors"], TOK)
+        flat = jnp.concatenate([seq, llm._letter(jnp.array([2, 5]), TOK)[:, None]], -1)
+        lp = llm_grpo.answer_logp(model, env, flat, prompt.shape[1], TOK)
+        return lp, jax.nn.log_softmax(policy.action_logits(seq)), jax.nn.log_softmax(policy.action_logits(prompt))
+
+    lp, final, proposal = logps(jax.random.key(0))
     np.testing.assert_allclose(np.asarray(lp[:, 1]), np.asarray(final)[[0, 1], [2, 5]], atol=1e-4)
     np.testing.assert_allclose(np.asarray(lp[:, 0]), np.asarray(proposal)[[0, 1], [1, 4]], atol=1e-4)
     cfg = llm_grpo.IntentGRPOConfig(iterations=1, num_groups=2, group_size=2, updates=2, minibatch=8)

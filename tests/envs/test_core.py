@@ -108,7 +108,7 @@ def test_vmap_scan_random_play(env):
 
 def test_illegal_action_rule(env):
     if env.illegal_action_rule == "none":
-        _, ts = env.reset(jax.random.key(0))
+        _, ts = jax.jit(env.reset)(jax.random.key(0))
         assert bool(ts.legal_action_mask.all()), "rule 'none' requires an all-True mask"
         return
     step = jax.jit(env.step)
@@ -172,8 +172,8 @@ def test_deterministic_transition_claim_holds(env):
     """An env that declares ``deterministic_transition`` really ignores the step key."""
     if not (isinstance(env, envs.SplitEnvironment) and env.deterministic_transition):
         return
-    state, ts = env.reset(jax.random.key(0))
-    action = envs.random_legal_action(jax.random.key(1), env, ts)
+    state, ts = jax.jit(env.reset)(jax.random.key(0))
+    action = jax.jit(lambda k, ts: envs.random_legal_action(k, env, ts))(jax.random.key(1), ts)
     a = jax.jit(env.transition)(jax.random.key(2), state, action)
     b = jax.jit(env.transition)(jax.random.key(3), state, action)
     jax.tree.map(np.testing.assert_array_equal, a, b)

@@ -8,8 +8,14 @@ from jaxrl_reason import envs
 
 
 def _step(env):
-    state, _ = env.reset(jax.random.key(0))
-    return env.step(jax.random.key(1), state, jnp.zeros(env.action_shape(), jnp.int32))[1]
+    """The timestep of one all-zero action after reset (jitted: eagerly, each op of a step compiles on its own)."""
+
+    @jax.jit
+    def one_step():
+        state, _ = env.reset(jax.random.key(0))
+        return env.step(jax.random.key(1), state, jnp.zeros(env.action_shape(), jnp.int32))[1]
+
+    return one_step()
 
 
 def test_swarm_reports_coverage_and_wrappers_forward_it():
@@ -19,8 +25,7 @@ def test_swarm_reports_coverage_and_wrappers_forward_it():
     assert set(metrics) == {"coverage"}
     np.testing.assert_array_equal(metrics["coverage"], ts.info["coverage"])
     wrapped = envs.EpisodeStats(envs.AutoReset(swarm))
-    state, _ = wrapped.reset(jax.random.key(0))
-    wts = wrapped.step(jax.random.key(1), state, jnp.zeros(swarm.action_shape(), jnp.int32))[1]
+    wts = _step(wrapped)
     assert set(wrapped.info_metrics(wts.info)) == {"coverage"}
     np.testing.assert_array_equal(wrapped.info_metrics(wts.info)["coverage"], ts.info["coverage"])
 

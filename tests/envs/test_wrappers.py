@@ -205,11 +205,16 @@ def test_autoreset_step_differentiates_forward_and_reverse_through_the_per_envir
     env = envs.make("swarm", num_agents=2, num_targets=1, control="continuous", max_steps=3)
     auto = envs.AutoReset(env)
     keys = jax.random.split(jax.random.key(0), 4)
-    fresh, _ = jax.vmap(auto.reset)(keys)
     act = jnp.full((4, 2, 2), 0.3)
-    two_in = jax.vmap(auto.step)(keys, jax.vmap(auto.step)(keys, fresh, act)[0], act)[0]
-    state = jax.tree.map(lambda a, b: jnp.where(jnp.arange(4).reshape((4,) + (1,) * (a.ndim - 1)) < 2, a, b),
-                         two_in, fresh)  # rows 0, 1 end on this step (max_steps), rows 2, 3 go on
+
+    @jax.jit  # one program (eagerly, each op of the steps compiles on its own)
+    def start(keys):  # rows 0, 1 end on the next step (max_steps), rows 2, 3 go on
+        fresh, _ = jax.vmap(auto.reset)(keys)
+        two_in = jax.vmap(auto.step)(keys, jax.vmap(auto.step)(keys, fresh, act)[0], act)[0]
+        return jax.tree.map(lambda a, b: jnp.where(jnp.arange(4).reshape((4,) + (1,) * (a.ndim - 1)) < 2, a, b),
+                            two_in, fresh)
+
+    state = start(keys)
     loss = lambda step: lambda a: step(keys, state, a)[0].pos.sum(axis=(1, 2))
     vmapped, one_by_one = loss(jax.vmap(auto.step)), loss(lambda k, s, a: jax.lax.map(lambda x: auto.step(*x),
                                                                                        (k, s, a)))
@@ -221,7 +226,7 @@ def test_autoreset_step_differentiates_forward_and_reverse_through_the_per_envir
     np.testing.assert_array_equal(dpos[:2], 0.0)  # reset rows: the fresh episode does not depend on the action
     assert (np.abs(np.asarray(dpos[2:])) > 0).all() and np.abs(np.asarray(grad[2:])).sum() > 0
     np.testing.assert_array_equal(grad[:2], 0.0)
-    ended = jax.vmap(auto.step)(keys, state, act)[1].done
+    ended = jax.jit(jax.vmap(auto.step))(keys, state, act)[1].done
     np.testing.assert_array_equal(ended, [True, True, False, False])
 
 

@@ -122,7 +122,7 @@ def test_user_subclass_is_checked_too():
 
 def _nan_swarm_step(**kwargs):
     env = envs.make("swarm", control="continuous", num_agents=4, max_steps=5, **kwargs)
-    state, _ = env.reset(KEY)
+    state, _ = jax.jit(env.reset)(KEY)
     action = np.full(env.action_shape(), 0.5, np.float32)
     action[0, 0], action[1, :], action[-1, 1] = np.nan, np.inf, -np.inf
     zeroed = np.where(np.isfinite(action), action, 0.0)

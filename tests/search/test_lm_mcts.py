@@ -122,9 +122,10 @@ def test_graded_process_value_counts_steps_before_the_first_false_one(searched):
     for i, r in enumerate(rows):
         toks[i, : len(r)] = r
     lens = np.array([len(r) for r in rows])
-    got = np.asarray(steps_before_first_wrong(toks, lens, step_is_wrong, 10, tokenizer=TOK))
+    graded = jax.jit(lambda t, n: steps_before_first_wrong(t, n, step_is_wrong, 10, tokenizer=TOK))
+    got = np.asarray(graded(toks, lens))
     np.testing.assert_allclose(got, [1 / 3, 1.0, 0.0, 0.0, 1.0, 0.5])
-    one = steps_before_first_wrong(toks[0], lens[0], step_is_wrong, 10, tokenizer=TOK)  # a single response: a scalar
+    one = graded(toks[0], lens[0])  # a single response: a scalar
     assert one.shape == () and float(one) == pytest.approx(1 / 3)
     # in the search: guide = value + process_weight x the unverified rollouts' mean graded fraction
     graphdef, params, batch, plain, _ = searched

@@ -450,13 +450,17 @@ def test_the_rules_prefix_is_declared_right_and_prefilled_once_exactly():
         for style in ("verbose", "compact"):
             game = LMGame.make(name, style, tokenizer=TOK)
             k = GameTextEnv(game, 1).shared_prefix
-            keys = jax.random.split(jax.random.key(0), 16)
-            state, ts = jax.vmap(game.env.reset)(keys)
-            prompts = []
-            for _ in range(3):  # 16 games over their first three random moves
-                prompts.append(np.asarray(_render(game, state, ts.current_player)))
-                state, ts = jax.vmap(game.env.step)(keys, state, jax.vmap(O.random_action)(keys, state, ts))
-            prompts = np.concatenate(prompts)
+
+            @jax.jit
+            def first_prompts(keys):  # 16 games over their first three random moves: [3 * 16, prompt_len]
+                state, ts = jax.vmap(game.env.reset)(keys)
+                prompts = []
+                for _ in range(3):
+                    prompts.append(_render(game, state, ts.current_player))
+                    state, ts = jax.vmap(game.env.step)(keys, state, jax.vmap(O.random_action)(keys, state, ts))
+                return jnp.concatenate(prompts)
+
+            prompts = np.asarray(first_prompts(jax.random.split(jax.random.key(0), 16)))
             assert 1 < k < game.prompt_len and prompts[0, 0] == TOK.bos_id, (name, style, k)
             assert (prompts[:, :k] == prompts[:1, :k]).all(), (name, style)
     game = LMGame.make("kuhn_poker", "verbose", tokenizer=TOK)
