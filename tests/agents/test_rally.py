@@ -116,8 +116,13 @@ def test_lookahead_is_never_worse_than_the_prior_and_its_values_are_exact():
         jnp.zeros(()), jax.random.key(3))
     base = play(fn)["return"]
     # the prior's own candidate is valued at what the prior then earns from the first state
-    state, ts = ENV.reset(jax.random.split(jax.random.split(jax.random.key(3))[0], 16)[0])
-    q0 = prior_values(ENV, prior, state, ts, act(prior, jax.random.key(0), ts)[None])
+
+    @jax.jit  # one program (eagerly, each op of the reset and the rollouts compiles on its own)
+    def prior_value_of_its_own_choice(key):
+        state, ts = ENV.reset(key)
+        return prior_values(ENV, prior, state, ts, act(prior, jax.random.key(0), ts)[None])
+
+    q0 = prior_value_of_its_own_choice(jax.random.split(jax.random.split(jax.random.key(3))[0], 16)[0])
     np.testing.assert_allclose(float(q0[0]), float(base[0]), rtol=1e-5)
     better = play(lookahead_policy(ENV, prior), with_state=True)["return"]
     assert (np.asarray(better) >= np.asarray(base) - 1e-4).all() and float((better - base).mean()) > 0

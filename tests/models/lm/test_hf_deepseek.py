@@ -235,12 +235,11 @@ def test_mtp_layer_import_matches_torch_reference_and_round_trips(tmp_path, tmp_
     ours = load_hf_model(path)
     assert ours.cfg.mtp_depth == 1 and ours.cfg.mtp_layout == "deepseek"
     ref = _torch_mtp_logits(hf, hf4, mtp, TOKS)
-    h, _, _ = ours.hidden(jnp.asarray(TOKS))
-    got = ours.mtp_logits(ours.mtp_hidden(h, jnp.asarray(TOKS))[0])
+    got = jax.jit(lambda toks: ours.mtp_logits(ours.mtp_hidden(ours.hidden(toks)[0], toks)[0]))(jnp.asarray(TOKS))
     rel = rel_error(got, ref)
     print(f"deepseek_v3 MTP: import max relative logits error {rel:.2e}")
     assert rel <= 1e-3, rel
-    _, met = sft_loss(ours, jnp.asarray(TOKS), jnp.ones((2, T - 1)))
+    _, met = jax.jit(lambda toks: sft_loss(ours, toks, jnp.ones((2, T - 1))))(jnp.asarray(TOKS))
     lp = torch.log_softmax(torch.from_numpy(ref[:, :-1]), -1).gather(-1, torch.tensor(TOKS[:, 2:, None]))
     assert np.isclose(float(met["mtp_nll"]), -lp.mean().item(), rtol=1e-4)
 
