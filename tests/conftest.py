@@ -17,8 +17,9 @@ go to one more such folder. Python's cyclic garbage collector runs about 70x les
 (80-87 LM tests, 2026-12-07), 2.5 s after, at the same peak memory (4.0 GB); the whole suite (``-n 2``, alone,
 the same boot, with zstandard for the cache's entries) 1,335 -> 1,266 s, CPU 2,371 -> 2,243 s. A test that runs
 an env step, a rendering or a gradient eagerly compiles each of its ops as a program of its own (100-400 a test):
-jit the block (``jax.jit`` of a local function), as the spiral, rally, swarm and env-core tests do. Under CI (CI=true)
-a skip for a missing reference package (pgx, JaxMARL, transformers, ...) is a failure (the report hooks at the end, ``testutil.fail_if_required``).
+jit the block (``jax.jit`` of a local function), as the spiral, rally, swarm and env-core tests do. Under CI
+(CI=true) a skip for a missing reference package (pgx, JaxMARL, transformers, ...) is a failure (the report hooks at
+the end, ``testutil.fail_if_required``).
 """
 
 import gc

@@ -210,8 +210,9 @@ def _episode_roofline(model, state, c: Config, summary: dict):
     peak at the model's shapes (the observations' and prompts' prefill, a decode step: M = B O, B P, B) and the
     read bandwidth (``utils.roofline.read_bandwidth``), measured now. hf / this roofline is the most (c) / (a) any
     implementation of (a) could show here. Also XLA's own rate at a decode step's dot (M = B, one [d, ff] weight,
-    cache-resident after the first call): the weight bytes it consumes per second, against that bandwidth; and its rate at the LM head's
-    [d, V] weight, read from memory, at M = B and at M = 1 (``head_dot_read_bytes_per_s``, ``..._m1``)."""
+    cache-resident after the first call): the weight bytes it consumes per second, against that bandwidth; and its
+    rate at the LM head's [d, V] weight, read from memory, at M = B and at M = 1 (``head_dot_read_bytes_per_s``,
+    ``..._m1``)."""
     cfg = model.cfg
     shapes = [(c.batch * m, cfg.d_model, cfg.d_ff) for m in (c.obs_tokens, c.prompt_tokens, 1)]
     rates = roofline.matmul_peaks(shapes, dtypes=("float32",), repeats=3)["float32"]
